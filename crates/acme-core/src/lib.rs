@@ -1,0 +1,11 @@
+//! The shared vocabulary of Certeasy: typed ids, identifiers, statuses, problem kinds and the clock.
+//!
+//! Nothing here does I/O or knows a wire format. Crates talk to each other in these types so that an
+//! `AccountId` can never be passed where an `OrderId` is expected, and an identifier that exists at
+//! all has already been normalised and validated.
+
+pub mod clock;
+pub mod ids;
+pub mod identifier;
+pub mod problem;
+pub mod status;
