@@ -5,6 +5,7 @@
 //! all has already been normalised and validated.
 
 pub mod clock;
+pub mod duration;
 pub mod ids;
 pub mod identifier;
 pub mod problem;

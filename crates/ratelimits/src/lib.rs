@@ -1,1 +1,3 @@
-//! placeholder
+//! Rate limits: GCRA buckets, limits, overrides and stores (in memory or Redis).
+
+pub mod config;

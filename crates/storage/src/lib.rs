@@ -1,1 +1,129 @@
-//! placeholder
+//! Durable state of Certeasy on sqlx: SQLite (default, a file with WAL) or PostgreSQL.
+//!
+//! This crate knows SQL and nothing of HTTP or ACME wire formats. Every multi-row state change of
+//! RFC 8555 §7.1.6 happens in one transaction here, so the state machine can never be observed
+//! half-applied, and durable work (validation, finalization) is enqueued in the same transaction
+//! that makes it necessary: nothing accepted is lost on a crash.
+
+pub mod error;
+pub mod model;
+
+use acme_core::ids::AccountId;
+use acme_core::ids::AuthzId;
+use acme_core::ids::CertificateId;
+use acme_core::ids::ChallengeId;
+use acme_core::ids::JobId;
+use acme_core::ids::OrderId;
+use acme_core::ids::Serial;
+use acme_core::problem::Problem;
+use acme_core::status::RevocationReason;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::error::Error;
+use crate::model::Account;
+use crate::model::Authorization;
+use crate::model::Certificate;
+use crate::model::Challenge;
+use crate::model::Job;
+use crate::model::NewAccount;
+use crate::model::NewCertificate;
+use crate::model::NewOrder;
+use crate::model::Order;
+use crate::model::OrderGuards;
+use crate::model::ValidationRecorded;
+
+/// `Result` with this crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which database is behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Handle to the database; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    // implementation-defined fields (pool, backend)
+}
+
+impl Storage {
+    /// Connects (`sqlite://path` or `postgres://...`), creating a SQLite file if missing, and
+    /// applies the migrations of `migrations/<backend>/`.
+    pub async fn connect(url: &str) -> Result<Self>;
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend;
+
+    /// A cheap round trip for health checks.
+    pub async fn ping(&self) -> Result<()>;
+
+    // ---- accounts ----
+
+    /// Creates an account; `Error::Conflict(existing_id)` when the key is already registered.
+    pub async fn create_account(&self, new: NewAccount, now: OffsetDateTime) -> Result<Account>;
+    pub async fn account(&self, id: AccountId) -> Result<Option<Account>>;
+    pub async fn account_by_thumbprint(&self, thumbprint: &str) -> Result<Option<Account>>;
+    pub async fn update_account_contacts(&self, id: AccountId, contacts: Vec<String>) -> Result<Account>;
+    /// Deactivates the account and its pending authorizations (which makes their orders invalid).
+    pub async fn deactivate_account(&self, id: AccountId, now: OffsetDateTime) -> Result<Account>;
+    /// Replaces the account key; `Error::Conflict(other)` when another account has the new key.
+    pub async fn change_account_key(&self, id: AccountId, jwk_json: &str, thumbprint: &str) -> Result<Account>;
+
+    // ---- orders and authorizations ----
+
+    /// Creates an order with its authorizations and challenges in one transaction, after the
+    /// guards (pending-authorization cap, duplicate certificates) pass inside that transaction.
+    /// The order is `ready` at once when every authorization was reused and valid.
+    pub async fn create_order(&self, new: NewOrder, guards: &OrderGuards, now: OffsetDateTime) -> Result<Order>;
+    /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).
+    pub async fn order(&self, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>>;
+    /// Ids of the account's orders, ascending, strictly after `after`, at most `limit`.
+    pub async fn account_orders(&self, account: AccountId, after: Option<OrderId>, limit: u32) -> Result<Vec<OrderId>>;
+    /// Reads an authorization with its challenges, first applying expiry (pending/valid past
+    /// `expires_at` become expired, and pending orders that hold them become invalid).
+    pub async fn authorization(&self, id: AuthzId, now: OffsetDateTime) -> Result<Option<Authorization>>;
+    pub async fn challenge(&self, id: ChallengeId) -> Result<Option<Challenge>>;
+    /// The client asked for validation: pending → processing and a `Validate` job, in one
+    /// transaction. Idempotent for a challenge already processing, valid or invalid.
+    /// `Error::WrongState` when the authorization is no longer pending.
+    pub async fn start_challenge(&self, id: ChallengeId, now: OffsetDateTime) -> Result<Challenge>;
+    /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
+    /// authorization follows, and every order holding the authorization is updated (ready when
+    /// all its authorizations are valid, invalid with the problem when one is invalid).
+    pub async fn record_validation(&self, id: ChallengeId, outcome: std::result::Result<(), Problem>, now: OffsetDateTime) -> Result<ValidationRecorded>;
+    /// Client deactivation of a pending or valid authorization; its pending/ready orders become
+    /// invalid. `Error::WrongState` otherwise.
+    pub async fn deactivate_authorization(&self, id: AuthzId, now: OffsetDateTime) -> Result<Authorization>;
+
+    // ---- finalization and certificates ----
+
+    /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
+    /// `Error::WrongState(status)` when the order is not ready.
+    pub async fn begin_finalize(&self, id: OrderId, csr_der: &[u8], now: OffsetDateTime) -> Result<Order>;
+    /// The stored CSR of an order in processing.
+    pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>>;
+    /// Stores the certificate and moves the order processing → valid. Idempotent: an order that
+    /// is already valid returns its certificate.
+    pub async fn complete_order(&self, id: OrderId, cert: NewCertificate, now: OffsetDateTime) -> Result<Certificate>;
+    /// processing → invalid with the problem.
+    pub async fn fail_order(&self, id: OrderId, problem: Problem, now: OffsetDateTime) -> Result<Order>;
+    pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>>;
+    pub async fn certificate_by_serial(&self, serial: &Serial) -> Result<Option<Certificate>>;
+    /// Marks a certificate revoked; `Error::AlreadyRevoked` if it was.
+    pub async fn revoke_certificate(&self, id: CertificateId, reason: RevocationReason, now: OffsetDateTime) -> Result<Certificate>;
+
+    // ---- jobs ----
+
+    /// Claims the oldest due job whose lease is free, leasing it until `now + lease` and counting
+    /// the attempt. Safe with several workers and several instances.
+    pub async fn claim_job(&self, now: OffsetDateTime, lease: Duration) -> Result<Option<Job>>;
+    /// Removes a finished job.
+    pub async fn complete_job(&self, id: JobId) -> Result<()>;
+    /// Releases the lease and schedules another attempt at `run_at`, recording the error.
+    pub async fn retry_job(&self, id: JobId, run_at: OffsetDateTime, error: &str) -> Result<()>;
+    /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.
+    pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>>;
+}

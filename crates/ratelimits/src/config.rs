@@ -1,0 +1,165 @@
+//! The `rate-limiting:` block of the configuration file: the operators' contract.
+//!
+//! Keys and defaults follow `docs/rate-limits.md` exactly. Omitting the block, a limit, or a key
+//! gives the default; unknown keys are errors.
+
+use acme_core::duration::ConfigDuration;
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// `rate-limiting:`
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RateLimitingConfig {
+    /// IPs and CIDRs that bypass the IP-based limits (global, account creation). Empty by default.
+    #[serde(deserialize_with = "deserialize_whitelist")]
+    pub whitelist: Vec<IpNet>,
+    pub global: GlobalLimit,
+    pub account_creation: AccountCreationLimit,
+    pub order_creation: OrderCreationLimit,
+    pub duplicate_certificate: WindowLimit,
+    pub failed_validation: WindowLimit,
+    pub pending_authorizations: PendingAuthorizationsLimit,
+}
+
+impl Default for RateLimitingConfig {
+    fn default() -> Self {
+        Self {
+            whitelist: Vec::new(),
+            global: GlobalLimit::default(),
+            account_creation: AccountCreationLimit::default(),
+            order_creation: OrderCreationLimit::default(),
+            duplicate_certificate: WindowLimit {
+                enabled: true,
+                mode: Mode::Enforce,
+                max_per_window: 5,
+                window: ConfigDuration::from_secs(168 * 3600),
+            },
+            failed_validation: WindowLimit {
+                enabled: true,
+                mode: Mode::Enforce,
+                max_per_window: 5,
+                window: ConfigDuration::from_secs(3600),
+            },
+            pending_authorizations: PendingAuthorizationsLimit::default(),
+        }
+    }
+}
+
+/// Whether a limit's decisions are enforced or only logged and counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Denials are answered with 429.
+    #[default]
+    Enforce,
+    /// Denials are computed, logged and counted, never enforced.
+    Shadow,
+}
+
+/// `global:` per-IP bucket on every ACME POST entry point.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GlobalLimit {
+    pub enabled: bool,
+    pub mode: Mode,
+    pub requests_per_minute: u64,
+    pub burst: u64,
+}
+
+impl Default for GlobalLimit {
+    fn default() -> Self {
+        Self { enabled: true, mode: Mode::Enforce, requests_per_minute: 200, burst: 20 }
+    }
+}
+
+/// `account-creation:` per-IP bucket on new-account.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AccountCreationLimit {
+    pub enabled: bool,
+    pub mode: Mode,
+    pub per_ip_per_hour: u64,
+    pub burst: u64,
+}
+
+impl Default for AccountCreationLimit {
+    fn default() -> Self {
+        Self { enabled: true, mode: Mode::Enforce, per_ip_per_hour: 5, burst: 2 }
+    }
+}
+
+/// `order-creation:` per-account order count and SAN budget.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OrderCreationLimit {
+    pub enabled: bool,
+    pub mode: Mode,
+    pub orders_per_account_per_hour: u64,
+    pub order_burst: u64,
+    pub san_budget_per_account_per_hour: u64,
+}
+
+impl Default for OrderCreationLimit {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            mode: Mode::Enforce,
+            orders_per_account_per_hour: 20,
+            order_burst: 5,
+            san_budget_per_account_per_hour: 100,
+        }
+    }
+}
+
+/// A count inside a rolling window (`duplicate-certificate:`, `failed-validation:`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WindowLimit {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub mode: Mode,
+    pub max_per_window: u64,
+    pub window: ConfigDuration,
+}
+
+/// `pending-authorizations:` cap on in-flight authorizations per account.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PendingAuthorizationsLimit {
+    pub enabled: bool,
+    pub mode: Mode,
+    pub max: u64,
+}
+
+impl Default for PendingAuthorizationsLimit {
+    fn default() -> Self {
+        Self { enabled: true, mode: Mode::Enforce, max: 30 }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Accepts single addresses (`127.0.0.1`) as well as CIDRs; a null list is empty.
+fn deserialize_whitelist<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let raw: Option<Vec<String>> = Option::deserialize(d)?;
+    raw.unwrap_or_default()
+        .into_iter()
+        .map(|entry| parse_ip_or_cidr(&entry).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+/// Parses `10.0.0.1` (as a /32 or /128) or `10.0.0.0/8`.
+pub fn parse_ip_or_cidr(entry: &str) -> Result<IpNet, String> {
+    let entry = entry.trim();
+    if let Ok(net) = entry.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    entry
+        .parse::<std::net::IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| format!("{entry:?} is neither an IP address nor a CIDR range"))
+}

@@ -1,0 +1,48 @@
+//! The storage error enum.
+
+use acme_core::status::OrderStatus;
+use time::OffsetDateTime;
+
+/// Everything that can go wrong in storage.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The certificate was already revoked.
+    #[error("certificate already revoked")]
+    AlreadyRevoked,
+    /// A unique key is taken; carries the id of the row that holds it.
+    #[error("conflict with existing row {0}")]
+    Conflict(i64),
+    /// The database failed or is unreachable.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The duplicate-certificate guard refused the order.
+    #[error("{count} certificates already issued for this identifier set")]
+    DuplicateCertificate {
+        count: u32,
+        /// When the oldest certificate in the window leaves it.
+        retry_at: OffsetDateTime,
+    },
+    /// Stored data could not be decoded (a bug or a manual edit).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Migrations could not be applied.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The row does not exist.
+    #[error("not found")]
+    NotFound,
+    /// The pending-authorization guard refused the order.
+    #[error("{pending} pending authorizations, limit {max}")]
+    PendingAuthzLimit {
+        pending: u32,
+        max: u32,
+        /// When the soonest pending authorization expires.
+        retry_at: OffsetDateTime,
+    },
+    /// The object is not in a state that allows the operation.
+    #[error("wrong state: {0}")]
+    WrongState(String),
+    /// An order is not ready for finalization.
+    #[error("order is {}", .0.as_str())]
+    OrderNotReady(OrderStatus),
+}

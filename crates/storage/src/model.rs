@@ -1,0 +1,189 @@
+//! Rows as the rest of Certeasy sees them: domain types, no SQL.
+
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use acme_core::ids::AuthzId;
+use acme_core::ids::CertificateId;
+use acme_core::ids::ChallengeId;
+use acme_core::ids::JobId;
+use acme_core::ids::OrderId;
+use acme_core::ids::Serial;
+use acme_core::problem::Problem;
+use acme_core::status::AccountStatus;
+use acme_core::status::AuthzStatus;
+use acme_core::status::ChallengeStatus;
+use acme_core::status::ChallengeType;
+use acme_core::status::OrderStatus;
+use acme_core::status::RevocationReason;
+use time::OffsetDateTime;
+
+/// An ACME account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub id: AccountId,
+    pub status: AccountStatus,
+    /// The account key as a JWK JSON object (opaque to storage).
+    pub jwk_json: String,
+    /// RFC 7638 thumbprint of the key, base64url; unique among accounts.
+    pub thumbprint: String,
+    pub contacts: Vec<String>,
+    pub tos_agreed: bool,
+    pub created_at: OffsetDateTime,
+}
+
+/// What is needed to create an account.
+#[derive(Debug, Clone)]
+pub struct NewAccount {
+    pub jwk_json: String,
+    pub thumbprint: String,
+    pub contacts: Vec<String>,
+    pub tos_agreed: bool,
+}
+
+/// An order with the ids of its authorizations, in identifier order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub id: OrderId,
+    pub account_id: AccountId,
+    pub status: OrderStatus,
+    pub identifiers: Vec<Identifier>,
+    /// `acme_core::identifier::canonical_set_hash` of the identifiers.
+    pub set_hash: String,
+    pub not_before: Option<OffsetDateTime>,
+    pub not_after: Option<OffsetDateTime>,
+    pub expires_at: OffsetDateTime,
+    pub error: Option<Problem>,
+    pub certificate_id: Option<CertificateId>,
+    pub authz_ids: Vec<AuthzId>,
+    pub created_at: OffsetDateTime,
+}
+
+/// What is needed to create an order.
+#[derive(Debug, Clone)]
+pub struct NewOrder {
+    pub account_id: AccountId,
+    pub identifiers: Vec<Identifier>,
+    pub set_hash: String,
+    pub not_before: Option<OffsetDateTime>,
+    pub not_after: Option<OffsetDateTime>,
+    pub expires_at: OffsetDateTime,
+    /// One per identifier, same order.
+    pub authorizations: Vec<NewAuthz>,
+    /// Reuse a still-valid authorization of the same account for the same identifier (wildcard
+    /// flag included) instead of creating a new one.
+    pub reuse_valid_authz: bool,
+}
+
+/// An authorization to create with an order.
+#[derive(Debug, Clone)]
+pub struct NewAuthz {
+    pub identifier: Identifier,
+    pub expires_at: OffsetDateTime,
+    /// Challenges to offer, each with its random token.
+    pub challenges: Vec<(ChallengeType, String)>,
+}
+
+/// Database-backed limits checked inside the transaction that creates an order, so they hold
+/// under concurrency. `None` disables a check.
+#[derive(Debug, Clone, Default)]
+pub struct OrderGuards {
+    /// Refuse when the account's unexpired pending authorizations plus the new ones would exceed
+    /// this number.
+    pub max_pending_authz: Option<u32>,
+    /// Refuse when the account already has this many non-revoked certificates for the same
+    /// identifier set issued at or after `since`.
+    pub duplicate_certificates: Option<DuplicateGuard>,
+}
+
+/// Parameters of the duplicate-certificate check.
+#[derive(Debug, Clone, Copy)]
+pub struct DuplicateGuard {
+    pub max: u32,
+    pub since: OffsetDateTime,
+}
+
+/// An authorization with its challenges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorization {
+    pub id: AuthzId,
+    pub account_id: AccountId,
+    /// For a wildcard order this is the wildcard identifier itself (`*.example.com`); the name
+    /// validated is its base name.
+    pub identifier: Identifier,
+    pub status: AuthzStatus,
+    pub expires_at: OffsetDateTime,
+    pub challenges: Vec<Challenge>,
+}
+
+/// A challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    pub id: ChallengeId,
+    pub authz_id: AuthzId,
+    pub kind: ChallengeType,
+    pub token: String,
+    pub status: ChallengeStatus,
+    pub validated_at: Option<OffsetDateTime>,
+    pub error: Option<Problem>,
+}
+
+/// What a worker learned when it recorded a validation outcome; the caller uses it for side
+/// effects after commit (rate-limit spends, pausing, metrics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationRecorded {
+    pub account_id: AccountId,
+    pub authz_id: AuthzId,
+    pub identifier: Identifier,
+    /// The challenge's final status (valid or invalid); unchanged if it was already final.
+    pub status: ChallengeStatus,
+    /// False when the challenge had already been decided (an idempotent repeat).
+    pub changed: bool,
+}
+
+/// An issued certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    pub id: CertificateId,
+    pub account_id: AccountId,
+    pub order_id: OrderId,
+    pub serial: Serial,
+    /// DER of the leaf.
+    pub der: Vec<u8>,
+    /// PEM of leaf followed by the intermediate(s).
+    pub chain_pem: String,
+    pub set_hash: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub issued_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+    pub revocation_reason: Option<RevocationReason>,
+}
+
+/// A certificate ready to be stored.
+#[derive(Debug, Clone)]
+pub struct NewCertificate {
+    pub serial: Serial,
+    pub der: Vec<u8>,
+    pub chain_pem: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+}
+
+/// Kinds of durable work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// Attempt the validation of a challenge in `processing`.
+    Validate(ChallengeId),
+    /// Issue the certificate of an order in `processing`.
+    Finalize(OrderId),
+}
+
+/// A claimed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    pub kind: JobKind,
+    /// Attempts so far, this one included.
+    pub attempts: u32,
+    pub lease_until: OffsetDateTime,
+}
