@@ -34,25 +34,36 @@ pub struct FakeClock {
 impl FakeClock {
     /// A fake clock starting at `start`.
     pub fn new(start: OffsetDateTime) -> Self {
-        Self { now: Arc::new(Mutex::new(start)) }
+        Self {
+            now: Arc::new(Mutex::new(start)),
+        }
     }
 
     /// Moves the clock forward (or backward, with a negative duration).
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         *now += by;
     }
 
     /// Sets the clock to an exact instant.
     pub fn set(&self, to: OffsetDateTime) {
-        let mut now = self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         *now = to;
     }
 }
 
 impl Clock for FakeClock {
     fn now(&self) -> OffsetDateTime {
-        *self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -79,11 +79,11 @@ impl fmt::Display for ConfigDuration {
             return write!(f, "{}ms", d.as_millis());
         }
         let s = d.as_secs();
-        if s != 0 && s % 86_400 == 0 {
+        if s != 0 && s.is_multiple_of(86_400) {
             write!(f, "{}d", s / 86_400)
-        } else if s != 0 && s % 3_600 == 0 {
+        } else if s != 0 && s.is_multiple_of(3_600) {
             write!(f, "{}h", s / 3_600)
-        } else if s != 0 && s % 60 == 0 {
+        } else if s != 0 && s.is_multiple_of(60) {
             write!(f, "{}m", s / 60)
         } else {
             write!(f, "{s}s")
@@ -104,11 +104,31 @@ mod tests {
 
     #[test]
     fn parses_units_and_compounds() {
-        assert_eq!("168h".parse::<ConfigDuration>().unwrap(), ConfigDuration::from_secs(168 * 3600));
-        assert_eq!("1h30m".parse::<ConfigDuration>().unwrap(), ConfigDuration::from_secs(5400));
-        assert_eq!("14d".parse::<ConfigDuration>().unwrap(), ConfigDuration::from_secs(14 * 86400));
-        assert_eq!("50ms".parse::<ConfigDuration>().unwrap().std().as_millis(), 50);
-        for bad in ["", "h", "10", "10x", "-5s", "1.5h", "99999999999999999999999d"] {
+        assert_eq!(
+            "168h".parse::<ConfigDuration>().unwrap(),
+            ConfigDuration::from_secs(168 * 3600)
+        );
+        assert_eq!(
+            "1h30m".parse::<ConfigDuration>().unwrap(),
+            ConfigDuration::from_secs(5400)
+        );
+        assert_eq!(
+            "14d".parse::<ConfigDuration>().unwrap(),
+            ConfigDuration::from_secs(14 * 86400)
+        );
+        assert_eq!(
+            "50ms".parse::<ConfigDuration>().unwrap().std().as_millis(),
+            50
+        );
+        for bad in [
+            "",
+            "h",
+            "10",
+            "10x",
+            "-5s",
+            "1.5h",
+            "99999999999999999999999d",
+        ] {
             assert!(bad.parse::<ConfigDuration>().is_err(), "{bad}");
         }
         assert_eq!(ConfigDuration::from_secs(7 * 86400).to_string(), "7d");

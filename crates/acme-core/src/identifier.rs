@@ -82,7 +82,10 @@ impl Identifier {
 
     /// Parses a DNS name (or `*.`-wildcard).
     pub fn dns(value: &str) -> Result<Self, IdentifierError> {
-        normalise_dns(value).map(|value| Self { kind: IdentifierKind::Dns, value })
+        normalise_dns(value).map(|value| Self {
+            kind: IdentifierKind::Dns,
+            value,
+        })
     }
 
     /// Parses an IP address; the stored value is the canonical text form.
@@ -99,7 +102,10 @@ impl Identifier {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
             v4 => v4,
         };
-        Self { kind: IdentifierKind::Ip, value: addr.to_string() }
+        Self {
+            kind: IdentifierKind::Ip,
+            value: addr.to_string(),
+        }
     }
 
     /// The identifier type.
@@ -156,14 +162,18 @@ fn normalise_dns(raw: &str) -> Result<String, IdentifierError> {
         return Err(invalid("the name is longer than 253 characters"));
     }
     if name.parse::<IpAddr>().is_ok() {
-        return Err(invalid("an IP address must be requested as an \"ip\" identifier"));
+        return Err(invalid(
+            "an IP address must be requested as an \"ip\" identifier",
+        ));
     }
     let (wildcard, rest) = match name.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, name),
     };
     if rest.contains('*') {
-        return Err(invalid("a wildcard is only allowed as the whole leftmost label (\"*.\")"));
+        return Err(invalid(
+            "a wildcard is only allowed as the whole leftmost label (\"*.\")",
+        ));
     }
     let labels: Vec<&str> = rest.split('.').collect();
     if labels.len() < 2 {
@@ -172,10 +182,17 @@ fn normalise_dns(raw: &str) -> Result<String, IdentifierError> {
     for label in &labels {
         check_label(label).map_err(|reason| invalid(&reason))?;
     }
-    if labels.last().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit())) {
+    if labels
+        .last()
+        .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Err(invalid("the last label must not be all digits"));
     }
-    Ok(if wildcard { format!("*.{rest}") } else { rest.to_owned() })
+    Ok(if wildcard {
+        format!("*.{rest}")
+    } else {
+        rest.to_owned()
+    })
 }
 
 fn check_label(label: &str) -> Result<(), String> {
@@ -185,15 +202,24 @@ fn check_label(label: &str) -> Result<(), String> {
     if label.len() > 63 {
         return Err(format!("label {label:?} is longer than 63 characters"));
     }
-    if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        return Err(format!("label {label:?} may only hold letters, digits and hyphens"));
+    if !label
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(format!(
+            "label {label:?} may only hold letters, digits and hyphens"
+        ));
     }
     if label.starts_with('-') || label.ends_with('-') {
-        return Err(format!("label {label:?} must not start or end with a hyphen"));
+        return Err(format!(
+            "label {label:?} must not start or end with a hyphen"
+        ));
     }
     if label.len() >= 4 && &label[2..4] == "--" {
         if !label.starts_with("xn--") {
-            return Err(format!("label {label:?} has hyphens in the 3rd and 4th positions"));
+            return Err(format!(
+                "label {label:?} has hyphens in the 3rd and 4th positions"
+            ));
         }
         let (unicode, result) = idna::domain_to_unicode(label);
         if result.is_err() || unicode == label {
@@ -218,7 +244,10 @@ pub fn canonical_set(identifiers: &[Identifier]) -> String {
 
 /// SHA-256 of [`canonical_set`], hex encoded: the key of the duplicate-certificate limit.
 pub fn canonical_set_hash(identifiers: &[Identifier]) -> String {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, canonical_set(identifiers).as_bytes());
+    let digest = aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA256,
+        canonical_set(identifiers).as_bytes(),
+    );
     hex::encode(digest.as_ref())
 }
 
@@ -259,7 +288,9 @@ impl IdentifierPolicy {
                 if self.deny_cidrs.iter().any(|n| n.contains(&addr)) {
                     return Err(forbidden());
                 }
-                if !self.allow_cidrs.is_empty() && !self.allow_cidrs.iter().any(|n| n.contains(&addr)) {
+                if !self.allow_cidrs.is_empty()
+                    && !self.allow_cidrs.iter().any(|n| n.contains(&addr))
+                {
                     return Err(forbidden());
                 }
             }
@@ -270,7 +301,10 @@ impl IdentifierPolicy {
 
 fn domain_matches(name: &str, domain: &str) -> bool {
     let domain = domain.trim_end_matches('.').to_ascii_lowercase();
-    name == domain || name.strip_suffix(domain.as_str()).is_some_and(|head| head.ends_with('.'))
+    name == domain
+        || name
+            .strip_suffix(domain.as_str())
+            .is_some_and(|head| head.ends_with('.'))
 }
 
 #[cfg(test)]
@@ -285,15 +319,31 @@ mod tests {
         let wc = Identifier::dns("*.Example.com").unwrap();
         assert!(wc.is_wildcard());
         assert_eq!(wc.base_name(), "example.com");
-        assert_eq!(Identifier::dns("xn--bcher-kva.example").unwrap().value(), "xn--bcher-kva.example");
+        assert_eq!(
+            Identifier::dns("xn--bcher-kva.example").unwrap().value(),
+            "xn--bcher-kva.example"
+        );
     }
 
     #[test]
     fn bad_dns_names_are_refused() {
         for bad in [
-            "", ".", "bücher.example", "a..b", "-a.example", "a-.example", "a_b.example",
-            "*.*.example.com", "a.*.example.com", "foo*.example.com", "localhost", "ab--c.example",
-            "xn--zz.example", "1.2.3.4", "example.123", &format!("{}.com", "a".repeat(64)),
+            "",
+            ".",
+            "bücher.example",
+            "a..b",
+            "-a.example",
+            "a-.example",
+            "a_b.example",
+            "*.*.example.com",
+            "a.*.example.com",
+            "foo*.example.com",
+            "localhost",
+            "ab--c.example",
+            "xn--zz.example",
+            "1.2.3.4",
+            "example.123",
+            &format!("{}.com", "a".repeat(64)),
         ] {
             assert!(Identifier::dns(bad).is_err(), "{bad:?} should be refused");
         }
@@ -301,8 +351,14 @@ mod tests {
 
     #[test]
     fn ips_are_canonical() {
-        assert_eq!(Identifier::ip("2001:DB8:0:0::1").unwrap().value(), "2001:db8::1");
-        assert_eq!(Identifier::ip("::ffff:10.0.0.1").unwrap().value(), "10.0.0.1");
+        assert_eq!(
+            Identifier::ip("2001:DB8:0:0::1").unwrap().value(),
+            "2001:db8::1"
+        );
+        assert_eq!(
+            Identifier::ip("::ffff:10.0.0.1").unwrap().value(),
+            "10.0.0.1"
+        );
         assert!(Identifier::ip("10.0.0.256").is_err());
         assert!(Identifier::parse("email", "a@b.c").is_err());
     }
@@ -315,7 +371,10 @@ mod tests {
             Identifier::dns("*.example.com").unwrap(),
             Identifier::dns("a.example.com").unwrap(),
         ];
-        assert_eq!(canonical_set(&a), "dns:*.example.com,dns:a.example.com,dns:b.example.com");
+        assert_eq!(
+            canonical_set(&a),
+            "dns:*.example.com,dns:a.example.com,dns:b.example.com"
+        );
         let b = [Identifier::dns("example.com").unwrap()];
         let c = [Identifier::dns("*.example.com").unwrap()];
         assert_ne!(canonical_set_hash(&b), canonical_set_hash(&c));
@@ -330,11 +389,31 @@ mod tests {
             allow_cidrs: vec!["10.0.0.0/8".parse().unwrap()],
             deny_cidrs: vec!["10.9.0.0/16".parse().unwrap()],
         };
-        assert!(policy.check(&Identifier::dns("www.example.com").unwrap()).is_ok());
-        assert!(policy.check(&Identifier::dns("*.example.com").unwrap()).is_ok());
-        assert!(policy.check(&Identifier::dns("example.com").unwrap()).is_ok());
-        assert!(policy.check(&Identifier::dns("notexample.com").unwrap()).is_err());
-        assert!(policy.check(&Identifier::dns("x.bad.example.com").unwrap()).is_err());
+        assert!(
+            policy
+                .check(&Identifier::dns("www.example.com").unwrap())
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&Identifier::dns("*.example.com").unwrap())
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&Identifier::dns("example.com").unwrap())
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&Identifier::dns("notexample.com").unwrap())
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&Identifier::dns("x.bad.example.com").unwrap())
+                .is_err()
+        );
         assert!(policy.check(&Identifier::ip("10.1.2.3").unwrap()).is_ok());
         assert!(policy.check(&Identifier::ip("10.9.2.3").unwrap()).is_err());
         assert!(policy.check(&Identifier::ip("192.0.2.1").unwrap()).is_err());

@@ -6,7 +6,7 @@
 
 pub mod clock;
 pub mod duration;
-pub mod ids;
 pub mod identifier;
+pub mod ids;
 pub mod problem;
 pub mod status;

@@ -93,7 +93,12 @@ pub struct Problem {
 impl Problem {
     /// A problem without identifier or subproblems.
     pub fn new(kind: ProblemType, detail: impl Into<String>) -> Self {
-        Self { kind, detail: detail.into(), identifier: None, subproblems: Vec::new() }
+        Self {
+            kind,
+            detail: detail.into(),
+            identifier: None,
+            subproblems: Vec::new(),
+        }
     }
 
     /// Attaches the identifier the problem concerns.
@@ -110,8 +115,17 @@ impl Problem {
             1 => problems.pop(),
             _ => {
                 let first = problems[0].kind;
-                let kind = if problems.iter().all(|p| p.kind == first) { first } else { ProblemType::Compound };
-                Some(Problem { kind, detail: summary.into(), identifier: None, subproblems: problems })
+                let kind = if problems.iter().all(|p| p.kind == first) {
+                    first
+                } else {
+                    ProblemType::Compound
+                };
+                Some(Problem {
+                    kind,
+                    detail: summary.into(),
+                    identifier: None,
+                    subproblems: problems,
+                })
             }
         }
     }
@@ -123,16 +137,26 @@ mod tests {
 
     #[test]
     fn problem_types_round_trip() {
-        assert_eq!(ProblemType::BadCsr.urn(), "urn:ietf:params:acme:error:badCSR");
-        assert_eq!("urn:ietf:params:acme:error:badNonce".parse::<ProblemType>().unwrap(), ProblemType::BadNonce);
+        assert_eq!(
+            ProblemType::BadCsr.urn(),
+            "urn:ietf:params:acme:error:badCSR"
+        );
+        assert_eq!(
+            "urn:ietf:params:acme:error:badNonce"
+                .parse::<ProblemType>()
+                .unwrap(),
+            ProblemType::BadNonce
+        );
         assert_eq!("dns".parse::<ProblemType>().unwrap(), ProblemType::Dns);
         assert!("nope".parse::<ProblemType>().is_err());
     }
 
     #[test]
     fn combine_builds_subproblems() {
-        let a = Problem::new(ProblemType::RejectedIdentifier, "a").with_identifier(Identifier::dns("a.example.com").unwrap());
-        let b = Problem::new(ProblemType::Malformed, "b").with_identifier(Identifier::dns("b.example.com").unwrap());
+        let a = Problem::new(ProblemType::RejectedIdentifier, "a")
+            .with_identifier(Identifier::dns("a.example.com").unwrap());
+        let b = Problem::new(ProblemType::Malformed, "b")
+            .with_identifier(Identifier::dns("b.example.com").unwrap());
         assert_eq!(Problem::combine(vec![a.clone()], "x").unwrap(), a);
         let both = Problem::combine(vec![a, b], "two identifiers failed").unwrap();
         assert_eq!(both.kind, ProblemType::Compound);

@@ -13,7 +13,10 @@ pub struct UnknownStatus {
 impl UnknownStatus {
     /// An unknown `what` (e.g. "order status") with the offending value.
     pub fn new(what: &'static str, value: &str) -> Self {
-        Self { what, value: value.to_owned() }
+        Self {
+            what,
+            value: value.to_owned(),
+        }
     }
 }
 
@@ -169,7 +172,10 @@ mod tests {
         for s in ["pending", "ready", "processing", "valid", "invalid"] {
             assert_eq!(s.parse::<OrderStatus>().unwrap().as_str(), s);
         }
-        assert_eq!("tls-alpn-01".parse::<ChallengeType>().unwrap(), ChallengeType::TlsAlpn01);
+        assert_eq!(
+            "tls-alpn-01".parse::<ChallengeType>().unwrap(),
+            ChallengeType::TlsAlpn01
+        );
         assert!("http-02".parse::<ChallengeType>().is_err());
         assert_eq!(RevocationReason::from_code(2), None);
         assert_eq!(RevocationReason::from_code(4).unwrap().code(), 4);
