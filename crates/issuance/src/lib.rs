@@ -1,1 +1,29 @@
-//! placeholder
+//! Certeasy's certificate authority: CA key management, CSR policy and certificate signing.
+//!
+//! The flow is: [`Ca::load_or_create`] once at start-up; per finalization [`check_csr`] against
+//! the order's identifiers, then [`Ca::issue`]. Certificates are built from policy alone (see
+//! the `profile` module): a CSR contributes its public key and nothing else, so a CSR asking for
+//! `cA=true` or extra extensions cannot get them.
+
+mod ca;
+mod csr;
+mod error;
+mod files;
+mod generate;
+mod key_algorithm;
+mod loader;
+mod pem;
+mod profile;
+mod serial;
+mod settings;
+
+pub use ca::Ca;
+pub use ca::IssuedCertificate;
+pub use ca::RevokedEntry;
+pub use ca::TlsIdentity;
+pub use csr::CheckedCsr;
+pub use csr::check_csr;
+pub use error::Error;
+pub use key_algorithm::KeyAlgorithm;
+pub use settings::CaSettings;
+pub use settings::ExistingCa;

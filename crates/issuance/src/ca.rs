@@ -1,0 +1,337 @@
+//! The certificate authority: loads or creates its keys, then signs leaves, TLS identities and CRLs.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+use std::path::PathBuf;
+
+use acme_core::identifier::Identifier;
+use acme_core::ids::Serial;
+use acme_core::status::RevocationReason;
+use rcgen::CertificateRevocationListParams;
+use rcgen::Issuer;
+use rcgen::KeyIdMethod;
+use rcgen::KeyPair;
+use rcgen::RevokedCertParams;
+use rcgen::SerialNumber;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::PrivatePkcs8KeyDer;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::csr::CheckedCsr;
+use crate::csr::SubjectKeyKind;
+use crate::error::Error;
+use crate::files;
+use crate::generate;
+use crate::generate::CaPaths;
+use crate::key_algorithm::KeyAlgorithm;
+use crate::loader;
+use crate::loader::LoadedCa;
+use crate::pem;
+use crate::profile;
+use crate::serial;
+use crate::settings::CaSettings;
+
+/// How far Certeasy's own TLS certificate is backdated against client clock skew.
+const SERVER_TLS_BACKDATE: Duration = Duration::minutes(5);
+
+/// A loaded issuing CA. Immutable after loading, so it is shared in an `Arc` without locks.
+#[derive(Debug)]
+pub struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    issuing_ski: Option<Vec<u8>>,
+    issuing_not_after: OffsetDateTime,
+    chain_der: Vec<Vec<u8>>,
+    chain_pem: String,
+    root_pem: String,
+    root_path: Option<PathBuf>,
+}
+
+/// A signed subscriber certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedCertificate {
+    /// The certificate's serial number.
+    pub serial: Serial,
+    /// The leaf certificate, DER.
+    pub der: Vec<u8>,
+    /// The leaf certificate, PEM.
+    pub pem: String,
+    /// Leaf followed by the CA chain (without the root): the ACME certificate download.
+    pub chain_pem: String,
+    /// Validity start as written (whole seconds).
+    pub not_before: OffsetDateTime,
+    /// Validity end as written (whole seconds).
+    pub not_after: OffsetDateTime,
+}
+
+/// Certificate and key for Certeasy's own HTTPS listener.
+#[derive(Debug)]
+pub struct TlsIdentity {
+    /// Leaf followed by the CA chain (without the root), DER, ready for rustls.
+    pub cert_chain: Vec<CertificateDer<'static>>,
+    /// The leaf's fresh ECDSA P-256 key, PKCS#8 DER.
+    pub key: PrivatePkcs8KeyDer<'static>,
+    /// `cert_chain` as PEM.
+    pub cert_chain_pem: String,
+    /// `key` as PEM.
+    pub key_pem: String,
+    /// When the leaf expires: renew before then.
+    pub not_after: OffsetDateTime,
+}
+
+/// One revoked certificate to list in a CRL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedEntry {
+    /// Serial of the revoked certificate.
+    pub serial: Serial,
+    /// When the revocation was processed.
+    pub revoked_at: OffsetDateTime,
+    /// The reason given; `Unspecified` leaves the reason code out, as RFC 5280 §5.3.1 asks.
+    pub reason: RevocationReason,
+}
+
+impl Ca {
+    /// Loads the CA described by `settings`, generating root and intermediate on first start.
+    ///
+    /// With `settings.existing` the operator's files are loaded instead. In either case the
+    /// issuing certificate must be a CA, its key must match, the chain must link, and a probe
+    /// signature must verify, so a broken CA stops the server at start-up.
+    pub fn load_or_create(settings: &CaSettings, now: OffsetDateTime) -> Result<Ca, Error> {
+        if let Some(existing) = &settings.existing {
+            let loaded = loader::load(
+                &existing.certificate,
+                &existing.private_key,
+                existing.chain.as_deref(),
+                now,
+            )?;
+            return Ok(Self::from_loaded(loaded));
+        }
+        files::ensure_dir(&settings.dir)?;
+        let paths = CaPaths::in_dir(&settings.dir);
+        if !exists(&paths.root_cert)? {
+            generate::create(settings, &paths, now)?;
+        }
+        for path in [&paths.intermediate_cert, &paths.intermediate_key] {
+            if !exists(path)? {
+                return Err(Error::InvalidCa(format!(
+                    "{} is missing although {} exists; restore it, or empty {} to generate a new CA",
+                    path.display(),
+                    paths.root_cert.display(),
+                    settings.dir.display()
+                )));
+            }
+        }
+        let loaded = loader::load(
+            &paths.intermediate_cert,
+            &paths.intermediate_key,
+            Some(&paths.root_cert),
+            now,
+        )?;
+        if loaded.key_is_rsa != settings.key_algorithm.is_rsa() {
+            tracing::warn!(
+                configured = settings.key_algorithm.as_str(),
+                dir = %settings.dir.display(),
+                "the CA in this directory was generated with another key algorithm; it is used as it is"
+            );
+        }
+        Ok(Self::from_loaded(loaded))
+    }
+
+    fn from_loaded(loaded: LoadedCa) -> Self {
+        let chain_pem = loaded
+            .chain_der
+            .iter()
+            .map(|der| pem::encode_certificate(der))
+            .collect();
+        Self {
+            issuer: loaded.issuer,
+            issuing_ski: loaded.issuing_ski,
+            issuing_not_after: loaded.issuing_not_after,
+            chain_der: loaded.chain_der,
+            chain_pem,
+            root_pem: pem::encode_certificate(&loaded.root_der),
+            root_path: loaded.root_path,
+        }
+    }
+
+    /// PEM of the certificate clients must trust.
+    pub fn root_pem(&self) -> &str {
+        &self.root_pem
+    }
+
+    /// The file holding exactly the root certificate, when there is one.
+    pub fn root_path(&self) -> Option<&Path> {
+        self.root_path.as_deref()
+    }
+
+    /// PEM of the issuing CA and any CA certificates above it except the root, to append after
+    /// a leaf.
+    pub fn chain_pem(&self) -> &str {
+        &self.chain_pem
+    }
+
+    /// When the issuing CA certificate expires; no certificate may outlive it.
+    pub fn issuing_not_after(&self) -> OffsetDateTime {
+        self.issuing_not_after
+    }
+
+    /// Signs a subscriber certificate for exactly `identifiers` with the CSR's public key.
+    ///
+    /// `identifiers` must be the set the CSR was checked against. The validity is exactly the
+    /// given window, truncated to whole seconds; a window that is empty or ends after the
+    /// issuing CA expires is refused rather than silently shortened.
+    pub fn issue(
+        &self,
+        csr: &CheckedCsr,
+        identifiers: &[Identifier],
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<IssuedCertificate, Error> {
+        let requested: BTreeSet<&Identifier> = identifiers.iter().collect();
+        if requested != csr.names.iter().collect() {
+            return Err(Error::InvalidRequest(
+                "the identifiers differ from those the CSR was checked against".to_owned(),
+            ));
+        }
+        let (not_before, not_after) = (whole_seconds(not_before), whole_seconds(not_after));
+        if not_after <= not_before {
+            return Err(Error::InvalidRequest(format!(
+                "the validity window {not_before} .. {not_after} is empty"
+            )));
+        }
+        if not_after > self.issuing_not_after {
+            return Err(Error::InvalidRequest(format!(
+                "a certificate valid until {not_after} would outlive the issuing CA, which expires at {}",
+                self.issuing_not_after
+            )));
+        }
+        let sans = profile::identifier_sans(identifiers)?;
+        let serial = serial::random_serial()?;
+        let params = profile::leaf(
+            &sans,
+            &serial,
+            not_before,
+            not_after,
+            csr.key_kind == SubjectKeyKind::Rsa,
+        );
+        let cert = params
+            .signed_by(&csr.key, &self.issuer)
+            .map_err(Error::signing)?;
+        let der = cert.der().to_vec();
+        let pem = pem::encode_certificate(&der);
+        let chain_pem = format!("{pem}{}", self.chain_pem);
+        Ok(IssuedCertificate {
+            serial: Serial::from_bytes(serial.to_vec()),
+            der,
+            pem,
+            chain_pem,
+            not_before,
+            not_after,
+        })
+    }
+
+    /// A certificate for Certeasy's own HTTPS listener with a fresh ECDSA P-256 key.
+    ///
+    /// Backdated by five minutes against client clock skew; the end is cut to the issuing CA's.
+    pub fn issue_server_tls(
+        &self,
+        dns_names: &[String],
+        ips: &[IpAddr],
+        now: OffsetDateTime,
+        validity: Duration,
+    ) -> Result<TlsIdentity, Error> {
+        let sans = profile::server_sans(dns_names, ips)?;
+        let not_before = whole_seconds(now - SERVER_TLS_BACKDATE);
+        let not_after = whole_seconds((now + validity).min(self.issuing_not_after));
+        if not_after <= not_before {
+            return Err(Error::InvalidRequest(
+                "the server certificate's validity window is empty".to_owned(),
+            ));
+        }
+        let key = KeyAlgorithm::EcdsaP256.generate()?;
+        let serial = serial::random_serial()?;
+        let params = profile::leaf(&sans, &serial, not_before, not_after, false);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(Error::signing)?;
+        let leaf_pem = pem::encode_certificate(cert.der());
+        let mut cert_chain = vec![cert.der().clone()];
+        cert_chain.extend(
+            self.chain_der
+                .iter()
+                .map(|der| CertificateDer::from(der.clone())),
+        );
+        Ok(TlsIdentity {
+            cert_chain,
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            cert_chain_pem: format!("{leaf_pem}{}", self.chain_pem),
+            key_pem: key.serialize_pem(),
+            not_after,
+        })
+    }
+
+    /// A DER CRL (RFC 5280 §5) signed by the issuing CA listing `revoked`.
+    ///
+    /// `number` must grow with every CRL the caller publishes. The authority key identifier is
+    /// the issuing certificate's own subject key identifier, so clients match CRL to CA even
+    /// for an operator CA whose identifiers were made with another method.
+    pub fn crl(
+        &self,
+        revoked: &[RevokedEntry],
+        number: u64,
+        now: OffsetDateTime,
+        next_update: OffsetDateTime,
+    ) -> Result<Vec<u8>, Error> {
+        let this_update = whole_seconds(now);
+        let next_update = whole_seconds(next_update);
+        if next_update <= this_update {
+            return Err(Error::InvalidRequest(
+                "a CRL's nextUpdate must be after its thisUpdate".to_owned(),
+            ));
+        }
+        let number_bytes = number.to_be_bytes();
+        let first = number_bytes
+            .iter()
+            .position(|b| *b != 0)
+            .unwrap_or(number_bytes.len() - 1);
+        let params = CertificateRevocationListParams {
+            this_update,
+            next_update,
+            crl_number: SerialNumber::from_slice(&number_bytes[first..]),
+            issuing_distribution_point: None,
+            revoked_certs: revoked.iter().map(revoked_params).collect(),
+            key_identifier_method: match &self.issuing_ski {
+                Some(ski) => KeyIdMethod::PreSpecified(ski.clone()),
+                None => KeyIdMethod::Sha256,
+            },
+        };
+        let crl = params.signed_by(&self.issuer).map_err(Error::signing)?;
+        Ok(crl.der().to_vec())
+    }
+}
+
+fn revoked_params(entry: &RevokedEntry) -> RevokedCertParams {
+    let reason = match entry.reason {
+        RevocationReason::Unspecified => rcgen::RevocationReason::Unspecified,
+        RevocationReason::KeyCompromise => rcgen::RevocationReason::KeyCompromise,
+        RevocationReason::AffiliationChanged => rcgen::RevocationReason::AffiliationChanged,
+        RevocationReason::Superseded => rcgen::RevocationReason::Superseded,
+        RevocationReason::CessationOfOperation => rcgen::RevocationReason::CessationOfOperation,
+    };
+    RevokedCertParams {
+        serial_number: SerialNumber::from_slice(entry.serial.as_bytes()),
+        revocation_time: whole_seconds(entry.revoked_at),
+        reason_code: Some(reason),
+        invalidity_date: None,
+    }
+}
+
+/// X.509 times have whole seconds; truncating here makes the returned times equal the written ones.
+fn whole_seconds(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(0).unwrap_or(t)
+}
+
+fn exists(path: &Path) -> Result<bool, Error> {
+    path.try_exists().map_err(|e| Error::io(path, e))
+}

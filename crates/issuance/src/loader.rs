@@ -1,0 +1,221 @@
+//! Loading an issuing CA (certificate, key, chain) and proving it can sign before it is used.
+//!
+//! Both an operator-supplied CA and a generated one go through here, so a damaged CA directory
+//! is caught at start-up with an error that names the file, not at the first finalization.
+
+use std::path::Path;
+use std::path::PathBuf;
+
+use rcgen::IsCa;
+use rcgen::Issuer;
+use rcgen::KeyPair;
+use rustls_pki_types::CertificateDer;
+use time::Duration;
+use time::OffsetDateTime;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::ParsedExtension;
+
+use crate::error::Error;
+use crate::files;
+use crate::pem;
+use crate::serial;
+
+/// A validated issuing CA, ready to sign.
+pub(crate) struct LoadedCa {
+    pub(crate) issuer: Issuer<'static, KeyPair>,
+    pub(crate) issuing_ski: Option<Vec<u8>>,
+    pub(crate) issuing_not_after: OffsetDateTime,
+    /// The issuing certificate and the CA certificates above it, without a self-signed root.
+    pub(crate) chain_der: Vec<Vec<u8>>,
+    /// The top of the chain: what clients trust.
+    pub(crate) root_der: Vec<u8>,
+    pub(crate) root_path: Option<PathBuf>,
+    pub(crate) key_is_rsa: bool,
+}
+
+/// One certificate with the file it came from, for error messages.
+struct Sourced<'a> {
+    path: &'a Path,
+    certs_in_file: usize,
+    der: Vec<u8>,
+}
+
+pub(crate) fn load(
+    certificate: &Path,
+    private_key: &Path,
+    chain: Option<&Path>,
+    now: OffsetDateTime,
+) -> Result<LoadedCa, Error> {
+    let mut sourced = read_certs(certificate)?;
+    if let Some(chain) = chain {
+        sourced.extend(read_certs(chain)?);
+    }
+    let mut parsed = Vec::with_capacity(sourced.len());
+    for s in &sourced {
+        let (_, cert) = x509_parser::parse_x509_certificate(&s.der).map_err(|e| {
+            Error::InvalidCa(format!(
+                "{}: a certificate cannot be parsed: {e}",
+                s.path.display()
+            ))
+        })?;
+        check_is_ca(&cert, s.path)?;
+        parsed.push(cert);
+    }
+    for (i, pair) in parsed.windows(2).enumerate() {
+        if pair[0]
+            .verify_signature(Some(pair[1].public_key()))
+            .is_err()
+        {
+            return Err(Error::InvalidCa(format!(
+                "{}: certificate {:?} is not signed by the next certificate of the chain, {:?} (from {}); list the chain from the issuing CA up to the root",
+                sourced[i].path.display(),
+                pair[0].subject().to_string(),
+                pair[1].subject().to_string(),
+                sourced[i + 1].path.display(),
+            )));
+        }
+    }
+    let issuing = &parsed[0];
+    let issuing_not_after = issuing.validity().not_after.to_datetime();
+    if issuing_not_after <= now {
+        return Err(Error::InvalidCa(format!(
+            "{}: the issuing CA certificate expired at {issuing_not_after}",
+            certificate.display()
+        )));
+    }
+
+    let key = load_key(private_key)?;
+    if key.public_key_raw() != issuing.public_key().subject_public_key.data.as_ref() {
+        return Err(Error::InvalidCa(format!(
+            "{}: this private key does not belong to the certificate in {}",
+            private_key.display(),
+            certificate.display()
+        )));
+    }
+    let key_is_rsa = issuing.public_key().algorithm.algorithm
+        == x509_parser::oid_registry::OID_PKCS1_RSAENCRYPTION;
+    let issuer = Issuer::from_ca_cert_der(&CertificateDer::from(sourced[0].der.as_slice()), key)
+        .map_err(|e| {
+            Error::InvalidCa(format!(
+                "{}: this certificate cannot be used to issue: {e}",
+                certificate.display()
+            ))
+        })?;
+    probe(&issuer, issuing, certificate, now)?;
+
+    let issuing_ski = issuing
+        .iter_extensions()
+        .find_map(|ext| match ext.parsed_extension() {
+            ParsedExtension::SubjectKeyIdentifier(ski) => Some(ski.0.to_vec()),
+            _ => None,
+        });
+    let top = parsed.len() - 1;
+    let top_self_signed = parsed[top].subject().as_raw() == parsed[top].issuer().as_raw()
+        && parsed[top].verify_signature(None).is_ok();
+    let chain_end = if top_self_signed { top } else { top + 1 };
+    let chain_der = sourced[..chain_end].iter().map(|s| s.der.clone()).collect();
+    let root_path = (sourced[top].certs_in_file == 1).then(|| sourced[top].path.to_path_buf());
+    if !top_self_signed {
+        tracing::warn!(
+            subject = %parsed[top].subject(),
+            "the top of the CA chain is not self-signed; clients are given it as the certificate to trust"
+        );
+    }
+    Ok(LoadedCa {
+        issuer,
+        issuing_ski,
+        issuing_not_after,
+        chain_der,
+        root_der: sourced[top].der.clone(),
+        root_path,
+        key_is_rsa,
+    })
+}
+
+fn read_certs(path: &Path) -> Result<Vec<Sourced<'_>>, Error> {
+    let text = files::read(path)?;
+    let ders = pem::decode_certificates(&text, path)?;
+    let certs_in_file = ders.len();
+    Ok(ders
+        .into_iter()
+        .map(|der| Sourced {
+            path,
+            certs_in_file,
+            der,
+        })
+        .collect())
+}
+
+fn load_key(path: &Path) -> Result<KeyPair, Error> {
+    let text = files::read_to_string(path)?;
+    files::warn_if_exposed(path);
+    KeyPair::from_pem(&text).map_err(|e| {
+        Error::InvalidCa(format!(
+            "{}: not a usable private key (expected an unencrypted PKCS#8 PEM EC or RSA key): {e}",
+            path.display()
+        ))
+    })
+}
+
+fn check_is_ca(cert: &X509Certificate<'_>, path: &Path) -> Result<(), Error> {
+    let subject = cert.subject().to_string();
+    let is_ca = cert
+        .basic_constraints()
+        .ok()
+        .flatten()
+        .is_some_and(|bc| bc.value.ca);
+    if !is_ca {
+        return Err(Error::InvalidCa(format!(
+            "{}: certificate {subject:?} is not a CA certificate (basicConstraints cA is not true)",
+            path.display()
+        )));
+    }
+    if let Ok(Some(ku)) = cert.key_usage()
+        && !ku.value.key_cert_sign()
+    {
+        return Err(Error::InvalidCa(format!(
+            "{}: certificate {subject:?} may not sign certificates (keyUsage lacks keyCertSign)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Signs a throw-away certificate and checks it chains to the issuing certificate: the key
+/// really signs for it, and the issuer name rcgen writes is byte-identical to the CA's subject
+/// (name chaining in many clients compares bytes).
+fn probe(
+    issuer: &Issuer<'static, KeyPair>,
+    issuing: &X509Certificate<'_>,
+    path: &Path,
+    now: OffsetDateTime,
+) -> Result<(), Error> {
+    let serial = serial::random_serial()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+    params.not_before = now;
+    params.not_after = now + Duration::minutes(1);
+    params.is_ca = IsCa::ExplicitNoCa;
+    let der = params
+        .signed_by(issuer.key(), issuer)
+        .map_err(Error::signing)?;
+    let (_, probe) = x509_parser::parse_x509_certificate(der.der()).map_err(|e| {
+        Error::Signing(format!(
+            "a probe certificate signed with this CA cannot be parsed: {e}"
+        ))
+    })?;
+    if probe.issuer().as_raw() != issuing.subject().as_raw() {
+        return Err(Error::InvalidCa(format!(
+            "{}: the subject name of this certificate cannot be reproduced exactly when issuing (unusual string types or multi-valued names)",
+            path.display()
+        )));
+    }
+    probe
+        .verify_signature(Some(issuing.public_key()))
+        .map_err(|_| {
+            Error::InvalidCa(format!(
+                "{}: signatures made with the configured key do not verify under this certificate",
+                path.display()
+            ))
+        })
+}

@@ -1,0 +1,89 @@
+//! PEM encoding and decoding of certificates and keys.
+
+use std::path::Path;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use x509_parser::pem::Pem;
+
+use crate::error::Error;
+
+/// PEM text of one DER object, 64 characters a line as RFC 7468 asks.
+pub(crate) fn encode(label: &str, der: &[u8]) -> String {
+    let body = STANDARD.encode(der);
+    let mut out = String::with_capacity(body.len() + body.len() / 64 + 2 * label.len() + 40);
+    out.push_str("-----BEGIN ");
+    out.push_str(label);
+    out.push_str("-----\n");
+    for line in body.as_bytes().chunks(64) {
+        // Base64 output is ASCII, so every chunk is valid UTF-8.
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str("-----END ");
+    out.push_str(label);
+    out.push_str("-----\n");
+    out
+}
+
+/// PEM text of a certificate.
+pub(crate) fn encode_certificate(der: &[u8]) -> String {
+    encode("CERTIFICATE", der)
+}
+
+/// The DER of every `CERTIFICATE` block in `text`; other blocks are refused so a key pasted
+/// into a certificate file is noticed.
+pub(crate) fn decode_certificates(text: &[u8], path: &Path) -> Result<Vec<Vec<u8>>, Error> {
+    let mut certs = Vec::new();
+    for block in Pem::iter_from_buffer(text) {
+        let block = block.map_err(|e| {
+            Error::InvalidCa(format!("{}: not a valid PEM file: {e}", path.display()))
+        })?;
+        if block.label != "CERTIFICATE" {
+            return Err(Error::InvalidCa(format!(
+                "{}: expected only CERTIFICATE blocks, found {:?}",
+                path.display(),
+                block.label
+            )));
+        }
+        certs.push(block.contents);
+    }
+    if certs.is_empty() {
+        return Err(Error::InvalidCa(format!(
+            "{}: holds no PEM certificate",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::decode_certificates;
+    use super::encode;
+    use super::encode_certificate;
+    use crate::error::Error;
+
+    #[test]
+    fn encode_then_decode_round_trips() {
+        let der: Vec<u8> = (0..=255u8).cycle().take(700).collect();
+        let text = encode_certificate(&der);
+        assert!(text.lines().all(|l| l.len() <= 64));
+        let both = format!("{text}{text}");
+        let back = decode_certificates(both.as_bytes(), Path::new("x.pem")).unwrap();
+        assert_eq!(back, vec![der.clone(), der]);
+    }
+
+    #[test]
+    fn keys_and_empty_files_are_refused() {
+        let key = encode("PRIVATE KEY", b"abc");
+        assert!(
+            matches!(decode_certificates(key.as_bytes(), Path::new("k.pem")), Err(Error::InvalidCa(m)) if m.contains("PRIVATE KEY"))
+        );
+        assert!(
+            matches!(decode_certificates(b"", Path::new("e.pem")), Err(Error::InvalidCa(m)) if m.contains("e.pem"))
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! Helpers shared by the issuance integration tests: CSRs and CAs made with rcgen.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use acme_core::identifier::Identifier;
+use issuance::Ca;
+use issuance::CaSettings;
+use issuance::KeyAlgorithm;
+use rcgen::CertificateParams;
+use rcgen::DistinguishedName;
+use rcgen::DnType;
+use rcgen::KeyPair;
+use rcgen::RsaKeySize;
+use rcgen::SignatureAlgorithm;
+use tempfile::TempDir;
+use time::OffsetDateTime;
+use time::macros::datetime;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
+use x509_parser::pem::Pem;
+
+/// The fixed "now" of every test.
+pub const NOW: OffsetDateTime = datetime!(2026-11-22 12:00:00 UTC);
+
+/// Identifiers from strings; `ip:` marks an IP identifier.
+pub fn ids(names: &[&str]) -> Vec<Identifier> {
+    names
+        .iter()
+        .map(|n| match n.strip_prefix("ip:") {
+            Some(ip) => Identifier::ip(ip).unwrap(),
+            None => Identifier::dns(n).unwrap(),
+        })
+        .collect()
+}
+
+/// A subscriber key of the given kind.
+pub fn subject_key(alg: &'static SignatureAlgorithm) -> KeyPair {
+    if alg == &rcgen::PKCS_RSA_SHA256 {
+        KeyPair::generate_rsa_for(alg, RsaKeySize::_2048).unwrap()
+    } else {
+        KeyPair::generate_for(alg).unwrap()
+    }
+}
+
+/// CSR params with the given SANs (`ip:` prefix for addresses) and CN.
+pub fn csr_params(sans: &[&str], cn: Option<&str>) -> CertificateParams {
+    let plain: Vec<String> = sans
+        .iter()
+        .map(|s| s.strip_prefix("ip:").unwrap_or(s).to_owned())
+        .collect();
+    let mut params = CertificateParams::new(plain).unwrap();
+    let mut dn = DistinguishedName::new();
+    if let Some(cn) = cn {
+        dn.push(DnType::CommonName, cn);
+    }
+    params.distinguished_name = dn;
+    params
+}
+
+/// DER CSR signed by `key`.
+pub fn csr_der(params: &CertificateParams, key: &KeyPair) -> Vec<u8> {
+    params.serialize_request(key).unwrap().der().to_vec()
+}
+
+/// A plain CSR for `sans` with CN = first SAN and a fresh key of `alg`.
+pub fn csr(alg: &'static SignatureAlgorithm, sans: &[&str]) -> Vec<u8> {
+    let cn = sans.first().map(|s| s.strip_prefix("ip:").unwrap_or(s));
+    csr_der(&csr_params(sans, cn), &subject_key(alg))
+}
+
+/// Settings for a generated CA in a fresh temporary directory.
+pub fn settings(alg: KeyAlgorithm) -> (TempDir, CaSettings) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = CaSettings::new(dir.path().join("ca"));
+    settings.key_algorithm = alg;
+    (dir, settings)
+}
+
+/// A freshly generated CA of `alg`.
+pub fn new_ca(alg: KeyAlgorithm) -> (TempDir, Ca) {
+    let (dir, settings) = settings(alg);
+    let ca = Ca::load_or_create(&settings, NOW).unwrap();
+    (dir, ca)
+}
+
+/// DER of every certificate in a PEM text.
+pub fn pem_certs(text: &str) -> Vec<Vec<u8>> {
+    Pem::iter_from_buffer(text.as_bytes())
+        .map(|p| {
+            let p = p.unwrap();
+            assert_eq!(p.label, "CERTIFICATE");
+            p.contents
+        })
+        .collect()
+}
+
+pub fn parse(der: &[u8]) -> X509Certificate<'_> {
+    let (rest, cert) = x509_parser::parse_x509_certificate(der).unwrap();
+    assert!(rest.is_empty());
+    cert
+}
+
+/// (DNS names, IP addresses as strings) of a certificate's SAN.
+pub fn sans(cert: &X509Certificate<'_>) -> Vec<String> {
+    let san = cert.subject_alternative_name().unwrap().unwrap();
+    san.value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            GeneralName::DNSName(d) => (*d).to_owned(),
+            GeneralName::IPAddress(b) if b.len() == 4 => {
+                format!(
+                    "ip:{}",
+                    std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).unwrap())
+                )
+            }
+            GeneralName::IPAddress(b) => {
+                format!(
+                    "ip:{}",
+                    std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).unwrap())
+                )
+            }
+            other => panic!("unexpected SAN {other:?}"),
+        })
+        .collect()
+}
+
+pub fn is_ca(cert: &X509Certificate<'_>) -> bool {
+    cert.basic_constraints()
+        .unwrap()
+        .is_some_and(|bc| bc.value.ca)
+}
