@@ -20,6 +20,15 @@ pub struct RateLimitingConfig {
     pub duplicate_certificate: WindowLimit,
     pub failed_validation: WindowLimit,
     pub pending_authorizations: PendingAuthorizationsLimit,
+    /// Consecutive validation failures per (account, identifier) before the pair is paused.
+    /// Off by default: pausing needs the unpause flow, which is wired separately.
+    pub zombie_pausing: ZombiePausingLimit,
+    /// IPv6 clients are keyed by this prefix, because one subscriber usually holds a whole /64.
+    pub ipv6_prefix_length: u8,
+    /// Per-ID overrides file (YAML); none by default.
+    pub overrides_file: Option<std::path::PathBuf>,
+    /// Where buckets live: absent means in memory (one instance only).
+    pub redis: Option<RedisConfig>,
 }
 
 impl Default for RateLimitingConfig {
@@ -42,6 +51,10 @@ impl Default for RateLimitingConfig {
                 window: ConfigDuration::from_secs(3600),
             },
             pending_authorizations: PendingAuthorizationsLimit::default(),
+            zombie_pausing: ZombiePausingLimit::default(),
+            ipv6_prefix_length: 64,
+            overrides_file: None,
+            redis: None,
         }
     }
 }
@@ -69,7 +82,12 @@ pub struct GlobalLimit {
 
 impl Default for GlobalLimit {
     fn default() -> Self {
-        Self { enabled: true, mode: Mode::Enforce, requests_per_minute: 200, burst: 20 }
+        Self {
+            enabled: true,
+            mode: Mode::Enforce,
+            requests_per_minute: 200,
+            burst: 20,
+        }
     }
 }
 
@@ -85,7 +103,12 @@ pub struct AccountCreationLimit {
 
 impl Default for AccountCreationLimit {
     fn default() -> Self {
-        Self { enabled: true, mode: Mode::Enforce, per_ip_per_hour: 5, burst: 2 }
+        Self {
+            enabled: true,
+            mode: Mode::Enforce,
+            per_ip_per_hour: 5,
+            burst: 2,
+        }
     }
 }
 
@@ -135,7 +158,58 @@ pub struct PendingAuthorizationsLimit {
 
 impl Default for PendingAuthorizationsLimit {
     fn default() -> Self {
-        Self { enabled: true, mode: Mode::Enforce, max: 30 }
+        Self {
+            enabled: true,
+            mode: Mode::Enforce,
+            max: 30,
+        }
+    }
+}
+
+/// `zombie-pausing:` a per-(account, identifier) bucket of consecutive failures, reset on success.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ZombiePausingLimit {
+    pub enabled: bool,
+    pub mode: Mode,
+    pub max_consecutive_failures: u64,
+    /// One failure is forgiven per this period.
+    pub forgive_one_per: ConfigDuration,
+}
+
+impl Default for ZombiePausingLimit {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            mode: Mode::Enforce,
+            max_consecutive_failures: 1152,
+            forgive_one_per: ConfigDuration::from_secs(86_400),
+        }
+    }
+}
+
+/// `redis:` shared bucket storage for several instances.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RedisConfig {
+    /// One URL per primary; keys are spread over them by consistent hashing.
+    pub shards: Vec<String>,
+    /// Prepended to every bucket key, so several deployments can share a server.
+    pub key_prefix: String,
+    /// Per call; a slower answer counts as an error and the request is allowed (fail open).
+    pub timeout: ConfigDuration,
+    /// Keys live this long past the moment their bucket is full again, to absorb clock skew.
+    pub expiry_margin: ConfigDuration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            shards: vec!["redis://127.0.0.1:6379".to_owned()],
+            key_prefix: "certeasy:rl:".to_owned(),
+            timeout: ConfigDuration(std::time::Duration::from_millis(50)),
+            expiry_margin: ConfigDuration::from_secs(60),
+        }
     }
 }
 

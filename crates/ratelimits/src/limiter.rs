@@ -1,0 +1,393 @@
+//! The limiter: the current limits and overrides, a store, and the batch a request spends.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use ipnet::IpNet;
+use time::OffsetDateTime;
+
+use crate::batch::Kind;
+use crate::batch::Transaction;
+use crate::batch::binding;
+use crate::batch::check_unique;
+use crate::bucket::BucketId;
+use crate::bucket::ip_bucket;
+use crate::config::Mode;
+use crate::config::RateLimitingConfig;
+use crate::error::Error;
+use crate::error::Result;
+use crate::gcra::Decision;
+use crate::limit::Limit;
+use crate::limit::LimitName;
+use crate::limit::Limits;
+use crate::nanos::duration;
+use crate::nanos::from_unix_nanos;
+use crate::nanos::unix_nanos;
+use crate::overrides::Overrides;
+use crate::overrides::ResolvedOverrides;
+use crate::store::Store;
+
+/// Metric: decisions per limit and outcome (`allowed`, `denied`, `shadow_denied`, `fail_open`).
+pub const DECISIONS: &str = "certeasy_ratelimit_decisions_total";
+/// Metric: seconds spent in the store per batch.
+pub const LATENCY: &str = "certeasy_ratelimit_seconds";
+pub use crate::store::REDIS_ERRORS;
+
+/// One bucket a request wants to spend from (or check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The limit family.
+    pub limit: LimitName,
+    /// Whom the bucket counts. For IP limits pass the client's full address
+    /// ([`Request::ip`]): whitelisting looks at it, and the limiter keys IPv6 by prefix.
+    pub id: BucketId,
+    /// Tokens, 0..=burst.
+    pub cost: u64,
+    /// How it takes part in the batch.
+    pub kind: Kind,
+}
+
+impl Request {
+    /// A check-and-spend request.
+    pub fn new(limit: LimitName, id: BucketId, cost: u64) -> Self {
+        Self {
+            limit,
+            id,
+            cost,
+            kind: Kind::CheckAndSpend,
+        }
+    }
+
+    /// A check-and-spend request on a client address's bucket.
+    pub fn ip(limit: LimitName, ip: IpAddr, cost: u64) -> Self {
+        Self::new(limit, BucketId::Ip(IpNet::from(ip)), cost)
+    }
+
+    /// The same request with another kind.
+    pub fn with_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+}
+
+/// A limit's numbers and one bucket's state, as reported to clients and operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingLimit {
+    /// The limit family.
+    pub name: LimitName,
+    /// The bucket key.
+    pub key: String,
+    /// The limit's burst (after overrides).
+    pub burst: u64,
+    /// The limit's count per period (after overrides).
+    pub count: u64,
+    /// The limit's period (after overrides).
+    pub period: Duration,
+    /// Whether this bucket allowed the request.
+    pub allowed: bool,
+    /// Tokens left.
+    pub remaining: u64,
+    /// Wait until a request of the same cost fits; the HTTP layer rounds up to seconds.
+    pub retry_in: Duration,
+    /// Wait until the bucket is full again.
+    pub reset_in: Duration,
+}
+
+impl BindingLimit {
+    fn new(tx: &Transaction, d: &Decision) -> Self {
+        Self {
+            name: tx.name(),
+            key: tx.key().to_owned(),
+            burst: tx.limit().burst(),
+            count: tx.limit().count(),
+            period: tx.limit().period(),
+            allowed: d.allowed,
+            remaining: d.remaining,
+            retry_in: duration(d.retry_in),
+            reset_in: duration(d.reset_in),
+        }
+    }
+}
+
+/// The answer for a request's batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the request may proceed.
+    pub allowed: bool,
+    /// The strictest enforced bucket: the denying one, or when allowed the one closest to denying
+    /// (for `RateLimit` headers). None when no enforced bucket applied.
+    pub binding: Option<BindingLimit>,
+    /// Shadow-mode buckets that would have denied.
+    pub shadow_denials: Vec<BindingLimit>,
+    /// The store failed and the request was allowed without counting.
+    pub fail_open: bool,
+}
+
+impl Verdict {
+    fn allow_all(fail_open: bool) -> Self {
+        Self {
+            allowed: true,
+            binding: None,
+            shadow_denials: Vec::new(),
+            fail_open,
+        }
+    }
+}
+
+/// A bucket's state for `certeasy admin ratelimit show`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketState {
+    /// The bucket key.
+    pub key: String,
+    /// The limit in force for it (after overrides).
+    pub limit: Limit,
+    /// Tokens available now.
+    pub remaining: u64,
+    /// When the bucket is full again (now if it is full).
+    pub reset_at: OffsetDateTime,
+}
+
+/// Everything a reload replaces at once.
+#[derive(Debug)]
+struct Policy {
+    limits: Limits,
+    overrides: ResolvedOverrides,
+    whitelist: Vec<IpNet>,
+    ipv6_prefix: u8,
+}
+
+impl Policy {
+    fn build(config: &RateLimitingConfig, overrides: &Overrides) -> Result<Self> {
+        if !(1..=128).contains(&config.ipv6_prefix_length) {
+            return Err(Error::InvalidLimit {
+                limit: "ipv6-prefix-length".to_owned(),
+                reason: format!("{} is not between 1 and 128", config.ipv6_prefix_length),
+            });
+        }
+        Ok(Self {
+            limits: Limits::from_config(config)?,
+            overrides: ResolvedOverrides::build(overrides, config)?,
+            whitelist: config.whitelist.clone(),
+            ipv6_prefix: config.ipv6_prefix_length,
+        })
+    }
+
+    /// The limit for a bucket, or None if the limit is disabled or the client whitelisted.
+    /// Also returns the id as keyed (IPv6 addresses reduced to their prefix).
+    fn resolve(&self, name: LimitName, id: &BucketId) -> Option<(Limit, BucketId)> {
+        let default = self.limits.get(name)?;
+        match id {
+            BucketId::Ip(net) => {
+                if self.whitelist.iter().any(|w| w.contains(net)) {
+                    return None;
+                }
+                let keyed = match net {
+                    IpNet::V6(v6) if v6.prefix_len() > self.ipv6_prefix => {
+                        ip_bucket(IpAddr::V6(v6.addr()), self.ipv6_prefix)
+                    }
+                    _ => *net,
+                };
+                let limit = self
+                    .overrides
+                    .for_net(name, keyed)
+                    .copied()
+                    .unwrap_or(*default);
+                Some((limit, BucketId::Ip(keyed)))
+            }
+            BucketId::Account(account) | BucketId::AccountIdentifier { account, .. } => {
+                let limit = self
+                    .overrides
+                    .for_account(name, *account)
+                    .copied()
+                    .unwrap_or(*default);
+                Some((limit, id.clone()))
+            }
+        }
+    }
+}
+
+/// The rate limiter shared by every request handler.
+pub struct Limiter {
+    policy: ArcSwap<Policy>,
+    store: Arc<dyn Store>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("policy", &self.policy.load())
+            .finish_non_exhaustive()
+    }
+}
+
+fn outcome_counter(name: LimitName, outcome: &'static str) {
+    metrics::counter!(DECISIONS, "limit" => name.as_str(), "outcome" => outcome).increment(1);
+}
+
+impl Limiter {
+    /// Validates the configuration and overrides (all of it, before serving anything).
+    pub fn new(
+        config: &RateLimitingConfig,
+        overrides: &Overrides,
+        store: Arc<dyn Store>,
+    ) -> Result<Self> {
+        Ok(Self {
+            policy: ArcSwap::from_pointee(Policy::build(config, overrides)?),
+            store,
+        })
+    }
+
+    /// Replaces limits and overrides atomically (SIGHUP). On error the old ones stay in force.
+    /// Buckets are kept: a raised limit applies to them at once (see [`crate::gcra::effective_tat`]).
+    pub fn reload(&self, config: &RateLimitingConfig, overrides: &Overrides) -> Result<()> {
+        self.policy
+            .store(Arc::new(Policy::build(config, overrides)?));
+        Ok(())
+    }
+
+    /// The bucket id of a client address: IPv4 as is, IPv6 by the configured prefix.
+    pub fn ip_id(&self, ip: IpAddr) -> BucketId {
+        BucketId::Ip(ip_bucket(ip, self.policy.load().ipv6_prefix))
+    }
+
+    /// Whether a client address bypasses the IP-based limits.
+    pub fn is_whitelisted(&self, ip: IpAddr) -> bool {
+        let net = IpNet::from(ip);
+        self.policy
+            .load()
+            .whitelist
+            .iter()
+            .any(|w| w.contains(&net))
+    }
+
+    /// The limit in force for a bucket, if any (disabled limits and whitelisted clients: none).
+    pub fn limit_for(&self, name: LimitName, id: &BucketId) -> Option<Limit> {
+        self.policy.load().resolve(name, id).map(|(limit, _)| limit)
+    }
+
+    fn transactions(&self, requests: &[Request]) -> Result<Vec<Transaction>> {
+        let policy = self.policy.load();
+        let mut batch = Vec::with_capacity(requests.len());
+        for request in requests {
+            // Checked even for disabled limits, so a wrong id is found in tests with defaults.
+            request.id.key(request.limit)?;
+            let Some((limit, keyed)) = policy.resolve(request.limit, &request.id) else {
+                continue;
+            };
+            let key = keyed.key(request.limit)?;
+            batch.push(Transaction::new(
+                request.limit,
+                key,
+                limit,
+                request.cost,
+                request.kind,
+            )?);
+        }
+        check_unique(&batch)?;
+        Ok(batch)
+    }
+
+    /// Decides a request's buckets as one batch and spends them if allowed.
+    ///
+    /// Errors are programming errors only (an id of the wrong kind, a cost above the burst, a
+    /// bucket twice). A store failure allows the request (fail open), is logged and counted: an
+    /// outage of the limiter should never become an outage of issuance.
+    pub async fn check(&self, now: OffsetDateTime, requests: &[Request]) -> Result<Verdict> {
+        let batch = self.transactions(requests)?;
+        if batch.is_empty() {
+            return Ok(Verdict::allow_all(false));
+        }
+        let started = Instant::now();
+        let result = self.store.spend_batch(unix_nanos(now), &batch).await;
+        metrics::histogram!(LATENCY).record(started.elapsed().as_secs_f64());
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(err) if err.is_store_failure() => {
+                tracing::warn!(error = %err, "rate-limit store failed; allowing the request");
+                for tx in &batch {
+                    outcome_counter(tx.name(), "fail_open");
+                }
+                return Ok(Verdict::allow_all(true));
+            }
+            Err(err) => return Err(err),
+        };
+        let mut shadow_denials = Vec::new();
+        for (tx, d) in batch.iter().zip(&outcome.decisions) {
+            let outcome_label = if d.allowed {
+                "allowed"
+            } else if tx.limit().mode() == Mode::Shadow && tx.kind() != Kind::SpendOnly {
+                shadow_denials.push(BindingLimit::new(tx, d));
+                tracing::info!(limit = %tx.name(), key = tx.key(), "shadow-mode rate limit would have denied");
+                "shadow_denied"
+            } else {
+                "denied"
+            };
+            outcome_counter(tx.name(), outcome_label);
+        }
+        let binding = binding(&batch, &outcome.decisions)
+            .map(|i| BindingLimit::new(&batch[i], &outcome.decisions[i]));
+        Ok(Verdict {
+            allowed: outcome.allowed,
+            binding,
+            shadow_denials,
+            fail_open: false,
+        })
+    }
+
+    /// Gives back what [`check`](Self::check) spent when the request failed afterwards. Best
+    /// effort: a store failure is logged and counted, not returned.
+    pub async fn refund(&self, now: OffsetDateTime, requests: &[Request]) -> Result<()> {
+        let batch = self.transactions(requests)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Err(err) = self.store.refund(unix_nanos(now), &batch).await {
+            if !err.is_store_failure() {
+                return Err(err);
+            }
+            tracing::warn!(error = %err, "rate-limit refund failed");
+        }
+        Ok(())
+    }
+
+    /// Makes a bucket full (`certeasy admin ratelimit reset`, a successful validation resetting
+    /// the zombie counter). Store errors are returned: an operator must know it did not happen.
+    pub async fn reset(&self, limit: LimitName, id: &BucketId) -> Result<()> {
+        let keyed = match id {
+            BucketId::Ip(net) => match net {
+                IpNet::V6(v6) if v6.prefix_len() > self.policy.load().ipv6_prefix => {
+                    self.ip_id(IpAddr::V6(v6.addr()))
+                }
+                _ => id.clone(),
+            },
+            _ => id.clone(),
+        };
+        self.store.reset(&[keyed.key(limit)?]).await
+    }
+
+    /// A bucket's state without spending (`certeasy admin ratelimit show`). None when the limit is
+    /// disabled or the client whitelisted.
+    pub async fn show(
+        &self,
+        now: OffsetDateTime,
+        limit: LimitName,
+        id: &BucketId,
+    ) -> Result<Option<BucketState>> {
+        id.key(limit)?;
+        let Some((resolved, keyed)) = self.policy.load().resolve(limit, id) else {
+            return Ok(None);
+        };
+        let key = keyed.key(limit)?;
+        let now_ns = unix_nanos(now);
+        let d = self.store.peek(now_ns, &key, &resolved).await?;
+        Ok(Some(BucketState {
+            key,
+            limit: resolved,
+            remaining: d.remaining,
+            reset_at: from_unix_nanos(now_ns.saturating_add(d.reset_in)),
+        }))
+    }
+}

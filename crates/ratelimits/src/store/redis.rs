@@ -1,0 +1,343 @@
+//! Buckets in Redis, sharded client-side over several primaries.
+//!
+//! Each request costs one script call per shard it touches: the script reads, decides and writes
+//! atomically, so concurrent requests cannot both spend the last token (Boulder's read-then-write
+//! races, #7780 and #7886, cannot happen). The application's clock is passed in; replies carry the
+//! stored TATs, never TTLs, so a reply is independent of when it arrives.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::Script;
+use redis::Value;
+use redis::aio::ConnectionManager;
+use redis::aio::ConnectionManagerConfig;
+
+use super::Store;
+use super::StoreFuture;
+use super::sharding::shard_of;
+use crate::batch::BatchOutcome;
+use crate::batch::Transaction;
+use crate::batch::batch_allowed;
+use crate::batch::check_unique;
+use crate::config::RedisConfig;
+use crate::error::Error;
+use crate::error::Result;
+use crate::gcra;
+use crate::gcra::Decision;
+use crate::limit::Limit;
+
+const NANOS: i64 = 1_000_000_000;
+
+/// Metric: Redis calls that failed or timed out.
+pub const REDIS_ERRORS: &str = "certeasy_ratelimit_redis_errors_total";
+
+/// A Redis-backed [`Store`].
+#[derive(Clone)]
+pub struct RedisStore {
+    shards: Vec<ConnectionManager>,
+    prefix: String,
+    timeout: Duration,
+    margin_ms: i64,
+    spend: Script,
+    refund: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("shards", &self.shards.len())
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An instant as the (seconds, nanoseconds) pair the scripts work with.
+fn pair(nanos: i64) -> (i64, i64) {
+    (nanos.div_euclid(NANOS), nanos.rem_euclid(NANOS))
+}
+
+impl RedisStore {
+    /// Connects lazily: a server that is down at startup is an error on each call (and the
+    /// limiter fails open), not a startup failure, and it is picked up when it comes back.
+    /// Must be called inside a Tokio runtime.
+    pub fn new(config: &RedisConfig) -> Result<Self> {
+        if config.shards.is_empty() {
+            return Err(Error::StoreConfig("redis.shards is empty".to_owned()));
+        }
+        let timeout = config.timeout.std();
+        if timeout.is_zero() {
+            return Err(Error::StoreConfig(
+                "redis.timeout must be longer than zero".to_owned(),
+            ));
+        }
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100));
+        let shards = config
+            .shards
+            .iter()
+            .map(|url| {
+                let client = redis::Client::open(url.as_str())?;
+                ConnectionManager::new_lazy_with_config(client, manager_config.clone())
+                    .map_err(Error::from)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            shards,
+            prefix: config.key_prefix.clone(),
+            timeout,
+            margin_ms: i64::try_from(config.expiry_margin.std().as_millis()).unwrap_or(i64::MAX),
+            spend: Script::new(include_str!("spend.lua")),
+            refund: Script::new(include_str!("refund.lua")),
+        })
+    }
+
+    /// Checks that every shard answers, for health endpoints and startup logs.
+    pub async fn ping(&self) -> Result<()> {
+        for shard in &self.shards {
+            let mut con = shard.clone();
+            let _: String = self
+                .timed(async move { redis::cmd("PING").query_async(&mut con).await })
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn shard_for(&self, key: &str) -> usize {
+        shard_of(key, self.shards.len())
+    }
+
+    /// Every call goes through here: a slow or dead server must never hold a request.
+    async fn timed<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(Error::Redis(err)),
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        };
+        if let Err(err) = &result {
+            metrics::counter!(REDIS_ERRORS).increment(1);
+            tracing::warn!(error = %err, "rate-limit redis call failed");
+        }
+        result
+    }
+
+    /// Groups transaction indexes by shard, in shard order.
+    fn by_shard(&self, batch: &[Transaction]) -> Vec<(usize, Vec<usize>)> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, tx) in batch.iter().enumerate() {
+            let shard = self.shard_for(tx.key());
+            match groups.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((shard, vec![i])),
+            }
+        }
+        groups.sort_unstable_by_key(|(s, _)| *s);
+        groups
+    }
+
+    /// Runs the spend script on one shard; returns per member (stored TAT, written).
+    async fn spend_on_shard(
+        &self,
+        now: i64,
+        shard: usize,
+        members: &[usize],
+        batch: &[Transaction],
+    ) -> Result<Vec<(Option<i64>, bool)>> {
+        let mut invocation = self.spend.prepare_invoke();
+        let (now_s, now_n) = pair(now);
+        invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+        for &i in members {
+            let tx = &batch[i];
+            let limit = tx.limit();
+            let (ceil_s, ceil_n) = pair(now.saturating_add(limit.burst_offset()));
+            // cost <= burst, so cost × EI <= burst offset, which fits in i64.
+            let increment = limit
+                .emission_interval()
+                .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
+            let (inc_s, inc_n) = pair(increment);
+            let flags = i64::from(tx.enforced()) + 2 * i64::from(tx.spends());
+            invocation.key(format!("{}{}", self.prefix, tx.key()));
+            invocation
+                .arg(ceil_s)
+                .arg(ceil_n)
+                .arg(inc_s)
+                .arg(inc_n)
+                .arg(flags);
+        }
+        let mut con = self.shards[shard].clone();
+        let reply: Vec<Value> = self.timed(invocation.invoke_async(&mut con)).await?;
+        parse_spend_reply(&reply, members.len())
+    }
+
+    async fn refund_on_shard(
+        &self,
+        now: i64,
+        shard: usize,
+        members: &[usize],
+        batch: &[Transaction],
+    ) -> Result<()> {
+        let mut invocation = self.refund.prepare_invoke();
+        let (now_s, now_n) = pair(now);
+        invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+        let mut any = false;
+        for &i in members {
+            let tx = &batch[i];
+            if !tx.spends() {
+                continue;
+            }
+            any = true;
+            let limit = tx.limit();
+            let (ceil_s, ceil_n) = pair(now.saturating_add(limit.burst_offset()));
+            let decrement = limit
+                .emission_interval()
+                .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
+            let (dec_s, dec_n) = pair(decrement);
+            invocation.key(format!("{}{}", self.prefix, tx.key()));
+            invocation.arg(ceil_s).arg(ceil_n).arg(dec_s).arg(dec_n);
+        }
+        if !any {
+            return Ok(());
+        }
+        let mut con = self.shards[shard].clone();
+        let _: i64 = self.timed(invocation.invoke_async(&mut con)).await?;
+        Ok(())
+    }
+
+    async fn spend_batch_inner(&self, now: i64, batch: &[Transaction]) -> Result<BatchOutcome> {
+        check_unique(batch)?;
+        let groups = self.by_shard(batch);
+        let replies = join_all(
+            groups
+                .iter()
+                .map(|(shard, members)| self.spend_on_shard(now, *shard, members, batch)),
+        )
+        .await;
+        let mut decisions = vec![None; batch.len()];
+        let mut written = vec![false; batch.len()];
+        for ((_, members), reply) in groups.iter().zip(replies) {
+            // Any shard failing fails the whole call; the limiter then fails open. What the other
+            // shards spent stays spent: the request is allowed anyway.
+            for (&i, (stored, was_written)) in members.iter().zip(reply?) {
+                let tx = &batch[i];
+                decisions[i] = Some(gcra::decide(now, stored, tx.limit(), tx.cost()));
+                written[i] = was_written;
+            }
+        }
+        let decisions: Vec<Decision> = decisions
+            .into_iter()
+            .map(|d| {
+                d.ok_or_else(|| Error::UnexpectedReply("a transaction got no decision".to_owned()))
+            })
+            .collect::<Result<_>>()?;
+        let allowed = batch_allowed(batch, &decisions);
+        if !allowed && written.iter().any(|w| *w) {
+            // Another shard denied: give back what the allowing shards spent, so the batch spends
+            // nothing. A failure here leaves those tokens spent, which errs on the strict side.
+            let spent: Vec<Transaction> = batch
+                .iter()
+                .zip(&written)
+                .filter(|(_, w)| **w)
+                .map(|(tx, _)| tx.clone())
+                .collect();
+            if let Err(err) = self.refund_inner(now, &spent).await {
+                tracing::warn!(error = %err, "refunding a denied cross-shard batch failed");
+            }
+        }
+        Ok(BatchOutcome { decisions, allowed })
+    }
+
+    async fn refund_inner(&self, now: i64, batch: &[Transaction]) -> Result<()> {
+        let groups = self.by_shard(batch);
+        let results = join_all(
+            groups
+                .iter()
+                .map(|(shard, members)| self.refund_on_shard(now, *shard, members, batch)),
+        )
+        .await;
+        results.into_iter().collect()
+    }
+
+    async fn reset_inner(&self, keys: &[String]) -> Result<()> {
+        // One DEL per shard: a multi-key command must never be routed by its first key only.
+        let mut per_shard: Vec<Vec<String>> = vec![Vec::new(); self.shards.len()];
+        for key in keys {
+            per_shard[self.shard_for(key)].push(format!("{}{}", self.prefix, key));
+        }
+        for (shard, keys) in per_shard
+            .into_iter()
+            .enumerate()
+            .filter(|(_, k)| !k.is_empty())
+        {
+            let mut con = self.shards[shard].clone();
+            let _: i64 = self
+                .timed(async move { redis::cmd("DEL").arg(&keys).query_async(&mut con).await })
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn peek_inner(&self, now: i64, key: &str, limit: &Limit) -> Result<Decision> {
+        let mut con = self.shards[self.shard_for(key)].clone();
+        let full_key = format!("{}{}", self.prefix, key);
+        let raw: Option<String> = self
+            .timed(async move { redis::cmd("GET").arg(full_key).query_async(&mut con).await })
+            .await?;
+        let stored = raw.and_then(|r| r.parse::<i64>().ok());
+        Ok(gcra::decide(now, stored, limit, 0))
+    }
+}
+
+fn parse_spend_reply(reply: &[Value], expected: usize) -> Result<Vec<(Option<i64>, bool)>> {
+    if reply.len() != expected * 2 {
+        return Err(Error::UnexpectedReply(format!(
+            "{} values for {expected} keys",
+            reply.len()
+        )));
+    }
+    reply
+        .chunks_exact(2)
+        .map(|chunk| {
+            let stored = match &chunk[0] {
+                Value::BulkString(bytes) if bytes.is_empty() => None,
+                Value::BulkString(bytes) => std::str::from_utf8(bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok()),
+                Value::SimpleString(s) => s.parse::<i64>().ok(),
+                other => return Err(Error::UnexpectedReply(format!("stored TAT {other:?}"))),
+            };
+            let written = match &chunk[1] {
+                Value::Int(n) => *n == 1,
+                other => return Err(Error::UnexpectedReply(format!("written flag {other:?}"))),
+            };
+            Ok((stored, written))
+        })
+        .collect()
+}
+
+impl Store for RedisStore {
+    fn spend_batch<'a>(
+        &'a self,
+        now: i64,
+        batch: &'a [Transaction],
+    ) -> StoreFuture<'a, BatchOutcome> {
+        Box::pin(self.spend_batch_inner(now, batch))
+    }
+
+    fn refund<'a>(&'a self, now: i64, batch: &'a [Transaction]) -> StoreFuture<'a, ()> {
+        Box::pin(self.refund_inner(now, batch))
+    }
+
+    fn reset<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, ()> {
+        Box::pin(self.reset_inner(keys))
+    }
+
+    fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision> {
+        Box::pin(self.peek_inner(now, key, limit))
+    }
+}
