@@ -39,6 +39,9 @@ pub enum Error {
         /// When the soonest pending authorization expires.
         retry_at: OffsetDateTime,
     },
+    /// The database URL names a backend Certeasy does not support (carries the scheme).
+    #[error("unsupported database URL scheme {0:?}; use sqlite: or postgres:")]
+    UnsupportedUrl(String),
     /// The object is not in a state that allows the operation.
     #[error("wrong state: {0}")]
     WrongState(String),

@@ -5,8 +5,17 @@
 //! half-applied, and durable work (validation, finalization) is enqueued in the same transaction
 //! that makes it necessary: nothing accepted is lost on a crash.
 
+mod accounts;
+mod authz;
+mod certificates;
+mod codec;
+mod connect;
 pub mod error;
+mod jobs;
 pub mod model;
+mod orders;
+mod rows;
+mod state;
 
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
@@ -17,6 +26,9 @@ use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::problem::Problem;
 use acme_core::status::RevocationReason;
+use sqlx::AnyPool;
+use sqlx::Transaction;
+use sqlx::any::Any;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -46,84 +58,214 @@ pub enum Backend {
 /// Handle to the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Storage {
-    // implementation-defined fields (pool, backend)
+    pool: AnyPool,
+    backend: Backend,
 }
 
 impl Storage {
     /// Connects (`sqlite://path` or `postgres://...`), creating a SQLite file if missing, and
     /// applies the migrations of `migrations/<backend>/`.
-    pub async fn connect(url: &str) -> Result<Self>;
+    pub async fn connect(url: &str) -> Result<Self> {
+        connect::connect(url).await
+    }
 
     /// The backend in use.
-    pub fn backend(&self) -> Backend;
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
 
     /// A cheap round trip for health checks.
-    pub async fn ping(&self) -> Result<()>;
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
 
     // ---- accounts ----
 
     /// Creates an account; `Error::Conflict(existing_id)` when the key is already registered.
-    pub async fn create_account(&self, new: NewAccount, now: OffsetDateTime) -> Result<Account>;
-    pub async fn account(&self, id: AccountId) -> Result<Option<Account>>;
-    pub async fn account_by_thumbprint(&self, thumbprint: &str) -> Result<Option<Account>>;
-    pub async fn update_account_contacts(&self, id: AccountId, contacts: Vec<String>) -> Result<Account>;
-    /// Deactivates the account and its pending authorizations (which makes their orders invalid).
-    pub async fn deactivate_account(&self, id: AccountId, now: OffsetDateTime) -> Result<Account>;
+    pub async fn create_account(&self, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
+        accounts::create(self, new, now).await
+    }
+    pub async fn account(&self, id: AccountId) -> Result<Option<Account>> {
+        accounts::by_id(self, id).await
+    }
+    pub async fn account_by_thumbprint(&self, thumbprint: &str) -> Result<Option<Account>> {
+        accounts::by_thumbprint(self, thumbprint).await
+    }
+    pub async fn update_account_contacts(
+        &self,
+        id: AccountId,
+        contacts: Vec<String>,
+    ) -> Result<Account> {
+        accounts::update_contacts(self, id, contacts).await
+    }
+    /// Deactivates the account and its pending authorizations; all its pending and ready orders
+    /// become invalid. `Error::WrongState` when the account is not valid.
+    pub async fn deactivate_account(&self, id: AccountId, now: OffsetDateTime) -> Result<Account> {
+        accounts::deactivate(self, id, now).await
+    }
     /// Replaces the account key; `Error::Conflict(other)` when another account has the new key.
-    pub async fn change_account_key(&self, id: AccountId, jwk_json: &str, thumbprint: &str) -> Result<Account>;
+    pub async fn change_account_key(
+        &self,
+        id: AccountId,
+        jwk_json: &str,
+        thumbprint: &str,
+    ) -> Result<Account> {
+        accounts::change_key(self, id, jwk_json, thumbprint).await
+    }
 
     // ---- orders and authorizations ----
 
     /// Creates an order with its authorizations and challenges in one transaction, after the
     /// guards (pending-authorization cap, duplicate certificates) pass inside that transaction.
     /// The order is `ready` at once when every authorization was reused and valid.
-    pub async fn create_order(&self, new: NewOrder, guards: &OrderGuards, now: OffsetDateTime) -> Result<Order>;
+    pub async fn create_order(
+        &self,
+        new: NewOrder,
+        guards: &OrderGuards,
+        now: OffsetDateTime,
+    ) -> Result<Order> {
+        orders::create(self, new, guards, now).await
+    }
     /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).
-    pub async fn order(&self, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>>;
+    pub async fn order(&self, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
+        orders::get(self, id, now).await
+    }
     /// Ids of the account's orders, ascending, strictly after `after`, at most `limit`.
-    pub async fn account_orders(&self, account: AccountId, after: Option<OrderId>, limit: u32) -> Result<Vec<OrderId>>;
+    pub async fn account_orders(
+        &self,
+        account: AccountId,
+        after: Option<OrderId>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>> {
+        orders::of_account(self, account, after, limit).await
+    }
     /// Reads an authorization with its challenges, first applying expiry (pending/valid past
     /// `expires_at` become expired, and pending orders that hold them become invalid).
-    pub async fn authorization(&self, id: AuthzId, now: OffsetDateTime) -> Result<Option<Authorization>>;
-    pub async fn challenge(&self, id: ChallengeId) -> Result<Option<Challenge>>;
+    pub async fn authorization(
+        &self,
+        id: AuthzId,
+        now: OffsetDateTime,
+    ) -> Result<Option<Authorization>> {
+        authz::get(self, id, now).await
+    }
+    pub async fn challenge(&self, id: ChallengeId) -> Result<Option<Challenge>> {
+        authz::challenge(self, id).await
+    }
     /// The client asked for validation: pending → processing and a `Validate` job, in one
     /// transaction. Idempotent for a challenge already processing, valid or invalid.
-    /// `Error::WrongState` when the authorization is no longer pending.
-    pub async fn start_challenge(&self, id: ChallengeId, now: OffsetDateTime) -> Result<Challenge>;
+    /// `Error::WrongState` when the authorization is no longer pending (expiry applied first), or
+    /// when another challenge of it was already started: one validation per authorization.
+    pub async fn start_challenge(&self, id: ChallengeId, now: OffsetDateTime) -> Result<Challenge> {
+        authz::start_challenge(self, id, now).await
+    }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
     /// all its authorizations are valid, invalid with the problem when one is invalid).
-    pub async fn record_validation(&self, id: ChallengeId, outcome: std::result::Result<(), Problem>, now: OffsetDateTime) -> Result<ValidationRecorded>;
+    pub async fn record_validation(
+        &self,
+        id: ChallengeId,
+        outcome: std::result::Result<(), Problem>,
+        now: OffsetDateTime,
+    ) -> Result<ValidationRecorded> {
+        authz::record_validation(self, id, outcome, now).await
+    }
     /// Client deactivation of a pending or valid authorization; its pending/ready orders become
     /// invalid. `Error::WrongState` otherwise.
-    pub async fn deactivate_authorization(&self, id: AuthzId, now: OffsetDateTime) -> Result<Authorization>;
+    pub async fn deactivate_authorization(
+        &self,
+        id: AuthzId,
+        now: OffsetDateTime,
+    ) -> Result<Authorization> {
+        authz::deactivate(self, id, now).await
+    }
 
     // ---- finalization and certificates ----
 
     /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
-    /// `Error::WrongState(status)` when the order is not ready.
-    pub async fn begin_finalize(&self, id: OrderId, csr_der: &[u8], now: OffsetDateTime) -> Result<Order>;
+    /// `Error::OrderNotReady(status)` when the order is not ready (an expired one is first made
+    /// invalid).
+    pub async fn begin_finalize(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        now: OffsetDateTime,
+    ) -> Result<Order> {
+        orders::begin_finalize(self, id, csr_der, now).await
+    }
     /// The stored CSR of an order in processing.
-    pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>>;
+    pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {
+        orders::csr(self, id).await
+    }
     /// Stores the certificate and moves the order processing → valid. Idempotent: an order that
     /// is already valid returns its certificate.
-    pub async fn complete_order(&self, id: OrderId, cert: NewCertificate, now: OffsetDateTime) -> Result<Certificate>;
+    pub async fn complete_order(
+        &self,
+        id: OrderId,
+        cert: NewCertificate,
+        now: OffsetDateTime,
+    ) -> Result<Certificate> {
+        orders::complete(self, id, cert, now).await
+    }
     /// processing → invalid with the problem.
-    pub async fn fail_order(&self, id: OrderId, problem: Problem, now: OffsetDateTime) -> Result<Order>;
-    pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>>;
-    pub async fn certificate_by_serial(&self, serial: &Serial) -> Result<Option<Certificate>>;
+    pub async fn fail_order(
+        &self,
+        id: OrderId,
+        problem: Problem,
+        now: OffsetDateTime,
+    ) -> Result<Order> {
+        orders::fail(self, id, problem, now).await
+    }
+    pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
+        certificates::by_id(self, id).await
+    }
+    pub async fn certificate_by_serial(&self, serial: &Serial) -> Result<Option<Certificate>> {
+        certificates::by_serial(self, serial).await
+    }
     /// Marks a certificate revoked; `Error::AlreadyRevoked` if it was.
-    pub async fn revoke_certificate(&self, id: CertificateId, reason: RevocationReason, now: OffsetDateTime) -> Result<Certificate>;
+    pub async fn revoke_certificate(
+        &self,
+        id: CertificateId,
+        reason: RevocationReason,
+        now: OffsetDateTime,
+    ) -> Result<Certificate> {
+        certificates::revoke(self, id, reason, now).await
+    }
 
     // ---- jobs ----
 
     /// Claims the oldest due job whose lease is free, leasing it until `now + lease` and counting
     /// the attempt. Safe with several workers and several instances.
-    pub async fn claim_job(&self, now: OffsetDateTime, lease: Duration) -> Result<Option<Job>>;
+    pub async fn claim_job(&self, now: OffsetDateTime, lease: Duration) -> Result<Option<Job>> {
+        jobs::claim(self, now, lease).await
+    }
     /// Removes a finished job.
-    pub async fn complete_job(&self, id: JobId) -> Result<()>;
+    pub async fn complete_job(&self, id: JobId) -> Result<()> {
+        jobs::complete(self, id).await
+    }
     /// Releases the lease and schedules another attempt at `run_at`, recording the error.
-    pub async fn retry_job(&self, id: JobId, run_at: OffsetDateTime, error: &str) -> Result<()>;
+    pub async fn retry_job(&self, id: JobId, run_at: OffsetDateTime, error: &str) -> Result<()> {
+        jobs::retry(self, id, run_at, error).await
+    }
     /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.
-    pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>>;
+    pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>> {
+        jobs::next_due(self).await
+    }
+
+    /// Closes the pool, waiting for connections to be returned; lets a caller (or a test) drop
+    /// the database afterwards.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Starts a transaction that writes. On SQLite it takes the write lock at BEGIN: a deferred
+    /// transaction that reads first and then upgrades can fail with SQLITE_BUSY at once, without
+    /// waiting, when another writer got in between.
+    async fn begin_write(&self) -> Result<Transaction<'static, Any>> {
+        let tx = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        };
+        Ok(tx)
+    }
 }

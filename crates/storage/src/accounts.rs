@@ -1,0 +1,161 @@
+//! Accounts: registration, lookup, contacts, key rollover, deactivation.
+
+use acme_core::ids::AccountId;
+use time::OffsetDateTime;
+
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::model::Account;
+use crate::model::NewAccount;
+use crate::rows;
+use crate::rows::account_cols;
+
+pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
+    // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
+    // PostgreSQL transaction, and the existing id is what the caller needs anyway.
+    let row = sqlx::query(concat!(
+        "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at) \
+         VALUES ($1, $2, 'valid', $3, $4, $5) ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
+        account_cols!()
+    ))
+    .bind(&new.thumbprint)
+    .bind(&new.jwk_json)
+    .bind(codec::encode_list(&new.contacts))
+    .bind(i64::from(new.tos_agreed))
+    .bind(codec::unix(now))
+    .fetch_optional(&s.pool)
+    .await?;
+    match row {
+        Some(row) => rows::account(&row),
+        None => match holder_of(s, &new.thumbprint).await? {
+            Some(existing) => Err(Error::Conflict(existing)),
+            None => Err(Error::NotFound),
+        },
+    }
+}
+
+async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {
+    Ok(
+        sqlx::query_scalar::<_, i64>("SELECT id FROM accounts WHERE thumbprint = $1")
+            .bind(thumbprint)
+            .fetch_optional(&s.pool)
+            .await?,
+    )
+}
+
+pub(crate) async fn by_id(s: &Storage, id: AccountId) -> Result<Option<Account>> {
+    let mut conn = s.pool.acquire().await?;
+    rows::load_account(&mut conn, id).await
+}
+
+pub(crate) async fn by_thumbprint(s: &Storage, thumbprint: &str) -> Result<Option<Account>> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        account_cols!(),
+        " FROM accounts WHERE thumbprint = $1"
+    ))
+    .bind(thumbprint)
+    .fetch_optional(&s.pool)
+    .await?;
+    row.as_ref().map(rows::account).transpose()
+}
+
+pub(crate) async fn update_contacts(
+    s: &Storage,
+    id: AccountId,
+    contacts: Vec<String>,
+) -> Result<Account> {
+    let row = sqlx::query(concat!(
+        "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
+        account_cols!()
+    ))
+    .bind(id.0)
+    .bind(codec::encode_list(&contacts))
+    .fetch_optional(&s.pool)
+    .await?;
+    row.as_ref()
+        .map(rows::account)
+        .transpose()?
+        .ok_or(Error::NotFound)
+}
+
+pub(crate) async fn change_key(
+    s: &Storage,
+    id: AccountId,
+    jwk_json: &str,
+    thumbprint: &str,
+) -> Result<Account> {
+    if let Some(other) = holder_of(s, thumbprint).await?
+        && other != id.0
+    {
+        return Err(Error::Conflict(other));
+    }
+    let updated = sqlx::query(concat!(
+        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 RETURNING ",
+        account_cols!()
+    ))
+    .bind(id.0)
+    .bind(jwk_json)
+    .bind(thumbprint)
+    .fetch_optional(&s.pool)
+    .await;
+    match updated {
+        Ok(row) => row
+            .as_ref()
+            .map(rows::account)
+            .transpose()?
+            .ok_or(Error::NotFound),
+        // Another rollover took the key between the check and the update.
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.is_unique_violation()) =>
+        {
+            match holder_of(s, thumbprint).await? {
+                Some(other) => Err(Error::Conflict(other)),
+                None => Err(Error::Database(e)),
+            }
+        }
+        Err(e) => Err(Error::Database(e)),
+    }
+}
+
+pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) -> Result<Account> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let changed = sqlx::query(
+        "UPDATE accounts SET status = 'deactivated' WHERE id = $1 AND status = 'valid'",
+    )
+    .bind(id.0)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if changed == 0 {
+        return match rows::load_account(&mut tx, id).await? {
+            Some(account) => Err(Error::WrongState(format!(
+                "account is {}",
+                account.status.as_str()
+            ))),
+            None => Err(Error::NotFound),
+        };
+    }
+    // Nothing of a deactivated account may proceed: its unfinished orders end here.
+    sqlx::query(
+        "UPDATE orders SET status = 'invalid', updated_at = $2 \
+         WHERE account_id = $1 AND status IN ('pending', 'ready')",
+    )
+    .bind(id.0)
+    .bind(now_s)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE authorizations SET status = 'deactivated' WHERE account_id = $1 AND status = 'pending'")
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?;
+    let account = rows::load_account(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok(account)
+}

@@ -1,0 +1,259 @@
+//! Authorizations and challenges: expiry, starting a validation, recording its verdict,
+//! deactivation.
+
+use acme_core::ids::AuthzId;
+use acme_core::ids::ChallengeId;
+use acme_core::problem::Problem;
+use acme_core::status::AuthzStatus;
+use acme_core::status::ChallengeStatus;
+use sqlx::AnyConnection;
+use sqlx::Row;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::model::Authorization;
+use crate::model::Challenge;
+use crate::model::ValidationRecorded;
+use crate::rows;
+use crate::state;
+
+pub(crate) async fn get(
+    s: &Storage,
+    id: AuthzId,
+    now: OffsetDateTime,
+) -> Result<Option<Authorization>> {
+    {
+        let mut conn = s.pool.acquire().await?;
+        let Some(authz) = rows::load_authorization(&mut conn, id).await? else {
+            return Ok(None);
+        };
+        let expired = matches!(authz.status, AuthzStatus::Pending | AuthzStatus::Valid)
+            && authz.expires_at <= now;
+        if !expired {
+            // The common read takes no write lock.
+            return Ok(Some(authz));
+        }
+    }
+    let mut tx = s.begin_write().await?;
+    state::lock_orders_holding(&mut tx, s.backend, id).await?;
+    state::expire_authz(&mut tx, id, codec::unix(now)).await?;
+    let authz = rows::load_authorization(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(authz)
+}
+
+pub(crate) async fn challenge(s: &Storage, id: ChallengeId) -> Result<Option<Challenge>> {
+    let mut conn = s.pool.acquire().await?;
+    rows::load_challenge(&mut conn, id).await
+}
+
+/// The authorization's status, row-locked on PostgreSQL so that deciding on it and acting on it
+/// cannot interleave with another request for the same authorization.
+async fn lock_authz_status(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    id: AuthzId,
+) -> Result<AuthzStatus> {
+    let query = match backend {
+        Backend::Postgres => sqlx::query_scalar::<_, String>(
+            "SELECT status FROM authorizations WHERE id = $1 FOR UPDATE",
+        ),
+        Backend::Sqlite => {
+            sqlx::query_scalar::<_, String>("SELECT status FROM authorizations WHERE id = $1")
+        }
+    };
+    let status = query
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::NotFound)?;
+    codec::parse(&status)
+}
+
+pub(crate) async fn start_challenge(
+    s: &Storage,
+    id: ChallengeId,
+    now: OffsetDateTime,
+) -> Result<Challenge> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let challenge = rows::load_challenge(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let authz_id = challenge.authz_id;
+    state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
+    state::expire_authz(&mut tx, authz_id, now_s).await?;
+    let authz_status = lock_authz_status(&mut tx, s.backend, authz_id).await?;
+    // Re-read under the lock: a concurrent start may have moved it.
+    let challenge = rows::load_challenge(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let refusal = if challenge.status != ChallengeStatus::Pending {
+        None
+    } else if authz_status != AuthzStatus::Pending {
+        Some(Error::WrongState(format!(
+            "authorization is {}",
+            authz_status.as_str()
+        )))
+    } else if other_challenge_started(&mut tx, authz_id).await? {
+        Some(Error::WrongState(
+            "another challenge of this authorization is already being validated".into(),
+        ))
+    } else {
+        sqlx::query(
+            "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?;
+        state::enqueue_job(&mut tx, state::JOB_VALIDATE, id.0, now_s).await?;
+        None
+    };
+    let challenge = rows::load_challenge(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    // Commit even when refusing, so that an expiry found on the way is persisted.
+    tx.commit().await?;
+    match refusal {
+        Some(e) => Err(e),
+        None => Ok(challenge),
+    }
+}
+
+async fn other_challenge_started(conn: &mut AnyConnection, authz: AuthzId) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM challenges WHERE authz_id = $1 AND status <> 'pending'",
+    )
+    .bind(authz.0)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(n > 0)
+}
+
+pub(crate) async fn record_validation(
+    s: &Storage,
+    id: ChallengeId,
+    outcome: std::result::Result<(), Problem>,
+    now: OffsetDateTime,
+) -> Result<ValidationRecorded> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let row = sqlx::query(
+        "SELECT c.authz_id, a.account_id, a.identifier_type, a.identifier_value \
+         FROM challenges c JOIN authorizations a ON a.id = c.authz_id WHERE c.id = $1",
+    )
+    .bind(id.0)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(Error::NotFound)?;
+    let authz_id = AuthzId(row.try_get("authz_id")?);
+    let account_id = acme_core::ids::AccountId(row.try_get("account_id")?);
+    let identifier = codec::identifier(
+        &row.try_get::<String, _>("identifier_type")?,
+        &row.try_get::<String, _>("identifier_value")?,
+    )?;
+    state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
+    lock_authz_status(&mut tx, s.backend, authz_id).await?;
+    let current = rows::load_challenge(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let recorded = |status, changed| ValidationRecorded {
+        account_id,
+        authz_id,
+        identifier: identifier.clone(),
+        status,
+        changed,
+    };
+    match current.status {
+        ChallengeStatus::Valid | ChallengeStatus::Invalid => {
+            tx.commit().await?;
+            return Ok(recorded(current.status, false));
+        }
+        ChallengeStatus::Pending => {
+            return Err(Error::WrongState(
+                "challenge validation was not requested".into(),
+            ));
+        }
+        ChallengeStatus::Processing => {}
+    }
+    // An authorization that expired while the worker ran stays expired; the verdict is still kept.
+    state::expire_authz(&mut tx, authz_id, now_s).await?;
+    let status = match &outcome {
+        Ok(()) => {
+            sqlx::query("UPDATE challenges SET status = 'valid', validated_at = $2 WHERE id = $1")
+                .bind(id.0)
+                .bind(now_s)
+                .execute(&mut *tx)
+                .await?;
+            if decide_authz(&mut tx, authz_id, AuthzStatus::Valid).await? {
+                state::promote_orders_holding(&mut tx, authz_id, now_s).await?;
+            }
+            ChallengeStatus::Valid
+        }
+        Err(problem) => {
+            let (error_type, error_detail) = codec::problem_columns(Some(problem));
+            sqlx::query("UPDATE challenges SET status = 'invalid', error_type = $2, error_detail = $3 WHERE id = $1")
+                .bind(id.0)
+                .bind(error_type)
+                .bind(error_detail)
+                .execute(&mut *tx)
+                .await?;
+            if decide_authz(&mut tx, authz_id, AuthzStatus::Invalid).await? {
+                state::invalidate_orders_holding(&mut tx, authz_id, now_s, Some(problem)).await?;
+            }
+            ChallengeStatus::Invalid
+        }
+    };
+    tx.commit().await?;
+    Ok(recorded(status, true))
+}
+
+/// pending → `to`; false when the authorization had already left pending.
+async fn decide_authz(conn: &mut AnyConnection, id: AuthzId, to: AuthzStatus) -> Result<bool> {
+    Ok(
+        sqlx::query("UPDATE authorizations SET status = $2 WHERE id = $1 AND status = 'pending'")
+            .bind(id.0)
+            .bind(to.as_str())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            > 0,
+    )
+}
+
+pub(crate) async fn deactivate(
+    s: &Storage,
+    id: AuthzId,
+    now: OffsetDateTime,
+) -> Result<Authorization> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    state::lock_orders_holding(&mut tx, s.backend, id).await?;
+    state::expire_authz(&mut tx, id, now_s).await?;
+    let status = lock_authz_status(&mut tx, s.backend, id).await?;
+    let refusal = if matches!(status, AuthzStatus::Pending | AuthzStatus::Valid) {
+        sqlx::query("UPDATE authorizations SET status = 'deactivated' WHERE id = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?;
+        state::invalidate_orders_holding(&mut tx, id, now_s, None).await?;
+        None
+    } else {
+        Some(Error::WrongState(format!(
+            "authorization is {}",
+            status.as_str()
+        )))
+    };
+    let authz = rows::load_authorization(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    match refusal {
+        Some(e) => Err(e),
+        None => Ok(authz),
+    }
+}

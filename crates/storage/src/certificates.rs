@@ -1,0 +1,51 @@
+//! Issued certificates: lookup and revocation.
+
+use acme_core::ids::CertificateId;
+use acme_core::ids::Serial;
+use acme_core::status::RevocationReason;
+use time::OffsetDateTime;
+
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::model::Certificate;
+use crate::rows;
+
+pub(crate) async fn by_id(s: &Storage, id: CertificateId) -> Result<Option<Certificate>> {
+    let mut conn = s.pool.acquire().await?;
+    rows::load_certificate(&mut conn, id).await
+}
+
+pub(crate) async fn by_serial(s: &Storage, serial: &Serial) -> Result<Option<Certificate>> {
+    let mut conn = s.pool.acquire().await?;
+    rows::load_certificate_by_serial(&mut conn, serial).await
+}
+
+pub(crate) async fn revoke(
+    s: &Storage,
+    id: CertificateId,
+    reason: RevocationReason,
+    now: OffsetDateTime,
+) -> Result<Certificate> {
+    let mut conn = s.pool.acquire().await?;
+    // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
+    let revoked = sqlx::query(
+        "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
+    )
+    .bind(id.0)
+    .bind(codec::unix(now))
+    .bind(reason.code())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0;
+    let cert = rows::load_certificate(&mut conn, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    if revoked {
+        Ok(cert)
+    } else {
+        Err(Error::AlreadyRevoked)
+    }
+}

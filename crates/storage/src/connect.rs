@@ -1,0 +1,112 @@
+//! Opening the pool: backend detection, per-connection SQLite settings, migrations.
+
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::error::Error;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// Enough for the API and the workers of one instance; SQLite writers queue on the file lock
+/// anyway, so more connections there would only add waiting.
+const POSTGRES_MAX_CONNECTIONS: u32 = 16;
+const SQLITE_MAX_CONNECTIONS: u32 = 8;
+
+pub(crate) async fn connect(url: &str) -> Result<Storage> {
+    sqlx::any::install_default_drivers();
+    let backend = backend_of(url)?;
+    let pool = match backend {
+        Backend::Postgres => {
+            AnyPoolOptions::new()
+                .max_connections(POSTGRES_MAX_CONNECTIONS)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await?
+        }
+        Backend::Sqlite => {
+            AnyPoolOptions::new()
+                .max_connections(SQLITE_MAX_CONNECTIONS)
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(|conn, _meta| {
+                    Box::pin(async move {
+                        // busy_timeout first: switching to WAL may itself wait for the file lock.
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect(&with_create_mode(url))
+                .await?
+        }
+    };
+    match backend {
+        Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
+        Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
+    }
+    Ok(Storage { pool, backend })
+}
+
+fn backend_of(url: &str) -> Result<Backend> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(Backend::Postgres)
+    } else {
+        let scheme = url.split(':').next().unwrap_or_default();
+        Err(Error::UnsupportedUrl(scheme.to_owned()))
+    }
+}
+
+/// Adds `mode=rwc` so that a missing database file is created, unless the URL chose a mode.
+fn with_create_mode(url: &str) -> String {
+    if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_backend_and_adds_create_mode() {
+        assert_eq!(backend_of("sqlite:///tmp/x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(backend_of("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert_eq!(
+            backend_of("postgresql://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert!(
+            matches!(backend_of("mysql://h/db"), Err(Error::UnsupportedUrl(s)) if s == "mysql")
+        );
+        assert_eq!(
+            with_create_mode("sqlite:///tmp/x.db"),
+            "sqlite:///tmp/x.db?mode=rwc"
+        );
+        assert_eq!(
+            with_create_mode("sqlite:///tmp/x.db?cache=shared"),
+            "sqlite:///tmp/x.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            with_create_mode("sqlite:///tmp/x.db?mode=ro"),
+            "sqlite:///tmp/x.db?mode=ro"
+        );
+    }
+}

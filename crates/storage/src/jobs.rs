@@ -1,0 +1,104 @@
+//! The durable work queue: leased claims, retries with a new due time, completion by deletion.
+
+use acme_core::ids::ChallengeId;
+use acme_core::ids::JobId;
+use acme_core::ids::OrderId;
+use sqlx::Row;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::model::Job;
+use crate::model::JobKind;
+use crate::state;
+
+pub(crate) async fn claim(
+    s: &Storage,
+    now: OffsetDateTime,
+    lease: Duration,
+) -> Result<Option<Job>> {
+    let now_s = codec::unix(now);
+    let lease_until = now_s.saturating_add(codec::seconds_ceil(lease).max(1));
+    // One statement: on SQLite an UPDATE takes the write lock before it reads, so two claimers
+    // are serialised; on PostgreSQL SKIP LOCKED lets each claimer pass over rows another holds.
+    let query = match s.backend {
+        Backend::Postgres => sqlx::query(
+            "UPDATE jobs SET lease_until = $2, attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
+                 ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             AND run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
+             RETURNING id, kind, target_id, attempts, lease_until",
+        ),
+        Backend::Sqlite => sqlx::query(
+            "UPDATE jobs SET lease_until = $2, attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
+                 ORDER BY run_at, id LIMIT 1) \
+             RETURNING id, kind, target_id, attempts, lease_until",
+        ),
+    };
+    let Some(row) = query
+        .bind(now_s)
+        .bind(lease_until)
+        .fetch_optional(&s.pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let kind: String = row.try_get("kind")?;
+    let target: i64 = row.try_get("target_id")?;
+    let kind = match kind.as_str() {
+        state::JOB_VALIDATE => JobKind::Validate(ChallengeId(target)),
+        state::JOB_FINALIZE => JobKind::Finalize(OrderId(target)),
+        other => return Err(Error::Corrupt(format!("job kind {other:?}"))),
+    };
+    Ok(Some(Job {
+        id: JobId(row.try_get("id")?),
+        kind,
+        attempts: codec::count(row.try_get("attempts")?)?,
+        lease_until: codec::time_from_unix(row.try_get("lease_until")?)?,
+    }))
+}
+
+pub(crate) async fn complete(s: &Storage, id: JobId) -> Result<()> {
+    sqlx::query("DELETE FROM jobs WHERE id = $1")
+        .bind(id.0)
+        .execute(&s.pool)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn retry(
+    s: &Storage,
+    id: JobId,
+    run_at: OffsetDateTime,
+    error: &str,
+) -> Result<()> {
+    let updated = sqlx::query(
+        "UPDATE jobs SET run_at = $2, lease_until = NULL, last_error = $3 WHERE id = $1",
+    )
+    .bind(id.0)
+    .bind(codec::unix(run_at))
+    .bind(error)
+    .execute(&s.pool)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        Err(Error::NotFound)
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) async fn next_due(s: &Storage) -> Result<Option<OffsetDateTime>> {
+    let due: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > run_at THEN lease_until ELSE run_at END) \
+         FROM jobs",
+    )
+    .fetch_one(&s.pool)
+    .await?;
+    codec::opt_time_from_unix(due)
+}

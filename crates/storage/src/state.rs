@@ -1,0 +1,132 @@
+//! Transitions shared by several operations (RFC 8555 §7.1.6), each run inside the caller's
+//! transaction so that an authorization and the orders that hold it always move together.
+
+use acme_core::ids::AuthzId;
+use acme_core::ids::OrderId;
+use acme_core::problem::Problem;
+use sqlx::AnyConnection;
+
+use crate::Backend;
+use crate::Result;
+use crate::codec;
+
+/// A pending or ready order past its expiry becomes invalid.
+pub(crate) async fn expire_order(conn: &mut AnyConnection, id: OrderId, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE orders SET status = 'invalid', updated_at = $2 \
+         WHERE id = $1 AND status IN ('pending', 'ready') AND expires_at <= $2",
+    )
+    .bind(id.0)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A pending or valid authorization past its expiry becomes expired, and so do (as invalid) the
+/// unfinished orders that hold it. Returns whether it expired now.
+pub(crate) async fn expire_authz(conn: &mut AnyConnection, id: AuthzId, now: i64) -> Result<bool> {
+    let expired = sqlx::query(
+        "UPDATE authorizations SET status = 'expired' \
+         WHERE id = $1 AND status IN ('pending', 'valid') AND expires_at <= $2",
+    )
+    .bind(id.0)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0;
+    if expired {
+        invalidate_orders_holding(conn, id, now, None).await?;
+    }
+    Ok(expired)
+}
+
+/// Pending and ready orders that hold the authorization become invalid, with the problem if any.
+pub(crate) async fn invalidate_orders_holding(
+    conn: &mut AnyConnection,
+    authz: AuthzId,
+    now: i64,
+    problem: Option<&Problem>,
+) -> Result<()> {
+    let (error_type, error_detail) = codec::problem_columns(problem);
+    sqlx::query(
+        "UPDATE orders SET status = 'invalid', error_type = $3, error_detail = $4, updated_at = $2 \
+         WHERE status IN ('pending', 'ready') \
+         AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1)",
+    )
+    .bind(authz.0)
+    .bind(now)
+    .bind(error_type)
+    .bind(error_detail)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Pending, unexpired orders holding the authorization become ready once all their
+/// authorizations are valid.
+pub(crate) async fn promote_orders_holding(
+    conn: &mut AnyConnection,
+    authz: AuthzId,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE orders SET status = 'ready', updated_at = $2 \
+         WHERE status = 'pending' AND expires_at > $2 \
+         AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1) \
+         AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
+             JOIN authorizations a ON a.id = oa.authz_id \
+             WHERE oa.order_id = orders.id AND a.status <> 'valid')",
+    )
+    .bind(authz.0)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// On PostgreSQL, row-locks the orders that hold the authorization, in id order.
+///
+/// Without it two validations of one order's authorizations, committing concurrently under READ
+/// COMMITTED, would each still see the other authorization pending and neither would make the
+/// order ready. SQLite write transactions are already serial.
+pub(crate) async fn lock_orders_holding(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    authz: AuthzId,
+) -> Result<()> {
+    if backend == Backend::Postgres {
+        sqlx::query(
+            "SELECT id FROM orders WHERE id IN \
+             (SELECT order_id FROM order_authorizations WHERE authz_id = $1) ORDER BY id FOR UPDATE",
+        )
+        .bind(authz.0)
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Durable work kinds as stored in `jobs.kind`.
+pub(crate) const JOB_VALIDATE: &str = "validate";
+pub(crate) const JOB_FINALIZE: &str = "finalize";
+
+/// Enqueues a job due now; a second request for the same work is absorbed by UNIQUE(kind, target).
+pub(crate) async fn enqueue_job(
+    conn: &mut AnyConnection,
+    kind: &str,
+    target: i64,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO jobs (kind, target_id, run_at, attempts, created_at) VALUES ($1, $2, $3, 0, $3) \
+         ON CONFLICT (kind, target_id) DO NOTHING",
+    )
+    .bind(kind)
+    .bind(target)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! Runs one scenario against a fresh database of each backend, and the fixtures scenarios share.
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+use std::time::UNIX_EPOCH;
+
+use acme_core::identifier::Identifier;
+use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::AccountId;
+use acme_core::ids::Serial;
+use acme_core::status::ChallengeType;
+use sqlx::AnyConnection;
+use sqlx::AssertSqlSafe;
+use sqlx::Connection;
+use storage::Storage;
+use storage::model::Account;
+use storage::model::Certificate;
+use storage::model::NewAccount;
+use storage::model::NewAuthz;
+use storage::model::NewCertificate;
+use storage::model::NewOrder;
+use storage::model::Order;
+use storage::model::OrderGuards;
+use time::Duration;
+use time::OffsetDateTime;
+
+const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Unique within the process; with the pid, unique on the machine.
+pub(crate) fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+/// Runs `scenario` in a task so that a panic still lets the harness clean up, then re-raises it.
+async fn run_guarded<F, Fut>(storage: Storage, scenario: F) -> Result<(), tokio::task::JoinError>
+where
+    F: FnOnce(Storage) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let result = tokio::spawn(scenario(storage.clone())).await;
+    storage.close().await;
+    result
+}
+
+fn reraise(result: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = result {
+        match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("scenario task failed: {e}"),
+        }
+    }
+}
+
+pub(crate) async fn sqlite<F, Fut>(scenario: F)
+where
+    F: FnOnce(Storage) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    // The file does not exist yet: connect must create it.
+    let url = format!("sqlite://{}", dir.path().join("certeasy.db").display());
+    let storage = Storage::connect(&url).await.unwrap();
+    assert_eq!(storage.backend(), storage::Backend::Sqlite);
+    reraise(run_guarded(storage, scenario).await);
+}
+
+pub(crate) async fn postgres<F, Fut>(scenario: F)
+where
+    F: FnOnce(Storage) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    sqlx::any::install_default_drivers();
+    let admin_url = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
+    let mut admin = AnyConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL tests need a server: cannot connect to {admin_url} ({e}). Start PostgreSQL on \
+             127.0.0.1:5432 or set CERTEASY_TEST_POSTGRES_URL to an admin URL."
+        )
+    });
+    let name = format!("certeasy_test_{}", unique());
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let url = database_url(&admin_url, &name);
+    let storage = Storage::connect(&url).await.unwrap();
+    assert_eq!(storage.backend(), storage::Backend::Postgres);
+    let result = run_guarded(storage, scenario).await;
+    // Best effort: a leftover database is harmless and named after its test process.
+    let _ = sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await;
+    let _ = admin.close().await;
+    reraise(result);
+}
+
+/// The admin URL with its database path replaced.
+fn database_url(admin_url: &str, name: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (admin_url, None),
+    };
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
+}
+
+/// Generates one `#[tokio::test]` per backend for each scenario `async fn(&Storage)` named.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::harness::sqlite(|s| async move { super::$name(&s).await }).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::harness::postgres(|s| async move { super::$name(&s).await }).await;
+                }
+            )+
+        }
+    };
+}
+
+// ---- fixtures ----
+
+/// A whole-second instant, so that values survive the unix-seconds columns exactly.
+pub(crate) fn t0() -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
+}
+
+pub(crate) fn dns(name: &str) -> Identifier {
+    Identifier::dns(name).unwrap()
+}
+
+pub(crate) async fn account(s: &Storage, now: OffsetDateTime) -> Account {
+    let thumb = format!("thumb-{}", unique());
+    s.create_account(
+        NewAccount {
+            jwk_json: format!(r#"{{"kty":"EC","x":"{thumb}"}}"#),
+            thumbprint: thumb,
+            contacts: vec!["mailto:ops@example.com".to_owned()],
+            tos_agreed: true,
+        },
+        now,
+    )
+    .await
+    .unwrap()
+}
+
+/// An order for `names`, orders and authorizations expiring a week after `now`.
+pub(crate) fn new_order(
+    account: AccountId,
+    names: &[&str],
+    now: OffsetDateTime,
+    reuse: bool,
+) -> NewOrder {
+    new_order_expiring(
+        account,
+        names,
+        now + Duration::days(7),
+        now + Duration::days(7),
+        reuse,
+    )
+}
+
+pub(crate) fn new_order_expiring(
+    account: AccountId,
+    names: &[&str],
+    order_expires: OffsetDateTime,
+    authz_expires: OffsetDateTime,
+    reuse: bool,
+) -> NewOrder {
+    let identifiers: Vec<Identifier> = names.iter().map(|n| dns(n)).collect();
+    let authorizations = identifiers
+        .iter()
+        .map(|id| NewAuthz {
+            identifier: id.clone(),
+            expires_at: authz_expires,
+            challenges: vec![
+                (ChallengeType::Http01, format!("tok-http-{}", unique())),
+                (ChallengeType::Dns01, format!("tok-dns-{}", unique())),
+            ],
+        })
+        .collect();
+    NewOrder {
+        account_id: account,
+        set_hash: canonical_set_hash(&identifiers),
+        identifiers,
+        not_before: None,
+        not_after: None,
+        expires_at: order_expires,
+        authorizations,
+        reuse_valid_authz: reuse,
+    }
+}
+
+/// Creates an order and validates every authorization through its first challenge.
+pub(crate) async fn ready_order(
+    s: &Storage,
+    account: AccountId,
+    names: &[&str],
+    now: OffsetDateTime,
+) -> Order {
+    let order = s
+        .create_order(
+            new_order(account, names, now, false),
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    for authz_id in &order.authz_ids {
+        let authz = s.authorization(*authz_id, now).await.unwrap().unwrap();
+        let challenge = &authz.challenges[0];
+        s.start_challenge(challenge.id, now).await.unwrap();
+        s.record_validation(challenge.id, Ok(()), now)
+            .await
+            .unwrap();
+    }
+    let order = s.order(order.id, now).await.unwrap().unwrap();
+    assert_eq!(order.status, acme_core::status::OrderStatus::Ready);
+    order
+}
+
+pub(crate) fn new_cert(serial: u8, now: OffsetDateTime) -> NewCertificate {
+    NewCertificate {
+        serial: Serial::from_bytes(vec![0x00, 0x7f, serial, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06]),
+        der: vec![0x30, 0x82, serial],
+        chain_pem: format!("-----BEGIN CERTIFICATE-----\n{serial}\n-----END CERTIFICATE-----\n"),
+        not_before: now,
+        not_after: now + Duration::days(90),
+    }
+}
+
+/// Takes a fresh order for `names` all the way to an issued certificate at `now`.
+pub(crate) async fn issue(
+    s: &Storage,
+    account: AccountId,
+    names: &[&str],
+    serial: u8,
+    now: OffsetDateTime,
+) -> Certificate {
+    let order = ready_order(s, account, names, now).await;
+    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.complete_order(order.id, new_cert(serial, now), now)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn database_url_replaces_the_path() {
+    assert_eq!(
+        database_url("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        database_url("postgres://u@h/db?sslmode=disable", "x"),
+        "postgres://u@h/x?sslmode=disable"
+    );
+    assert_eq!(database_url("postgres://u@h", "x"), "postgres://u@h/x");
+}

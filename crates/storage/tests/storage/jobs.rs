@@ -1,0 +1,164 @@
+use std::collections::HashSet;
+
+use acme_core::ids::ChallengeId;
+use acme_core::ids::JobId;
+use storage::Storage;
+use storage::error::Error;
+use storage::model::JobKind;
+use storage::model::OrderGuards;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::harness;
+use crate::harness::t0;
+
+crate::both_backends!(claim_lease_retry_complete, concurrent_claimers_never_share);
+
+/// Starts the first challenge of `n` fresh authorizations, enqueuing `n` validation jobs due at `now`.
+async fn enqueue_validations(s: &Storage, n: usize, now: OffsetDateTime) -> Vec<ChallengeId> {
+    let acct = harness::account(s, now).await;
+    let names: Vec<String> = (0..n).map(|i| format!("job{i}.example.com")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let order = s
+        .create_order(
+            harness::new_order(acct.id, &names, now, false),
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    let mut started = Vec::new();
+    for authz_id in order.authz_ids {
+        let chal = s
+            .authorization(authz_id, now)
+            .await
+            .unwrap()
+            .unwrap()
+            .challenges[0]
+            .id;
+        s.start_challenge(chal, now).await.unwrap();
+        started.push(chal);
+    }
+    started
+}
+
+async fn claim_lease_retry_complete(s: &Storage) {
+    let now = t0();
+    assert_eq!(s.next_job_due().await.unwrap(), None);
+    assert_eq!(s.claim_job(now, Duration::seconds(30)).await.unwrap(), None);
+    let chals = enqueue_validations(s, 2, now).await;
+    assert_eq!(s.next_job_due().await.unwrap(), Some(now));
+    // Not due yet for an earlier clock.
+    assert_eq!(
+        s.claim_job(now - Duration::seconds(1), Duration::seconds(30))
+            .await
+            .unwrap(),
+        None
+    );
+
+    let a = s
+        .claim_job(now, Duration::seconds(30))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.kind, JobKind::Validate(chals[0]));
+    assert_eq!(a.attempts, 1);
+    assert_eq!(a.lease_until, now + Duration::seconds(30));
+    let b = s
+        .claim_job(now, Duration::milliseconds(40_500))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.kind, JobKind::Validate(chals[1]));
+    assert_eq!(b.lease_until, now + Duration::seconds(41));
+    assert_eq!(
+        s.claim_job(now + Duration::seconds(29), Duration::seconds(30))
+            .await
+            .unwrap(),
+        None
+    );
+    // Leased jobs are due again when their lease runs out.
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        Some(now + Duration::seconds(30))
+    );
+
+    // A worker that died: the lease expires and the job is handed out again.
+    let again = s
+        .claim_job(now + Duration::seconds(30), Duration::seconds(30))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.id, a.id);
+    assert_eq!(again.attempts, 2);
+
+    s.retry_job(again.id, now + Duration::seconds(100), "connection refused")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        Some(now + Duration::seconds(41))
+    );
+    s.complete_job(b.id).await.unwrap();
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        Some(now + Duration::seconds(100))
+    );
+    assert_eq!(
+        s.claim_job(now + Duration::seconds(99), Duration::seconds(30))
+            .await
+            .unwrap(),
+        None
+    );
+    let third = s
+        .claim_job(now + Duration::seconds(100), Duration::seconds(30))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(third.id, a.id);
+    assert_eq!(third.attempts, 3);
+    s.complete_job(third.id).await.unwrap();
+    // Completing twice is harmless.
+    s.complete_job(third.id).await.unwrap();
+    assert_eq!(s.next_job_due().await.unwrap(), None);
+    assert_eq!(
+        s.claim_job(now + Duration::days(1), Duration::seconds(30))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(matches!(
+        s.retry_job(JobId(a.id.0 + 1000), now, "x").await,
+        Err(Error::NotFound)
+    ));
+}
+
+async fn concurrent_claimers_never_share(s: &Storage) {
+    let now = t0();
+    let total = 30;
+    enqueue_validations(s, total, now).await;
+    let mut claimers = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let s = s.clone();
+        claimers.spawn(async move {
+            let mut mine = Vec::new();
+            while let Some(job) = s.claim_job(now, Duration::seconds(60)).await.unwrap() {
+                mine.push(job.id);
+                tokio::task::yield_now().await;
+            }
+            mine
+        });
+    }
+    let mut seen = HashSet::new();
+    while let Some(result) = claimers.join_next().await {
+        for id in result.unwrap() {
+            assert!(seen.insert(id), "job {id} was handed to two claimers");
+        }
+    }
+    // A claimer may stop early on PostgreSQL when it loses a race for the last rows; whatever is
+    // left is still claimable, exactly once.
+    while let Some(job) = s.claim_job(now, Duration::seconds(60)).await.unwrap() {
+        assert!(seen.insert(job.id), "job {} was claimed twice", job.id);
+    }
+    assert_eq!(seen.len(), total);
+}

@@ -1,0 +1,14 @@
+//! The storage suite: every scenario runs against SQLite (a temp file) and PostgreSQL (a fresh
+//! database on 127.0.0.1:5432, or `CERTEASY_TEST_POSTGRES_URL`).
+
+// Helpers outside `#[test]` functions unwrap too: a failed fixture should fail the test loudly.
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+
+mod accounts;
+mod certificates;
+mod connect;
+mod guards;
+mod jobs;
+mod orders;
