@@ -1,1 +1,5 @@
-//! placeholder
+//! Test-only infrastructure: real servers on 127.0.0.1 that validation and end-to-end tests talk to.
+
+pub mod dns;
+pub mod http01;
+pub mod tls_alpn;

@@ -1,0 +1,83 @@
+//! dns-01 (RFC 8555 §8.4): a TXT record at `_acme-challenge.<name>` holding the key authorization
+//! digest.
+
+use acme_core::identifier::Identifier;
+use acme_core::problem::{Problem, ProblemType};
+use hickory_resolver::proto::rr::{RData, RecordType};
+
+use crate::key_authorization;
+use crate::resolver::Answer;
+use crate::validator::Inner;
+
+/// How many wrong values are quoted back in the problem detail.
+const QUOTED_VALUES: usize = 5;
+
+pub(crate) async fn validate(
+    inner: &Inner,
+    identifier: &Identifier,
+    key_authorization: &str,
+) -> Result<(), Problem> {
+    let name = format!("_acme-challenge.{}", identifier.base_name());
+    let expected = key_authorization::dns01_txt_value(key_authorization);
+    let values = match inner.dns.query(&name, RecordType::TXT).await {
+        Answer::Records(records) => records
+            .iter()
+            .filter_map(|r| match r {
+                // A record's character-strings form one value (long values are split in 255-byte strings).
+                RData::TXT(txt) => Some(
+                    txt.txt_data
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s))
+                        .collect::<String>(),
+                ),
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+        Answer::NxDomain => {
+            return Err(Problem::new(
+                ProblemType::Dns,
+                format!(
+                    "DNS problem: NXDOMAIN looking up TXT for {name} - check that a DNS record exists for this domain"
+                ),
+            ));
+        }
+        Answer::NoData => Vec::new(),
+        Answer::Failed(why) => {
+            return Err(Problem::new(
+                ProblemType::Dns,
+                format!("DNS problem: {why} looking up TXT for {name}"),
+            ));
+        }
+    };
+    if values.iter().any(|v| v == &expected) {
+        return Ok(());
+    }
+    if values.is_empty() {
+        return Err(Problem::new(
+            ProblemType::Unauthorized,
+            format!("No TXT record found at {name}; expected one with the value {expected:?}"),
+        ));
+    }
+    let quoted: Vec<String> = values
+        .iter()
+        .take(QUOTED_VALUES)
+        .map(|v| format!("{v:?}"))
+        .collect();
+    let more = if values.len() > QUOTED_VALUES {
+        format!(" (and {} more)", values.len() - QUOTED_VALUES)
+    } else {
+        String::new()
+    };
+    let plural = if values.len() == 1 {
+        "record"
+    } else {
+        "records"
+    };
+    Err(Problem::new(
+        ProblemType::IncorrectResponse,
+        format!(
+            "Incorrect TXT {plural} {}{more} found at {name}; expected {expected:?}",
+            quoted.join(", ")
+        ),
+    ))
+}

@@ -1,0 +1,335 @@
+//! http-01 (RFC 8555 §8.3): fetch the key authorization over plain HTTP.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use acme_core::identifier::{Identifier, IdentifierKind};
+use acme_core::problem::{Problem, ProblemType};
+use reqwest::redirect;
+use url::Host;
+
+use crate::address_policy;
+use crate::resolver::{PolicyResolver, ResolveProblem};
+use crate::validator::Inner;
+
+/// How much of a wrong body is quoted back in the problem detail.
+const QUOTED_BODY_BYTES: usize = 128;
+
+pub(crate) async fn validate(
+    inner: &Inner,
+    identifier: &Identifier,
+    token: &str,
+    key_authorization: &str,
+) -> Result<(), Problem> {
+    let settings = &inner.settings;
+    let (host, pinned) = match identifier.kind() {
+        IdentifierKind::Dns => {
+            let name = identifier.base_name();
+            let ips = inner
+                .dns
+                .lookup_ips(name)
+                .await
+                .map_err(|p| prefix(p, &url_for(name, settings.http_port, token)))?;
+            (name.to_owned(), Some(ips))
+        }
+        IdentifierKind::Ip => {
+            let ip = ip_of(identifier)?;
+            if let Some(why) = address_policy::refusal(ip, inner.dns.allow_loopback()) {
+                return Err(Problem::new(
+                    ProblemType::RejectedIdentifier,
+                    format!("{ip} is {why}; this CA does not validate it"),
+                ));
+            }
+            let host = match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            };
+            (host, None)
+        }
+    };
+    let url = url_for(&host, settings.http_port, token);
+
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(redirect_policy(inner, identifier.kind()))
+        .timeout(settings.timeout)
+        .connect_timeout(settings.timeout)
+        .tls_danger_accept_invalid_certs(true)
+        .user_agent(concat!("Certeasy-validation/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(PolicyResolver::new(inner.dns.clone()));
+    if let Some(ips) = pinned {
+        // The first request uses exactly the addresses just resolved; redirects resolve afresh
+        // through the same policy.
+        let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
+        builder = builder.resolve_to_addrs(&host, &addrs);
+    }
+    let client = builder.build().map_err(|e| {
+        Problem::new(
+            ProblemType::ServerInternal,
+            format!("building the http-01 client failed: {e}"),
+        )
+    })?;
+
+    let mut response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| request_problem(&url, &e, settings.timeout))?;
+    let final_url = response.url().to_string();
+    let status = response.status();
+    if status != reqwest::StatusCode::OK {
+        return Err(Problem::new(
+            ProblemType::IncorrectResponse,
+            format!(
+                "Fetching {final_url}: the server answered {status}; it must answer 200 with the key authorization"
+            ),
+        ));
+    }
+    let limit = settings.max_body_bytes;
+    let too_large = || {
+        Problem::new(
+            ProblemType::IncorrectResponse,
+            format!(
+                "Fetching {final_url}: the response body is larger than {limit} bytes; it must hold only the key authorization"
+            ),
+        )
+    };
+    if response
+        .content_length()
+        .is_some_and(|len| len > limit as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(request_problem(&final_url, &e, settings.timeout)),
+        }
+    }
+    let trimmed = body.trim_ascii_end();
+    if trimmed == key_authorization.as_bytes() {
+        return Ok(());
+    }
+    let shown = String::from_utf8_lossy(&trimmed[..trimmed.len().min(QUOTED_BODY_BYTES)]);
+    let ellipsis = if trimmed.len() > QUOTED_BODY_BYTES {
+        "..."
+    } else {
+        ""
+    };
+    Err(Problem::new(
+        ProblemType::IncorrectResponse,
+        format!(
+            "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, got {shown:?}{ellipsis}"
+        ),
+    ))
+}
+
+fn url_for(host: &str, port: u16, token: &str) -> String {
+    format!("http://{host}:{port}/.well-known/acme-challenge/{token}")
+}
+
+fn ip_of(identifier: &Identifier) -> Result<IpAddr, Problem> {
+    identifier.ip_addr().ok_or_else(|| {
+        Problem::new(
+            ProblemType::Malformed,
+            format!("{} is not an IP address", identifier.value()),
+        )
+    })
+}
+
+fn prefix(mut problem: Problem, url: &str) -> Problem {
+    problem.detail = format!("Fetching {url}: {}", problem.detail);
+    problem
+}
+
+/// Why a redirect was not followed; travels through reqwest's error chain.
+#[derive(Debug)]
+struct RedirectRefused(String);
+
+impl fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for RedirectRefused {}
+
+/// Follows at most `max_redirects` redirects, only over http/https to the configured ports, and
+/// to IP literals only when validating an IP identifier (and then under the address policy).
+fn redirect_policy(inner: &Inner, kind: IdentifierKind) -> redirect::Policy {
+    let max = inner.settings.max_redirects;
+    let http_port = inner.settings.http_port;
+    let https_port = inner.settings.tls_alpn_port;
+    let allow_loopback = inner.dns.allow_loopback();
+    redirect::Policy::custom(move |attempt| {
+        let rules = RedirectRules {
+            max,
+            http_port,
+            https_port,
+            allow_loopback,
+            kind,
+        };
+        match rules.refusal(attempt.url(), attempt.previous().len()) {
+            Some(why) => attempt.error(RedirectRefused(why)),
+            None => attempt.follow(),
+        }
+    })
+}
+
+/// The limits a redirect target is checked against.
+struct RedirectRules {
+    max: usize,
+    http_port: u16,
+    https_port: u16,
+    allow_loopback: bool,
+    kind: IdentifierKind,
+}
+
+impl RedirectRules {
+    /// Why the redirect to `url` (after `previous` requests) must not be followed, if it must not.
+    fn refusal(&self, url: &url::Url, previous: usize) -> Option<String> {
+        let Self {
+            max,
+            http_port,
+            https_port,
+            allow_loopback,
+            kind,
+        } = *self;
+        if previous > max {
+            return Some(format!(
+                "too many redirects (more than {max}); the last pointed to {url}"
+            ));
+        }
+        let expected_port = match url.scheme() {
+            "http" => http_port,
+            "https" => https_port,
+            other => {
+                return Some(format!(
+                    "redirect to {url} refused: scheme {other:?} is not http or https"
+                ));
+            }
+        };
+        if url.port_or_known_default() != Some(expected_port) {
+            return Some(format!(
+                "redirect to {url} refused: only port {http_port} (http) and port {https_port} (https) are followed"
+            ));
+        }
+        let ip = match url.host() {
+            Some(Host::Domain(_)) => return None,
+            Some(Host::Ipv4(v4)) => IpAddr::V4(v4),
+            Some(Host::Ipv6(v6)) => IpAddr::V6(v6),
+            None => return Some(format!("redirect to {url} refused: no host")),
+        };
+        if kind != IdentifierKind::Ip {
+            return Some(format!(
+                "redirect to {url} refused: redirects to bare IP addresses are only followed for IP identifiers"
+            ));
+        }
+        address_policy::refusal(ip, allow_loopback)
+            .map(|why| format!("redirect to {url} refused: {ip} is {why}"))
+    }
+}
+
+/// Turns a reqwest failure into the problem the subscriber can act on.
+fn request_problem(url: &str, error: &reqwest::Error, timeout: std::time::Duration) -> Problem {
+    let url = error
+        .url()
+        .map_or_else(|| url.to_owned(), ToString::to_string);
+    let mut source = error.source();
+    let mut innermost = None;
+    while let Some(cause) = source {
+        if let Some(ResolveProblem(problem)) = cause.downcast_ref::<ResolveProblem>() {
+            return prefix(problem.clone(), &url);
+        }
+        if let Some(refused) = cause.downcast_ref::<RedirectRefused>() {
+            return Problem::new(
+                ProblemType::Connection,
+                format!("Fetching {url}: {refused}"),
+            );
+        }
+        if let Some(io) = cause.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::ConnectionRefused
+        {
+            return Problem::new(
+                ProblemType::Connection,
+                format!("Fetching {url}: connection refused"),
+            );
+        }
+        innermost = Some(cause.to_string());
+        source = cause.source();
+    }
+    let detail = if error.is_timeout() {
+        format!("Fetching {url}: timed out after {}s", timeout.as_secs_f64())
+    } else {
+        let why = innermost.unwrap_or_else(|| error.to_string());
+        format!("Fetching {url}: {why}")
+    };
+    Problem::new(ProblemType::Connection, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(kind: IdentifierKind) -> RedirectRules {
+        RedirectRules {
+            max: 10,
+            http_port: 80,
+            https_port: 443,
+            allow_loopback: false,
+            kind,
+        }
+    }
+
+    fn refusal(kind: IdentifierKind, url: &str, previous: usize) -> Option<String> {
+        rules(kind).refusal(&url.parse().unwrap(), previous)
+    }
+
+    #[test]
+    fn redirect_rules() {
+        use IdentifierKind::{Dns, Ip};
+        assert_eq!(refusal(Dns, "http://a.example.com/x", 1), None);
+        assert_eq!(refusal(Dns, "https://a.example.com/x", 10), None);
+        assert!(
+            refusal(Dns, "http://a.example.com/x", 11)
+                .unwrap()
+                .contains("too many redirects")
+        );
+        assert!(
+            refusal(Dns, "http://a.example.com:8080/x", 1)
+                .unwrap()
+                .contains("only port 80")
+        );
+        assert!(refusal(Dns, "https://a.example.com:80/x", 1).is_some());
+        assert!(
+            refusal(Dns, "ftp://a.example.com/x", 1)
+                .unwrap()
+                .contains("scheme")
+        );
+        assert!(
+            refusal(Dns, "http://192.0.2.1/x", 1)
+                .unwrap()
+                .contains("bare IP")
+        );
+        assert_eq!(refusal(Ip, "http://192.0.2.1/x", 1), None);
+        assert!(
+            refusal(Ip, "http://127.0.0.1/x", 1)
+                .unwrap()
+                .contains("loopback")
+        );
+        assert!(
+            refusal(Ip, "http://[::1]/x", 1)
+                .unwrap()
+                .contains("loopback")
+        );
+    }
+}

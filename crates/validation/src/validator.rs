@@ -1,0 +1,218 @@
+//! The entry point: one validation attempt for one challenge.
+
+use std::sync::Arc;
+
+use acme_core::identifier::{Identifier, IdentifierKind};
+use acme_core::problem::{Problem, ProblemType};
+use acme_core::status::ChallengeType;
+
+use crate::error::Error;
+use crate::resolver::DnsClient;
+use crate::settings::ValidationSettings;
+use crate::{caa, dns01, http01, tls_alpn01};
+
+/// Performs validation attempts. Cheap to clone; clones share the resolver and TLS configuration.
+#[derive(Debug, Clone)]
+pub struct Validator {
+    inner: Arc<Inner>,
+}
+
+/// What every challenge check needs.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) settings: ValidationSettings,
+    pub(crate) dns: DnsClient,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    /// `caa_identities`, lower-cased and without trailing dots, for comparison.
+    pub(crate) caa_identities: Vec<String>,
+}
+
+impl Validator {
+    /// Builds a validator. Fails only on unusable settings or DNS/TLS setup.
+    pub fn new(settings: ValidationSettings) -> Result<Self, Error> {
+        if settings.timeout.is_zero() {
+            return Err(Error::Settings(
+                "timeout must be greater than zero".to_owned(),
+            ));
+        }
+        if settings.max_body_bytes == 0 {
+            return Err(Error::Settings(
+                "max_body_bytes must be greater than zero".to_owned(),
+            ));
+        }
+        if settings.http_port == 0 || settings.tls_alpn_port == 0 {
+            return Err(Error::Settings(
+                "http_port and tls_alpn_port must not be 0".to_owned(),
+            ));
+        }
+        let mut caa_identities = Vec::with_capacity(settings.caa_identities.len());
+        for identity in &settings.caa_identities {
+            let normalised = identity.trim().trim_end_matches('.').to_ascii_lowercase();
+            if normalised.is_empty() || normalised.contains(|c: char| c.is_whitespace() || c == ';')
+            {
+                return Err(Error::Settings(format!(
+                    "CAA identity {identity:?} is not a domain name"
+                )));
+            }
+            caa_identities.push(normalised);
+        }
+        let dns = DnsClient::new(&settings)?;
+        let tls = tls_alpn01::client_config()?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                settings,
+                dns,
+                tls,
+                caa_identities,
+            }),
+        })
+    }
+
+    /// Performs one validation attempt.
+    ///
+    /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
+    /// configured, CAA permits issuance. Otherwise a problem whose type says where it failed
+    /// (`dns`, `connection`, `tls`, `incorrectResponse`, `unauthorized`, `caa`, `malformed`,
+    /// `rejectedIdentifier`) and whose detail tells the subscriber what was found.
+    ///
+    /// For a wildcard identifier the base name is validated, and only dns-01 is accepted.
+    pub async fn validate(
+        &self,
+        identifier: &Identifier,
+        challenge: ChallengeType,
+        token: &str,
+        key_authorization: &str,
+    ) -> Result<(), Problem> {
+        check_applicable(identifier, challenge)?;
+        if !token_is_valid(token) {
+            return Err(Problem::new(
+                ProblemType::Malformed,
+                "the challenge token must be non-empty base64url text",
+            ));
+        }
+        let inner = &*self.inner;
+        let challenge_check = async {
+            match challenge {
+                ChallengeType::Http01 => {
+                    http01::validate(inner, identifier, token, key_authorization).await
+                }
+                ChallengeType::Dns01 => dns01::validate(inner, identifier, key_authorization).await,
+                ChallengeType::TlsAlpn01 => {
+                    tls_alpn01::validate(inner, identifier, key_authorization).await
+                }
+            }
+        };
+        let caa_check = async {
+            if identifier.kind() == IdentifierKind::Dns && !inner.caa_identities.is_empty() {
+                caa::check(&inner.dns, &inner.caa_identities, identifier, challenge).await
+            } else {
+                Ok(())
+            }
+        };
+        // Both run concurrently; a failed challenge is reported first because it is what the
+        // subscriber is working on.
+        let (challenge_result, caa_result) = tokio::join!(challenge_check, caa_check);
+        challenge_result?;
+        caa_result
+    }
+}
+
+/// Refuses combinations the RFCs exclude before any network traffic.
+fn check_applicable(identifier: &Identifier, challenge: ChallengeType) -> Result<(), Problem> {
+    if identifier.is_wildcard() && challenge != ChallengeType::Dns01 {
+        return Err(Problem::new(
+            ProblemType::Malformed,
+            format!(
+                "{} cannot validate the wildcard identifier {}; wildcards can only be validated with dns-01",
+                challenge.as_str(),
+                identifier.value()
+            ),
+        ));
+    }
+    if identifier.kind() == IdentifierKind::Ip && challenge == ChallengeType::Dns01 {
+        return Err(Problem::new(
+            ProblemType::Malformed,
+            format!(
+                "dns-01 cannot validate the IP identifier {}; use http-01 or tls-alpn-01 (RFC 8738)",
+                identifier.value()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Tokens are base64url (RFC 8555 §8.1); anything else could change the URL path.
+fn token_is_valid(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_need_dns01_and_ips_refuse_it() {
+        let wildcard = Identifier::dns("*.example.com").unwrap();
+        assert!(check_applicable(&wildcard, ChallengeType::Dns01).is_ok());
+        for challenge in [ChallengeType::Http01, ChallengeType::TlsAlpn01] {
+            let problem = check_applicable(&wildcard, challenge).unwrap_err();
+            assert_eq!(problem.kind, ProblemType::Malformed);
+            assert!(problem.detail.contains("dns-01"), "{}", problem.detail);
+        }
+        let ip = Identifier::ip("192.0.2.1").unwrap();
+        assert_eq!(
+            check_applicable(&ip, ChallengeType::Dns01)
+                .unwrap_err()
+                .kind,
+            ProblemType::Malformed
+        );
+        assert!(check_applicable(&ip, ChallengeType::Http01).is_ok());
+    }
+
+    /// Workers spawn validation attempts on a multi-threaded runtime.
+    #[test]
+    fn validator_and_its_futures_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>(_: &T) {}
+        fn assert_send<T: Send>(_: &T) {}
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = runtime.enter();
+        let settings = ValidationSettings {
+            dns_servers: vec!["127.0.0.1:53".parse().unwrap()],
+            ..ValidationSettings::default()
+        };
+        let validator = Validator::new(settings).unwrap();
+        assert_send_sync(&validator);
+        let id = Identifier::dns("a.example.com").unwrap();
+        let future = validator.validate(&id, ChallengeType::Http01, "t", "t.k");
+        assert_send(&future);
+    }
+
+    #[test]
+    fn tokens_must_be_base64url() {
+        assert!(token_is_valid("abc-DEF_123"));
+        for bad in ["", "a/b", "../x", "a b", "a?b", "a.b"] {
+            assert!(!token_is_valid(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let zero = ValidationSettings {
+            timeout: std::time::Duration::ZERO,
+            ..ValidationSettings::default()
+        };
+        assert!(matches!(Validator::new(zero), Err(Error::Settings(_))));
+        let bad_caa = ValidationSettings {
+            caa_identities: vec!["ca.example; x=y".to_owned()],
+            dns_servers: vec!["127.0.0.1:53".parse().unwrap()],
+            ..ValidationSettings::default()
+        };
+        assert!(matches!(Validator::new(bad_caa), Err(Error::Settings(_))));
+    }
+}
