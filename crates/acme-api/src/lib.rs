@@ -1,1 +1,17 @@
-//! placeholder
+//! The ACME HTTP layer: routing, JWS authentication, nonces, problem documents and the wire format
+//! of RFC 8555. This is the only crate that knows HTTP and JSON; everything below it speaks
+//! `acme-core` types.
+
+mod auth;
+mod handlers;
+mod headers;
+pub mod limits;
+pub mod nonce;
+mod problem;
+mod response;
+pub mod settings;
+pub mod state;
+mod wire;
+
+pub use handlers::router;
+pub use state::ApiState;

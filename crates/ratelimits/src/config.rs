@@ -21,13 +21,18 @@ pub struct RateLimitingConfig {
     pub failed_validation: WindowLimit,
     pub pending_authorizations: PendingAuthorizationsLimit,
     /// Consecutive validation failures per (account, identifier) before the pair is paused.
-    /// Off by default: pausing needs the unpause flow, which is wired separately.
+    /// Not a key of this block: the binary fills it from the top-level `zombie-pausing:` block.
+    #[serde(skip)]
     pub zombie_pausing: ZombiePausingLimit,
     /// IPv6 clients are keyed by this prefix, because one subscriber usually holds a whole /64.
+    /// Filled from `server.ipv6-prefix-length`.
+    #[serde(skip)]
     pub ipv6_prefix_length: u8,
-    /// Per-ID overrides file (YAML); none by default.
+    /// Per-ID overrides file (YAML); none by default. Filled from `rate-limit-overrides`.
+    #[serde(skip)]
     pub overrides_file: Option<std::path::PathBuf>,
-    /// Where buckets live: absent means in memory (one instance only).
+    /// Where buckets live: absent means in memory (one instance only). Filled from `redis:`.
+    #[serde(skip)]
     pub redis: Option<RedisConfig>,
 }
 

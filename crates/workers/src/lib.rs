@@ -1,1 +1,12 @@
-//! placeholder
+//! Durable work: challenge validation and certificate issuance run here, outside the request.
+//!
+//! Every job lives in the database (`storage` enqueues it in the same transaction that accepted the
+//! client's request). Workers claim jobs under a lease; a crash leaves the lease to expire and the
+//! job is picked up again, by this instance after a restart or by another instance. Jobs are
+//! idempotent: recording a validation twice or completing an order twice changes nothing.
+
+pub mod hooks;
+pub mod runner;
+pub mod settings;
+
+pub use runner::Workers;

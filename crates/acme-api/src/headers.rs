@@ -1,0 +1,42 @@
+//! Headers every ACME response carries, errors included (RFC 8555 §6.5, §7.1).
+
+use axum::extract::Request;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::http::Method;
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::state::ApiState;
+
+/// Adds a fresh `Replay-Nonce`, `Link: <directory>;rel="index"` and `Cache-Control: no-store`.
+pub(crate) async fn acme_headers(
+    State(state): State<ApiState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let is_post = request.method() == Method::POST;
+    let mut response = next.run(request).await;
+    let nonce = state.inner.nonces.issue(state.inner.clock.now());
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&nonce) {
+        headers.insert("replay-nonce", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("<{}>;rel=\"index\"", state.url("/directory"))) {
+        headers.append(header::LINK, v);
+    }
+    if !response.headers().contains_key("ratelimit")
+        && let Some(info) = response
+            .extensions()
+            .get::<crate::limits::RateLimitInfo>()
+            .cloned()
+    {
+        info.apply(response.headers_mut());
+    }
+    let headers = response.headers_mut();
+    if is_post || !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}

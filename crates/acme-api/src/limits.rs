@@ -1,0 +1,319 @@
+//! The limiter chain of the ACME endpoint (see `docs/rate-limits.md`).
+//!
+//! Layer 1 (global per IP) runs as middleware in front of every ACME POST. Layers 2–5 need the
+//! parsed request and run in the handlers: account creation per IP and order creation per
+//! account (count and SAN budget) with the failed-validation check, as one GCRA batch; then the
+//! database-backed duplicate-certificate and pending-authorization guards inside the transaction
+//! that creates the order. Tokens spent for a request that then fails are refunded.
+
+use std::net::IpAddr;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::RwLock;
+
+use acme_core::problem::ProblemType;
+use axum::extract::ConnectInfo;
+use axum::extract::Request;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::HeaderValue;
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use ipnet::IpNet;
+use ratelimits::config::Mode;
+use ratelimits::config::RateLimitingConfig;
+use ratelimits::limit::LimitName;
+use ratelimits::limiter::BindingLimit;
+use ratelimits::limiter::Limiter;
+use ratelimits::limiter::Request as LimitRequest;
+use ratelimits::limiter::Verdict;
+use ratelimits::overrides::Overrides;
+use time::OffsetDateTime;
+
+use crate::problem::ApiError;
+use crate::state::ApiState;
+
+/// The limiter, the database-backed limit parameters, and who may set `X-Forwarded-For`.
+pub struct RateLimits {
+    limiter: Arc<Limiter>,
+    config: RwLock<Arc<RateLimitingConfig>>,
+    trusted_proxies: Vec<IpNet>,
+}
+
+impl std::fmt::Debug for RateLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimits")
+            .field("trusted_proxies", &self.trusted_proxies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimits {
+    /// Wraps a limiter built from `config`.
+    pub fn new(
+        limiter: Arc<Limiter>,
+        config: RateLimitingConfig,
+        trusted_proxies: Vec<IpNet>,
+    ) -> Self {
+        Self {
+            limiter,
+            config: RwLock::new(Arc::new(config)),
+            trusted_proxies,
+        }
+    }
+
+    /// Swaps limits and overrides (SIGHUP); on error the old ones stay in force.
+    pub fn reload(
+        &self,
+        config: RateLimitingConfig,
+        overrides: &Overrides,
+    ) -> Result<(), ratelimits::error::Error> {
+        self.limiter.reload(&config, overrides)?;
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        Ok(())
+    }
+
+    /// The limiter, for the admin API and the workers' hook.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    pub(crate) fn config(&self) -> Arc<RateLimitingConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The client address: the peer, or the nearest untrusted hop of `X-Forwarded-For` when the
+    /// peer is a trusted proxy. A client can prepend anything to that header, so it is read from
+    /// the right, skipping trusted proxies.
+    pub(crate) fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let trusted = |ip: &IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
+        if !trusted(&peer) {
+            return peer;
+        }
+        let hops: Vec<IpAddr> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
+            .collect();
+        hops.iter()
+            .rev()
+            .find(|ip| !trusted(ip))
+            .copied()
+            .or_else(|| hops.first().copied())
+            .unwrap_or(peer)
+    }
+}
+
+/// The binding limit of a request, rendered as `RateLimit-Policy` / `RateLimit` headers by
+/// [`crate::headers::acme_headers`].
+#[derive(Debug, Clone)]
+pub(crate) struct RateLimitInfo {
+    pub(crate) name: String,
+    pub(crate) quota: u64,
+    pub(crate) window_secs: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_secs: u64,
+}
+
+impl RateLimitInfo {
+    pub(crate) fn from_binding(b: &BindingLimit) -> Self {
+        // GCRA admits `burst` requests per burst × emission interval: that is the window.
+        let window = b.period.as_nanos() * u128::from(b.burst) / u128::from(b.count.max(1));
+        Self {
+            name: b.name.as_str().to_owned(),
+            quota: b.burst,
+            window_secs: ceil_secs_nanos(window).max(1),
+            remaining: if b.allowed { b.remaining } else { 0 },
+            reset_secs: ceil_secs_nanos(b.reset_in.as_nanos()),
+        }
+    }
+
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+        let policy = format!("\"{}\";q={};w={}", self.name, self.quota, self.window_secs);
+        let current = format!(
+            "\"{}\";r={};t={}",
+            self.name, self.remaining, self.reset_secs
+        );
+        if let (Ok(p), Ok(c)) = (
+            HeaderValue::from_str(&policy),
+            HeaderValue::from_str(&current),
+        ) {
+            headers.insert("ratelimit-policy", p);
+            headers.insert("ratelimit", c);
+        }
+    }
+}
+
+fn ceil_secs_nanos(nanos: u128) -> u64 {
+    u64::try_from(nanos.div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
+}
+
+/// Whole seconds, rounded up, never 0: what `Retry-After` carries.
+pub(crate) fn retry_after_secs(d: std::time::Duration) -> u64 {
+    ceil_secs_nanos(d.as_nanos()).max(1)
+}
+
+fn utc(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+fn period_text(d: std::time::Duration) -> String {
+    acme_core::duration::ConfigDuration(d).to_string()
+}
+
+/// A 429 `rateLimited` problem for a GCRA denial.
+pub(crate) fn denied(state: &ApiState, b: &BindingLimit, subject: &str) -> ApiError {
+    let now = state.inner.clock.now();
+    let wait = retry_after_secs(b.retry_in);
+    let retry_at = now + time::Duration::seconds(i64::try_from(wait).unwrap_or(i64::MAX));
+    let what = match b.name {
+        LimitName::GlobalPerIp => "requests",
+        LimitName::NewAccountPerIp => "new accounts",
+        LimitName::NewOrdersPerAccount => "new orders",
+        LimitName::SanBudgetPerAccount => "identifiers in new orders",
+        LimitName::FailedValidationPerAccountIdentifier => "failed validations",
+        LimitName::ConsecutiveFailuresPerAccountIdentifier => "consecutive failed validations",
+    };
+    let detail = format!(
+        "Rate limit \"{}\" reached: too many {what} {subject} (at most {} per {}, bursts up to {}); retry after {}",
+        b.name.as_str(),
+        b.count,
+        period_text(b.period),
+        b.burst,
+        utc(retry_at)
+    );
+    let mut err = ApiError::new(ProblemType::RateLimited, detail)
+        .with_header(header::RETRY_AFTER, &wait.to_string())
+        .with_header(
+            header::LINK,
+            &format!(
+                "<{}>;rel=\"help\"",
+                state.url(&format!("/docs/rate-limits#{}", b.name.as_str()))
+            ),
+        );
+    err.rate_limit = Some(RateLimitInfo::from_binding(b));
+    err
+}
+
+/// A 429 for a database-backed limit, whose wait is known as an instant.
+pub(crate) fn denied_until(
+    state: &ApiState,
+    limit: &str,
+    detail: String,
+    retry_at: OffsetDateTime,
+    quota: u64,
+    window_secs: u64,
+) -> ApiError {
+    let now = state.inner.clock.now();
+    let wait = u64::try_from((retry_at - now).whole_seconds())
+        .unwrap_or(0)
+        .max(1);
+    let mut err = ApiError::new(
+        ProblemType::RateLimited,
+        format!(
+            "{detail}; retry after {}",
+            utc(now + time::Duration::seconds(i64::try_from(wait).unwrap_or(i64::MAX)))
+        ),
+    )
+    .with_header(header::RETRY_AFTER, &wait.to_string())
+    .with_header(
+        header::LINK,
+        &format!(
+            "<{}>;rel=\"help\"",
+            state.url(&format!("/docs/rate-limits#{limit}"))
+        ),
+    );
+    err.rate_limit = Some(RateLimitInfo {
+        name: limit.to_owned(),
+        quota,
+        window_secs,
+        remaining: 0,
+        reset_secs: wait,
+    });
+    err
+}
+
+/// Logs and counts shadow-mode denials: computed, never enforced.
+pub(crate) fn log_shadow(verdict: &Verdict) {
+    for s in &verdict.shadow_denials {
+        tracing::info!(limit = s.name.as_str(), key = %s.key, retry_in = ?s.retry_in, "shadow rate limit would have denied");
+    }
+}
+
+/// Whether a limit of the database-backed kind is enforced, shadowed, or off.
+pub(crate) fn db_mode(enabled: bool, mode: Mode) -> Option<Mode> {
+    enabled.then_some(mode)
+}
+
+/// The client address of a request (peer, or trusted `X-Forwarded-For`).
+pub(crate) fn request_ip(state: &ApiState, request: &Request) -> IpAddr {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::from([127, 0, 0, 1]), |c| c.0.ip());
+    state.inner.limits.client_ip(peer, request.headers())
+}
+
+/// The client address, stored in request extensions by [`global_limit`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientIp(pub(crate) IpAddr);
+
+/// Layer 1: one token per ACME POST from the client's address (IPv6 by prefix), unless
+/// whitelisted. Refunded when the request fails with a server error.
+pub(crate) async fn global_limit(
+    State(state): State<ApiState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let ip = request_ip(&state, &request);
+    request.extensions_mut().insert(ClientIp(ip));
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let limiter = state.inner.limits.limiter();
+    if limiter.is_whitelisted(ip) {
+        return next.run(request).await;
+    }
+    let now = state.inner.clock.now();
+    let batch = [LimitRequest::ip(LimitName::GlobalPerIp, ip, 1)];
+    let verdict = match limiter.check(now, &batch).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(error = %e, "global rate limit could not be evaluated; allowing");
+            return next.run(request).await;
+        }
+    };
+    log_shadow(&verdict);
+    if !verdict.allowed
+        && let Some(b) = &verdict.binding
+    {
+        return denied(&state, b, "from your IP address").into_response();
+    }
+    let mut response = next.run(request).await;
+    if response.status().is_server_error()
+        && let Err(e) = limiter.refund(state.inner.clock.now(), &batch).await
+    {
+        tracing::warn!(error = %e, "refunding the global limit failed");
+    }
+    if let Some(b) = &verdict.binding
+        && response.extensions().get::<RateLimitInfo>().is_none()
+    {
+        response
+            .extensions_mut()
+            .insert(RateLimitInfo::from_binding(b));
+    }
+    response
+}

@@ -1,0 +1,191 @@
+//! The one place where errors become RFC 7807 problem documents and HTTP statuses.
+
+use acme_core::problem::Problem;
+use acme_core::problem::ProblemType;
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::Response;
+
+use crate::wire;
+
+/// An error answered to the client as a problem document. Boxed: it travels in every `Result`
+/// of the request path, and the common case is success.
+#[derive(Debug)]
+pub(crate) struct ApiError(Box<ApiErrorParts>);
+
+#[derive(Debug)]
+pub(crate) struct ApiErrorParts {
+    pub(crate) problem: Problem,
+    pub(crate) status: StatusCode,
+    /// Extra headers: Retry-After, Link, Location.
+    pub(crate) headers: Vec<(header::HeaderName, HeaderValue)>,
+    /// The binding limit, for `RateLimit` headers on 429s.
+    pub(crate) rate_limit: Option<crate::limits::RateLimitInfo>,
+}
+
+impl ApiError {
+    pub(crate) fn new(kind: ProblemType, detail: impl Into<String>) -> Self {
+        let problem = Problem::new(kind, detail);
+        Self(Box::new(ApiErrorParts {
+            status: default_status(kind),
+            problem,
+            headers: Vec::new(),
+            rate_limit: None,
+        }))
+    }
+
+    pub(crate) fn from_problem(problem: Problem) -> Self {
+        Self(Box::new(ApiErrorParts {
+            status: default_status(problem.kind),
+            problem,
+            headers: Vec::new(),
+            rate_limit: None,
+        }))
+    }
+
+    pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
+        self.0.status = status;
+        self
+    }
+
+    pub(crate) fn with_header(mut self, name: header::HeaderName, value: &str) -> Self {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            self.headers.push((name, v));
+        }
+        self
+    }
+
+    pub(crate) fn malformed(detail: impl Into<String>) -> Self {
+        Self::new(ProblemType::Malformed, detail)
+    }
+
+    pub(crate) fn not_found(what: &str) -> Self {
+        Self::new(ProblemType::Malformed, format!("{what} not found"))
+            .with_status(StatusCode::NOT_FOUND)
+    }
+
+    pub(crate) fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(ProblemType::Unauthorized, detail)
+    }
+
+    /// An internal failure: logged in full, answered without internals.
+    pub(crate) fn internal(context: &str, error: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %error, "{context}");
+        Self::new(
+            ProblemType::ServerInternal,
+            "The server hit an internal error; please retry later",
+        )
+        .with_header(header::RETRY_AFTER, "60")
+    }
+}
+
+/// RFC 8555 does not fix statuses per type; these follow Boulder and Pebble, which clients know.
+fn default_status(kind: ProblemType) -> StatusCode {
+    match kind {
+        ProblemType::BadNonce
+        | ProblemType::BadCsr
+        | ProblemType::BadPublicKey
+        | ProblemType::BadRevocationReason
+        | ProblemType::BadSignatureAlgorithm
+        | ProblemType::AccountDoesNotExist
+        | ProblemType::AlreadyRevoked
+        | ProblemType::InvalidContact
+        | ProblemType::Malformed
+        | ProblemType::RejectedIdentifier
+        | ProblemType::UnsupportedContact
+        | ProblemType::UnsupportedIdentifier
+        | ProblemType::Compound
+        | ProblemType::Caa
+        | ProblemType::Connection
+        | ProblemType::Dns
+        | ProblemType::IncorrectResponse
+        | ProblemType::Tls => StatusCode::BAD_REQUEST,
+        ProblemType::Unauthorized
+        | ProblemType::OrderNotReady
+        | ProblemType::UserActionRequired
+        | ProblemType::ExternalAccountRequired => StatusCode::FORBIDDEN,
+        ProblemType::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ProblemType::ServerInternal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl std::ops::Deref for ApiError {
+    type Target = ApiErrorParts;
+
+    fn deref(&self) -> &ApiErrorParts {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut ApiErrorParts {
+        &mut self.0
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let parts = *self.0;
+        let body = wire::problem_json(&parts.problem, parts.status.as_u16());
+        let mut response = (parts.status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        for (name, value) in parts.headers {
+            headers.append(name, value);
+        }
+        if let Some(info) = &parts.rate_limit {
+            info.apply(headers);
+        }
+        response
+    }
+}
+
+impl From<storage::error::Error> for ApiError {
+    fn from(e: storage::error::Error) -> Self {
+        use storage::error::Error as E;
+        match e {
+            E::AlreadyRevoked => Self::new(
+                ProblemType::AlreadyRevoked,
+                "The certificate is already revoked",
+            ),
+            E::NotFound => Self::not_found("The object"),
+            E::OrderNotReady(status) => Self::new(
+                ProblemType::OrderNotReady,
+                format!(
+                    "The order is {}, not ready: finalize needs every authorization to be valid first",
+                    status.as_str()
+                ),
+            ),
+            E::WrongState(why) => Self::malformed(why),
+            other => Self::internal("storage failed", &other),
+        }
+    }
+}
+
+impl From<acme_jose::Error> for ApiError {
+    fn from(e: acme_jose::Error) -> Self {
+        use acme_jose::Error as E;
+        let kind = match &e {
+            E::BadSignatureAlgorithm(_) => ProblemType::BadSignatureAlgorithm,
+            E::BadPublicKey(_) => ProblemType::BadPublicKey,
+            _ => ProblemType::Malformed,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<issuance::Error> for ApiError {
+    fn from(e: issuance::Error) -> Self {
+        use issuance::Error as E;
+        match e {
+            E::BadCsr(d) => Self::new(ProblemType::BadCsr, d),
+            E::BadPublicKey(d) => Self::new(ProblemType::BadPublicKey, d),
+            other => Self::internal("issuance failed", &other),
+        }
+    }
+}

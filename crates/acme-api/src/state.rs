@@ -1,0 +1,57 @@
+//! Everything a handler needs, shared by all requests.
+
+use std::sync::Arc;
+
+use acme_core::clock::SharedClock;
+use issuance::Ca;
+use storage::Storage;
+use workers::Workers;
+
+use crate::limits::RateLimits;
+use crate::nonce::NonceService;
+use crate::settings::ApiSettings;
+
+/// Shared state of the ACME endpoint; cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) settings: ApiSettings,
+    pub(crate) storage: Storage,
+    pub(crate) ca: Arc<Ca>,
+    pub(crate) workers: Workers,
+    pub(crate) clock: SharedClock,
+    pub(crate) nonces: NonceService,
+    pub(crate) limits: Arc<RateLimits>,
+}
+
+impl ApiState {
+    /// Assembles the state; `nonces` decides whether nonces are shared between instances.
+    pub fn new(
+        settings: ApiSettings,
+        storage: Storage,
+        ca: Arc<Ca>,
+        workers: Workers,
+        clock: SharedClock,
+        nonces: NonceService,
+        limits: Arc<RateLimits>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                storage,
+                ca,
+                workers,
+                clock,
+                nonces,
+                limits,
+            }),
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{}", self.inner.settings.base_url, path)
+    }
+}

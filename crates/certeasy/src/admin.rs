@@ -1,0 +1,173 @@
+//! The admin listener: metrics, health, and admin functions (reload, rate-limit buckets). It is a
+//! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
+//! listener. `certeasy admin ...` is a client of this API.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::OnceLock;
+
+use acme_api::limits::RateLimits;
+use acme_core::clock::SharedClock;
+use axum::Router;
+use axum::extract::Path;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::routing::post;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::PrometheusHandle;
+use ratelimits::BucketId;
+use ratelimits::LimitName;
+use storage::Storage;
+
+static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once; later calls (several servers in one test
+/// process) share it. Histograms get explicit buckets so they aggregate across instances.
+pub fn prometheus() -> Option<PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0,
+                ])
+                .ok()?;
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            Some(handle)
+        })
+        .clone()
+}
+
+/// What the admin API needs.
+#[derive(Clone)]
+pub struct AdminContext {
+    pub storage: Storage,
+    pub limits: Arc<RateLimits>,
+    pub config_path: Option<PathBuf>,
+    pub clock: SharedClock,
+}
+
+#[derive(Clone)]
+struct AdminState {
+    ctx: AdminContext,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// `/metrics`, `/healthz` (the process is up), `/readyz` (the database answers), and `/admin/*`.
+pub fn router(ctx: AdminContext) -> Router {
+    let state = AdminState {
+        ctx,
+        metrics: prometheus(),
+    };
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/admin/reload", post(reload))
+        .route("/admin/ratelimit/{limit}/{id}", get(show_bucket))
+        .route("/admin/ratelimit/{limit}/{id}/reset", post(reset_bucket))
+        .with_state(state)
+}
+
+async fn metrics_text(State(state): State<AdminState>) -> (StatusCode, String) {
+    match &state.metrics {
+        Some(handle) => {
+            handle.run_upkeep();
+            (StatusCode::OK, handle.render())
+        }
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed\n".to_owned(),
+        ),
+    }
+}
+
+async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
+    match state.ctx.storage.ping().await {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("database unavailable: {e}\n"),
+        ),
+    }
+}
+
+async fn reload(State(state): State<AdminState>) -> (StatusCode, String) {
+    match crate::serve::reload_limits(&state.ctx.limits, state.ctx.config_path.as_deref()) {
+        Ok(()) => {
+            tracing::info!("rate limits reloaded");
+            (
+                StatusCode::OK,
+                "rate limits and overrides reloaded\n".to_owned(),
+            )
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "reload refused; the previous limits stay in force");
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("reload refused; the previous limits stay in force:\n{e:#}\n"),
+            )
+        }
+    }
+}
+
+fn parse_bucket(limit: &str, id: &str) -> Result<(LimitName, BucketId), (StatusCode, String)> {
+    let name: LimitName = limit
+        .parse()
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+    let id = BucketId::parse(name, id).map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+    Ok((name, id))
+}
+
+async fn show_bucket(
+    State(state): State<AdminState>,
+    Path((limit, id)): Path<(String, String)>,
+) -> (StatusCode, String) {
+    let (name, id) = match parse_bucket(&limit, &id) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    let limiter = state.ctx.limits.limiter();
+    match limiter.show(state.ctx.clock.now(), name, &id).await {
+        Ok(Some(b)) => (
+            StatusCode::OK,
+            format!(
+                "bucket:    {}\nlimit:     burst {}, {} per {}\nremaining: {}\nfull at:   {}\n",
+                b.key,
+                b.limit.burst(),
+                b.limit.count(),
+                acme_core::duration::ConfigDuration(b.limit.period()),
+                b.remaining,
+                b.reset_at
+            ),
+        ),
+        Ok(None) => (
+            StatusCode::OK,
+            format!("{limit} does not apply to {id:?} (disabled or whitelisted)\n"),
+        ),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
+async fn reset_bucket(
+    State(state): State<AdminState>,
+    Path((limit, id)): Path<(String, String)>,
+) -> (StatusCode, String) {
+    let (name, id) = match parse_bucket(&limit, &id) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    match state.ctx.limits.limiter().reset(name, &id).await {
+        Ok(()) => {
+            tracing::info!(limit = %limit, "rate-limit bucket reset by an operator");
+            (
+                StatusCode::OK,
+                "bucket reset: it is full again\n".to_owned(),
+            )
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}

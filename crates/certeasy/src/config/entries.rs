@@ -1,0 +1,85 @@
+//! Deserializers for values that are parsed from strings one entry at a time.
+//!
+//! Each list element is parsed while the deserializer still stands on it, so an error such as a
+//! malformed CIDR is reported at the element's own line rather than at the end of the list.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+use ratelimits::config::parse_ip_or_cidr;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+
+/// The port a resolver listed without one is queried on.
+const DNS_PORT: u16 = 53;
+
+/// A path where the empty string (or null) means "not set", matching the shipped file's `""`.
+pub(crate) fn deserialize_optional_path<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<PathBuf>, D::Error> {
+    let raw = Option::<String>::deserialize(d)?;
+    Ok(raw.filter(|s| !s.trim().is_empty()).map(PathBuf::from))
+}
+
+/// A list of strings where a bare `key:` (null) means the empty list.
+pub(crate) fn deserialize_strings<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A list of networks; a bare address is a /32 or /128.
+pub(crate) fn deserialize_cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let raw = Option::<Vec<CidrEntry>>::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|CidrEntry(net)| net)
+        .collect())
+}
+
+/// A list of resolver addresses; a bare IP means port 53.
+pub(crate) fn deserialize_resolvers<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<SocketAddr>, D::Error> {
+    let raw = Option::<Vec<ResolverEntry>>::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|ResolverEntry(addr)| addr)
+        .collect())
+}
+
+struct CidrEntry(IpNet);
+
+impl<'de> Deserialize<'de> for CidrEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_ip_or_cidr(&text)
+            .map(CidrEntry)
+            .map_err(D::Error::custom)
+    }
+}
+
+struct ResolverEntry(SocketAddr);
+
+impl<'de> Deserialize<'de> for ResolverEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_resolver(&text)
+            .map(ResolverEntry)
+            .map_err(D::Error::custom)
+    }
+}
+
+/// Parses `192.0.2.53:53`, `[2001:db8::53]:53`, or a bare address.
+fn parse_resolver(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, DNS_PORT)).map_err(|_| {
+        format!("{text:?} is not a resolver address: write an IP address and port, e.g. 192.0.2.53:53")
+    })
+}

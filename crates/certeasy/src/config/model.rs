@@ -1,0 +1,425 @@
+//! The typed configuration tree and its defaults.
+//!
+//! Every struct carries `#[serde(default)]` so that any key, or a whole section, may be left out,
+//! and `deny_unknown_fields` so that a typo is an error rather than a silently ignored setting.
+//! The `Default` impls are the documented defaults: `config/certeasy.yaml` spells out the same
+//! values and a test keeps the two equal.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+use acme_core::duration::ConfigDuration;
+use acme_core::identifier::IdentifierPolicy;
+use ipnet::IpNet;
+use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
+use serde::Deserialize;
+
+use super::entries::{
+    deserialize_cidrs, deserialize_optional_path, deserialize_resolvers, deserialize_strings,
+};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// Where the SQLite database, CA keys and the generated TLS certificate live.
+    pub data_dir: PathBuf,
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub ca: CaConfig,
+    pub issuance: IssuanceConfig,
+    pub acme: AcmeConfig,
+    pub identifiers: IdentifiersConfig,
+    pub validation: ValidationConfig,
+    pub logging: LoggingConfig,
+    pub rate_limiting: RateLimitingConfig,
+    pub redis: RedisConfig,
+    /// Path of the per-ID overrides YAML file; `None` when the key is empty.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub rate_limit_overrides: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            server: ServerConfig::default(),
+            database: DatabaseConfig::default(),
+            ca: CaConfig::default(),
+            issuance: IssuanceConfig::default(),
+            acme: AcmeConfig::default(),
+            identifiers: IdentifiersConfig::default(),
+            validation: ValidationConfig::default(),
+            logging: LoggingConfig::default(),
+            rate_limiting: RateLimitingConfig::default(),
+            redis: RedisConfig::default(),
+            rate_limit_overrides: None,
+        }
+    }
+}
+
+impl Config {
+    /// The database URL to connect to: `database.url`, or a SQLite file under `data-dir` when it
+    /// is empty, so that a bare configuration still keeps its state next to its CA keys.
+    pub fn database_url(&self) -> String {
+        let url = self.database.url.trim();
+        if url.is_empty() {
+            format!("sqlite://{}", self.data_dir.join("certeasy.db").display())
+        } else {
+            url.to_owned()
+        }
+    }
+
+    /// The `ratelimits` settings with the keys this file keeps elsewhere filled in:
+    /// `redis:` (shared with other users of Redis), `server.ipv6-prefix-length` and
+    /// `rate-limit-overrides`. Redis buckets are kept under `<redis.key-prefix>rl:`.
+    pub fn rate_limiting_settings(&self) -> RateLimitingConfig {
+        let mut settings = self.rate_limiting.clone();
+        settings.ipv6_prefix_length = self.server.ipv6_prefix_length;
+        settings.overrides_file = self.rate_limit_overrides.clone();
+        settings.redis = (!self.redis.shards.is_empty()).then(|| RateLimitRedis {
+            shards: self.redis.shards.clone(),
+            key_prefix: format!("{}rl:", self.redis.key_prefix),
+            timeout: self.redis.timeout,
+            ..RateLimitRedis::default()
+        });
+        settings
+    }
+
+    /// The base URL clients reach the ACME listener at, without a trailing slash.
+    ///
+    /// Defaults to `https://localhost:<listen port>` because the self-issued listener
+    /// certificate names `localhost` by default.
+    pub fn external_url(&self) -> String {
+        let url = self.server.external_url.trim().trim_end_matches('/');
+        if url.is_empty() {
+            format!("https://localhost:{}", self.server.listen.port())
+        } else {
+            url.to_owned()
+        }
+    }
+}
+
+/// `server:` the two listeners and how requests reach them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerConfig {
+    /// The HTTPS ACME listener. Port 0 binds an ephemeral port (tests).
+    pub listen: SocketAddr,
+    /// The plain-HTTP admin listener (`/metrics`, `/healthz`, `/readyz`, admin API); it is never
+    /// served on the ACME listener, so it can stay on loopback.
+    pub admin_listen: SocketAddr,
+    /// Base URL clients use; empty means `https://localhost:<listen port>`.
+    pub external_url: String,
+    /// DNS names and IP addresses on the self-issued listener certificate.
+    pub tls_names: Vec<String>,
+    /// PEM certificate chain for the listener instead of a self-issued one.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub tls_certificate: Option<PathBuf>,
+    /// The PEM private key of `tls-certificate`.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub tls_private_key: Option<PathBuf>,
+    /// Peers whose `X-Forwarded-For` header is believed.
+    #[serde(deserialize_with = "deserialize_cidrs")]
+    pub trusted_proxies: Vec<IpNet>,
+    pub max_body_bytes: usize,
+    pub request_timeout: ConfigDuration,
+    /// IPv6 clients are keyed by this prefix in per-IP limits, since one host usually owns a
+    /// whole /64 and could otherwise rotate addresses to escape its bucket.
+    pub ipv6_prefix_length: u8,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 14000),
+            admin_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 14001),
+            external_url: String::new(),
+            tls_names: vec![
+                "localhost".to_owned(),
+                Ipv4Addr::LOCALHOST.to_string(),
+                Ipv6Addr::LOCALHOST.to_string(),
+            ],
+            tls_certificate: None,
+            tls_private_key: None,
+            trusted_proxies: Vec::new(),
+            max_body_bytes: 65_536,
+            request_timeout: ConfigDuration::from_secs(30),
+            ipv6_prefix_length: 64,
+        }
+    }
+}
+
+/// `database:`
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DatabaseConfig {
+    /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
+    /// (see [`Config::database_url`]).
+    pub url: String,
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            max_connections: 16,
+        }
+    }
+}
+
+/// `ca:` the certificate authority that signs everything.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CaConfig {
+    pub key_algorithm: KeyAlgorithm,
+    pub organization: String,
+    pub root_common_name: String,
+    pub intermediate_common_name: String,
+    pub root_validity: ConfigDuration,
+    pub intermediate_validity: ConfigDuration,
+    /// An existing CA to load instead of creating one.
+    pub existing: ExistingCaConfig,
+}
+
+impl Default for CaConfig {
+    fn default() -> Self {
+        Self {
+            key_algorithm: KeyAlgorithm::EcdsaP256,
+            organization: "Certeasy".to_owned(),
+            root_common_name: "Certeasy Root CA".to_owned(),
+            intermediate_common_name: "Certeasy Intermediate CA".to_owned(),
+            root_validity: ConfigDuration::from_secs(3650 * 86_400),
+            intermediate_validity: ConfigDuration::from_secs(1825 * 86_400),
+            existing: ExistingCaConfig::default(),
+        }
+    }
+}
+
+/// The key type of generated CA keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum KeyAlgorithm {
+    #[default]
+    #[serde(rename = "ecdsa-p256")]
+    EcdsaP256,
+    #[serde(rename = "ecdsa-p384")]
+    EcdsaP384,
+    #[serde(rename = "rsa-2048")]
+    Rsa2048,
+    #[serde(rename = "rsa-3072")]
+    Rsa3072,
+    #[serde(rename = "rsa-4096")]
+    Rsa4096,
+}
+
+impl KeyAlgorithm {
+    /// The spelling used in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EcdsaP256 => "ecdsa-p256",
+            Self::EcdsaP384 => "ecdsa-p384",
+            Self::Rsa2048 => "rsa-2048",
+            Self::Rsa3072 => "rsa-3072",
+            Self::Rsa4096 => "rsa-4096",
+        }
+    }
+}
+
+/// `ca.existing:` paths of PEM files of a CA created elsewhere; all `None` means "create one".
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ExistingCaConfig {
+    /// The issuing CA certificate.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub certificate: Option<PathBuf>,
+    /// Its private key (PKCS#8).
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub private_key: Option<PathBuf>,
+    /// Further CA certificates up to the root.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub chain: Option<PathBuf>,
+}
+
+impl ExistingCaConfig {
+    /// True when an existing CA is to be loaded rather than one created.
+    pub fn is_configured(&self) -> bool {
+        self.certificate.is_some()
+    }
+}
+
+/// `issuance:` validity of end-entity certificates.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct IssuanceConfig {
+    pub default_validity: ConfigDuration,
+    pub max_validity: ConfigDuration,
+    /// `notBefore` is set this far in the past to tolerate clients with slow clocks.
+    pub backdate: ConfigDuration,
+}
+
+impl Default for IssuanceConfig {
+    fn default() -> Self {
+        Self {
+            default_validity: ConfigDuration::from_secs(90 * 86_400),
+            max_validity: ConfigDuration::from_secs(397 * 86_400),
+            backdate: ConfigDuration::from_secs(60),
+        }
+    }
+}
+
+/// `acme:` protocol-level settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AcmeConfig {
+    /// URL of the terms of service; when set, newAccount must agree to them.
+    pub terms_of_service: String,
+    pub website: String,
+    /// Issuer domains for CAA; when non-empty CAA checking is enabled.
+    pub caa_identities: Vec<String>,
+    pub order_lifetime: ConfigDuration,
+    /// Pending authorizations expire after this.
+    pub authorization_lifetime: ConfigDuration,
+    /// A valid authorization may be reused for this long.
+    pub valid_authorization_lifetime: ConfigDuration,
+    pub reuse_valid_authorizations: bool,
+    pub nonce_lifetime: ConfigDuration,
+    pub orders_per_page: usize,
+    pub max_identifiers_per_order: usize,
+    /// `Retry-After` on pending authorizations and processing orders.
+    pub retry_after: ConfigDuration,
+    pub max_contacts: usize,
+}
+
+impl Default for AcmeConfig {
+    fn default() -> Self {
+        Self {
+            terms_of_service: String::new(),
+            website: String::new(),
+            caa_identities: Vec::new(),
+            order_lifetime: ConfigDuration::from_secs(7 * 86_400),
+            authorization_lifetime: ConfigDuration::from_secs(7 * 86_400),
+            valid_authorization_lifetime: ConfigDuration::from_secs(30 * 86_400),
+            reuse_valid_authorizations: true,
+            nonce_lifetime: ConfigDuration::from_secs(3600),
+            orders_per_page: 100,
+            max_identifiers_per_order: 100,
+            retry_after: ConfigDuration::from_secs(3),
+            max_contacts: 10,
+        }
+    }
+}
+
+/// `identifiers:` which names and addresses this CA issues for.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct IdentifiersConfig {
+    /// When non-empty, only these domains and their subdomains.
+    #[serde(deserialize_with = "deserialize_strings")]
+    pub allow_domains: Vec<String>,
+    #[serde(deserialize_with = "deserialize_strings")]
+    pub deny_domains: Vec<String>,
+    /// When non-empty, only addresses inside these networks.
+    #[serde(deserialize_with = "deserialize_cidrs")]
+    pub allow_cidrs: Vec<IpNet>,
+    #[serde(deserialize_with = "deserialize_cidrs")]
+    pub deny_cidrs: Vec<IpNet>,
+}
+
+impl IdentifiersConfig {
+    /// The policy `acme-core` checks identifiers against.
+    pub fn policy(&self) -> IdentifierPolicy {
+        IdentifierPolicy {
+            allow_domains: self.allow_domains.clone(),
+            deny_domains: self.deny_domains.clone(),
+            allow_cidrs: self.allow_cidrs.clone(),
+            deny_cidrs: self.deny_cidrs.clone(),
+        }
+    }
+}
+
+/// `validation:` how challenges are checked.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ValidationConfig {
+    /// Resolvers to query; empty means the host's resolver configuration. A bare IP means port 53.
+    #[serde(deserialize_with = "deserialize_resolvers")]
+    pub dns_servers: Vec<SocketAddr>,
+    /// Port http-01 connects to; only tests change it.
+    pub http_port: u16,
+    /// Port tls-alpn-01 connects to; only tests change it.
+    pub tls_alpn_port: u16,
+    /// Whether challenge targets may resolve to loopback addresses (tests and labs only).
+    pub allow_loopback: bool,
+    pub timeout: ConfigDuration,
+    pub workers: usize,
+    /// Attempts per job before giving up.
+    pub max_attempts: u32,
+    /// How long a worker holds a claimed job; after a crash, the job is retried once it expires.
+    pub job_lease: ConfigDuration,
+}
+
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        Self {
+            dns_servers: Vec::new(),
+            http_port: 80,
+            tls_alpn_port: 443,
+            allow_loopback: false,
+            timeout: ConfigDuration::from_secs(10),
+            workers: 4,
+            max_attempts: 3,
+            job_lease: ConfigDuration::from_secs(60),
+        }
+    }
+}
+
+/// `logging:`
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LoggingConfig {
+    /// A `tracing` filter directive such as `info,certeasy=debug`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `redis:` shared rate-limit state for several instances.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RedisConfig {
+    /// `redis://host:port` URLs; empty means limits are kept in memory.
+    #[serde(deserialize_with = "deserialize_strings")]
+    pub shards: Vec<String>,
+    pub timeout: ConfigDuration,
+    pub key_prefix: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            shards: Vec::new(),
+            timeout: ConfigDuration(std::time::Duration::from_millis(50)),
+            key_prefix: "certeasy:".to_owned(),
+        }
+    }
+}

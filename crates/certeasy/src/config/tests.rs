@@ -1,0 +1,516 @@
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use acme_core::duration::ConfigDuration;
+use ipnet::IpNet;
+use ratelimits::config::RateLimitingConfig;
+
+use super::{Config, ConfigError, ConfigProblem, KeyAlgorithm, LogFormat, from_str, load};
+
+const SHIPPED: &str = include_str!("../../../../config/certeasy.yaml");
+
+/// The problems of a failed load, with a readable failure when it unexpectedly succeeded.
+fn problems(text: &str) -> Vec<ConfigProblem> {
+    match from_str(text, "certeasy.yaml") {
+        Ok(config) => panic!("expected an error, got {config:?}"),
+        Err(error) => error.problems().to_vec(),
+    }
+}
+
+fn only_problem(text: &str) -> ConfigProblem {
+    let mut all = problems(text);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    all.remove(0)
+}
+
+fn days(n: u64) -> ConfigDuration {
+    ConfigDuration::from_secs(n * 86_400)
+}
+
+#[test]
+fn shipped_file_equals_defaults() {
+    let config = from_str(SHIPPED, "config/certeasy.yaml").unwrap();
+    assert_eq!(config, Config::default());
+}
+
+#[test]
+fn defaults_are_the_documented_values() {
+    let config = Config::default();
+    assert_eq!(config.data_dir, PathBuf::from("./data"));
+    assert_eq!(
+        config.server.listen,
+        "0.0.0.0:14000".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(
+        config.server.admin_listen,
+        "127.0.0.1:14001".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.server.tls_names, ["localhost", "127.0.0.1", "::1"]);
+    assert_eq!(config.ca.key_algorithm, KeyAlgorithm::EcdsaP256);
+    assert_eq!(config.issuance.max_validity, days(397));
+    assert_eq!(config.issuance.backdate, ConfigDuration::from_secs(60));
+    assert_eq!(config.redis.timeout.std().as_millis(), 50);
+    assert_eq!(config.logging.format, LogFormat::Text);
+    assert_eq!(config.rate_limiting, RateLimitingConfig::default());
+}
+
+#[test]
+fn empty_and_comment_only_files_give_defaults() {
+    assert_eq!(from_str("", "empty.yaml").unwrap(), Config::default());
+    assert_eq!(
+        from_str("# nothing here\n", "c.yaml").unwrap(),
+        Config::default()
+    );
+}
+
+#[test]
+fn load_reads_a_file_and_names_it_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("certeasy.yaml");
+    std::fs::write(&path, "validation:\n  workers: 8\n").unwrap();
+    assert_eq!(load(&path).unwrap().validation.workers, 8);
+
+    std::fs::write(&path, "validation:\n  workers: 0\n").unwrap();
+    let error = load(&path).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("{}:2:3: validation.workers", path.display())),
+        "{error}"
+    );
+
+    let missing = dir.path().join("absent.yaml");
+    let error = load(&missing).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }));
+    assert!(error.to_string().contains("absent.yaml"), "{error}");
+}
+
+#[test]
+fn unknown_key_names_file_line_and_parent_path() {
+    let problem = only_problem("data-dir: /srv\nserver:\n  lissen: \"0.0.0.0:1\"\n");
+    assert_eq!((problem.line, problem.column), (Some(3), Some(3)));
+    assert_eq!(problem.key_path, "server");
+    assert!(
+        problem.message.contains("unknown field `lissen`"),
+        "{}",
+        problem.message
+    );
+    assert!(
+        problem.message.contains("admin-listen"),
+        "the expected keys are listed: {}",
+        problem.message
+    );
+    assert!(
+        problem
+            .to_string()
+            .starts_with("certeasy.yaml:3:3: server: unknown field"),
+        "{problem}"
+    );
+
+    let nested = only_problem("rate-limiting:\n  global:\n    enabled: true\n    brust: 3\n");
+    assert_eq!(nested.key_path, "rate-limiting.global");
+    assert_eq!(nested.line, Some(4));
+
+    let top = only_problem("data-dir: x\ndatadir: y\n");
+    assert_eq!(top.key_path, "");
+    assert_eq!(top.line, Some(2));
+    assert!(
+        top.to_string()
+            .contains("certeasy.yaml:2:1: (document): unknown field `datadir`"),
+        "{top}"
+    );
+}
+
+#[test]
+fn wrong_type_names_the_key_and_the_value() {
+    let problem = only_problem("validation:\n  dns-servers: []\n  http-port: 700000\n");
+    assert_eq!(problem.key_path, "validation.http-port");
+    assert_eq!(problem.line, Some(3));
+    assert!(
+        problem.message.contains("u16") && problem.message.contains("700000"),
+        "{}",
+        problem.message
+    );
+
+    let seq = only_problem("server:\n  tls-names: localhost\n");
+    assert_eq!(seq.key_path, "server.tls-names");
+
+    let mapping = only_problem("server: [1, 2]\n");
+    assert_eq!(mapping.key_path, "server");
+
+    let boolean = only_problem("acme:\n  reuse-valid-authorizations: yes\n");
+    assert_eq!(boolean.key_path, "acme.reuse-valid-authorizations");
+
+    let enumeration = only_problem("ca:\n  key-algorithm: rsa-1024\n");
+    assert_eq!(enumeration.key_path, "ca.key-algorithm");
+    assert!(
+        enumeration.message.contains("ecdsa-p256"),
+        "{}",
+        enumeration.message
+    );
+
+    let duration = only_problem("issuance:\n  backdate: 5 minutes\n");
+    assert_eq!(duration.key_path, "issuance.backdate");
+    assert!(
+        duration.message.contains("invalid duration"),
+        "{}",
+        duration.message
+    );
+}
+
+#[test]
+fn duplicate_keys_are_rejected() {
+    let problem = only_problem("server:\n  listen: \"0.0.0.0:1\"\n  listen: \"0.0.0.0:2\"\n");
+    assert_eq!(problem.line, Some(3));
+    assert_eq!(problem.key_path, "server");
+    assert!(
+        problem.message.contains("duplicate") && problem.message.contains("listen"),
+        "{}",
+        problem.message
+    );
+
+    let sections = only_problem("redis:\n  timeout: 1s\nredis:\n  timeout: 2s\n");
+    assert_eq!(sections.line, Some(3));
+}
+
+#[test]
+fn bad_list_entries_point_at_the_entry() {
+    let problem = only_problem("server:\n  trusted-proxies:\n    - 10.0.0.0/8\n    - not-a-net\n");
+    assert_eq!(problem.key_path, "server.trusted-proxies[1]");
+    assert_eq!(problem.line, Some(4));
+    assert!(problem.message.contains("not-a-net"), "{}", problem.message);
+
+    let resolver =
+        only_problem("validation:\n  dns-servers: [\"192.0.2.1:53\", \"resolver.example\"]\n");
+    assert_eq!(resolver.key_path, "validation.dns-servers[1]");
+}
+
+#[test]
+fn semantic_errors_are_all_reported_with_lines() {
+    let text = "\
+data-dir: \"\"
+server:
+  external-url: http://acme.internal
+  ipv6-prefix-length: 0
+issuance:
+  default-validity: 90d
+  max-validity: 30d
+validation:
+  workers: 0
+  http-port: 0
+rate-limiting:
+  global:
+    burst: 0
+  duplicate-certificate:
+    max-per-window: 5
+    window: 0s
+redis:
+  shards: [\"http://cache:6379\"]
+";
+    let all = problems(text);
+    let found: Vec<(&str, Option<u64>)> =
+        all.iter().map(|p| (p.key_path.as_str(), p.line)).collect();
+    assert_eq!(
+        found,
+        [
+            ("data-dir", Some(1)),
+            ("server.external-url", Some(3)),
+            ("server.ipv6-prefix-length", Some(4)),
+            ("issuance.max-validity", Some(7)),
+            ("validation.http-port", Some(10)),
+            ("validation.workers", Some(9)),
+            ("rate-limiting.global.burst", Some(13)),
+            ("rate-limiting.duplicate-certificate.window", Some(16)),
+            ("redis.shards[0]", Some(18)),
+        ],
+        "{all:#?}"
+    );
+    assert!(all[1].message.contains("https"), "{}", all[1].message);
+
+    let report = from_str(text, "config/certeasy.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        report.starts_with("invalid configuration config/certeasy.yaml (9 problems):"),
+        "{report}"
+    );
+    assert!(
+        report.contains("\n  config/certeasy.yaml:9:3: validation.workers: must be at least 1"),
+        "{report}"
+    );
+    assert!(report.contains("      9 |   workers: 0"), "{report}");
+}
+
+#[test]
+fn semantic_checks_cover_relations_and_formats() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "server:\n  admin-listen: \"0.0.0.0:14000\"\n",
+            "server.admin-listen",
+        ),
+        (
+            "server:\n  tls-certificate: /etc/cert.pem\n",
+            "server.tls-certificate",
+        ),
+        (
+            "server:\n  tls-names: [\"bad name\"]\n",
+            "server.tls-names[0]",
+        ),
+        (
+            "server:\n  external-url: \"::nope\"\n",
+            "server.external-url",
+        ),
+        ("database:\n  url: mysql://db\n", "database.url"),
+        (
+            "database:\n  max-connections: 0\n",
+            "database.max-connections",
+        ),
+        (
+            "ca:\n  intermediate-validity: 4000d\n",
+            "ca.intermediate-validity",
+        ),
+        (
+            "ca:\n  existing:\n    private-key: /k.pem\n",
+            "ca.existing.private-key",
+        ),
+        (
+            "acme:\n  terms-of-service: not a url\n",
+            "acme.terms-of-service",
+        ),
+        (
+            "acme:\n  caa-identities: [\"*.example.com\"]\n",
+            "acme.caa-identities[0]",
+        ),
+        ("acme:\n  order-lifetime: 0s\n", "acme.order-lifetime"),
+        (
+            "identifiers:\n  deny-domains: [\"exa mple.com\"]\n",
+            "identifiers.deny-domains[0]",
+        ),
+        ("logging:\n  level: \"info,[[\"\n", "logging.level"),
+        (
+            "rate-limiting:\n  order-creation:\n    order-burst: 0\n",
+            "rate-limiting.order-creation.order-burst",
+        ),
+        (
+            "rate-limiting:\n  pending-authorizations:\n    max: 0\n",
+            "rate-limiting.pending-authorizations.max",
+        ),
+        (
+            "redis:\n  shards: [\"redis://a:1\", \"redis://a:1\"]\n",
+            "redis.shards[1]",
+        ),
+    ];
+    for (text, path) in cases {
+        let problem = only_problem(text);
+        assert_eq!(problem.key_path, *path, "{text}");
+        assert!(problem.line.is_some(), "{problem}");
+    }
+}
+
+#[test]
+fn disabled_limits_may_have_zero_counts() {
+    let config = from_str(
+        "rate-limiting:\n  global:\n    enabled: false\n    burst: 0\n",
+        "c.yaml",
+    )
+    .unwrap();
+    assert!(!config.rate_limiting.global.enabled);
+}
+
+#[test]
+fn a_check_on_a_default_points_at_the_conflicting_key() {
+    // max-validity stays at its default 397d and conflicts with the value written here.
+    let problem = only_problem("issuance:\n  default-validity: 400d\n");
+    assert_eq!(problem.key_path, "issuance.max-validity");
+    assert_eq!(problem.line, Some(2));
+    assert!(
+        problem.message.contains("not set in the file"),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn seed_rate_limiting_block_equals_defaults() {
+    let text = "\
+rate-limiting:
+  whitelist: # Empty — no bypass by default
+
+  global:
+    enabled: true
+    requests-per-minute: 200
+    burst: 20
+
+  account-creation:
+    enabled: true
+    per-ip-per-hour: 5
+    burst: 2
+
+  order-creation:
+    enabled: true
+    orders-per-account-per-hour: 20
+    order-burst: 5
+    san-budget-per-account-per-hour: 100
+
+  duplicate-certificate:
+    enabled: true
+    max-per-window: 5
+    window: 168h
+
+  failed-validation:
+    enabled: true
+    max-per-window: 5
+    window: 1h
+
+  pending-authorizations:
+    enabled: true
+    max: 30
+";
+    assert_eq!(from_str(text, "seed.yaml").unwrap(), Config::default());
+
+    let whitelisted = "rate-limiting:\n  whitelist:\n    - \"127.0.0.1\"\n    - \"10.0.0.0/8\"\n    - \"2001:db8::/32\"\n";
+    let config = from_str(whitelisted, "w.yaml").unwrap();
+    let expected: Vec<IpNet> = ["127.0.0.1/32", "10.0.0.0/8", "2001:db8::/32"]
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(config.rate_limiting.whitelist, expected);
+}
+
+#[test]
+fn partial_sections_keep_other_defaults() {
+    let config = from_str(
+        "server:\n  listen: \"127.0.0.1:8443\"\nrate-limiting:\n  global:\n    burst: 50\n",
+        "p.yaml",
+    )
+    .unwrap();
+    let mut expected = Config::default();
+    expected.server.listen = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8443);
+    expected.rate_limiting.global.burst = 50;
+    assert_eq!(config, expected);
+}
+
+#[test]
+fn durations_cidrs_and_resolvers_parse() {
+    let text = "\
+server:
+  trusted-proxies: [\"10.1.2.3\", \"192.168.0.0/16\", \"::1\"]
+  request-timeout: 1m30s
+identifiers:
+  allow-cidrs: [\"10.9.9.9/8\"]
+validation:
+  dns-servers: [\"127.0.0.1:5353\", \"192.0.2.53\", \"[::1]:53\"]
+  timeout: 500ms
+acme:
+  nonce-lifetime: 2h
+";
+    let config = from_str(text, "d.yaml").unwrap();
+    let nets: Vec<IpNet> = ["10.1.2.3/32", "192.168.0.0/16", "::1/128"]
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(config.server.trusted_proxies, nets);
+    // A CIDR with host bits set is truncated to its network.
+    assert_eq!(
+        config.identifiers.allow_cidrs,
+        vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+    );
+    assert_eq!(config.server.request_timeout, ConfigDuration::from_secs(90));
+    assert_eq!(config.validation.timeout.std().as_millis(), 500);
+    assert_eq!(config.acme.nonce_lifetime, ConfigDuration::from_secs(7200));
+    let resolvers: Vec<SocketAddr> = ["127.0.0.1:5353", "192.0.2.53:53", "[::1]:53"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(config.validation.dns_servers, resolvers);
+    assert!(
+        config.identifiers.policy().allow_cidrs[0]
+            .contains(&"10.200.0.1".parse::<IpAddr>().unwrap())
+    );
+}
+
+#[test]
+fn database_url_defaults_under_data_dir() {
+    assert_eq!(
+        Config::default().database_url(),
+        "sqlite://./data/certeasy.db"
+    );
+    let config = from_str("data-dir: /var/lib/certeasy\n", "d.yaml").unwrap();
+    assert_eq!(
+        config.database_url(),
+        "sqlite:///var/lib/certeasy/certeasy.db"
+    );
+    let config = from_str(
+        "database:\n  url: postgres://postgres@127.0.0.1/certeasy\n",
+        "d.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        config.database_url(),
+        "postgres://postgres@127.0.0.1/certeasy"
+    );
+}
+
+#[test]
+fn external_url_defaults_to_localhost_and_listen_port() {
+    assert_eq!(Config::default().external_url(), "https://localhost:14000");
+    let config = from_str(
+        "server:\n  external-url: https://acme.internal:8443/\n",
+        "e.yaml",
+    )
+    .unwrap();
+    assert_eq!(config.external_url(), "https://acme.internal:8443");
+}
+
+#[test]
+fn empty_paths_mean_unset() {
+    let config = from_str("server:\n  tls-certificate: /c.pem\n  tls-private-key: /k.pem\nrate-limit-overrides: o.yaml\n", "t.yaml")
+        .unwrap();
+    assert_eq!(config.server.tls_certificate, Some(PathBuf::from("/c.pem")));
+    assert_eq!(config.rate_limit_overrides, Some(PathBuf::from("o.yaml")));
+    assert!(!config.ca.existing.is_configured());
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let problem = only_problem("server:\n  listen: [\n");
+    assert!(problem.line.is_some(), "{problem}");
+    assert!(
+        problem.to_string().starts_with("certeasy.yaml:"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn rate_limiting_settings_take_the_top_level_keys() {
+    assert_eq!(Config::default().rate_limiting_settings().redis, None);
+    let text = "\
+server:
+  ipv6-prefix-length: 56
+redis:
+  shards: [\"redis://127.0.0.1:6379\"]
+  key-prefix: \"test:\"
+rate-limit-overrides: overrides.yaml
+";
+    let settings = from_str(text, "r.yaml").unwrap().rate_limiting_settings();
+    assert_eq!(settings.ipv6_prefix_length, 56);
+    assert_eq!(
+        settings.overrides_file,
+        Some(PathBuf::from("overrides.yaml"))
+    );
+    let redis = settings.redis.unwrap();
+    assert_eq!(redis.shards, ["redis://127.0.0.1:6379"]);
+    assert_eq!(redis.key_prefix, "test:rl:");
+}
+
+#[test]
+fn rate_limiting_copies_of_top_level_keys_are_refused() {
+    let problem = only_problem("rate-limiting:\n  redis:\n    shards: []\n");
+    assert_eq!(problem.key_path, "rate-limiting");
+    assert_eq!(problem.line, Some(2));
+    assert!(
+        problem.message.contains("unknown field `redis`"),
+        "{}",
+        problem.message
+    );
+}

@@ -1,0 +1,488 @@
+//! Checks that run after the file deserialized: values of the right type that still cannot work.
+//!
+//! Every check runs and every failure is collected, so an operator sees all problems at once.
+
+use std::net::{IpAddr, SocketAddr};
+
+use acme_core::duration::ConfigDuration;
+use tracing_subscriber::EnvFilter;
+use url::Url;
+
+use super::model::Config;
+
+/// A semantic problem, by key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Issue {
+    /// The key the problem is reported under.
+    pub(crate) path: String,
+    /// A related key to point at instead when `path` is not written in the file (for example
+    /// the value it is compared against).
+    pub(crate) related: Option<String>,
+    pub(crate) message: String,
+}
+
+/// Runs every check on `config`.
+pub(crate) fn check(config: &Config) -> Vec<Issue> {
+    let mut checker = Checker::default();
+    checker.top_level(config);
+    checker.server(config);
+    checker.database(config);
+    checker.ca_and_issuance(config);
+    checker.acme(config);
+    checker.identifiers(config);
+    checker.validation(config);
+    checker.logging(config);
+    checker.rate_limiting(config);
+    checker.redis(config);
+    checker.issues
+}
+
+#[derive(Default)]
+struct Checker {
+    issues: Vec<Issue>,
+}
+
+impl Checker {
+    fn fail(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path: path.into(),
+            related: None,
+            message: message.into(),
+        });
+    }
+
+    fn fail_related(&mut self, path: &str, related: &str, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path: path.to_owned(),
+            related: Some(related.to_owned()),
+            message: message.into(),
+        });
+    }
+
+    fn positive_duration(&mut self, path: &str, value: ConfigDuration) {
+        if value.std().is_zero() {
+            self.fail(path, "must be longer than zero");
+        }
+    }
+
+    fn at_least_one(&mut self, path: &str, value: u64) {
+        if value == 0 {
+            self.fail(path, "must be at least 1");
+        }
+    }
+
+    fn non_empty(&mut self, path: &str, value: &str) {
+        if value.trim().is_empty() {
+            self.fail(path, "must not be empty");
+        }
+    }
+
+    /// A URL given to people or clients (`acme.website`, `acme.terms-of-service`).
+    fn web_url(&mut self, path: &str, value: &str) {
+        if value.trim().is_empty() {
+            return;
+        }
+        match Url::parse(value.trim()) {
+            Err(error) => self.fail(path, format!("{value:?} is not a valid URL: {error}")),
+            Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+                self.fail(
+                    path,
+                    format!("{value:?} must be an http:// or https:// URL"),
+                );
+            }
+            Ok(url) if url.host().is_none() => {
+                self.fail(path, format!("{value:?} has no host"));
+            }
+            Ok(_) => {}
+        }
+    }
+
+    fn dns_name(&mut self, path: &str, value: &str) {
+        if value.starts_with("*.") {
+            self.fail(
+                path,
+                format!("{value:?}: write the domain without \"*.\"; subdomains are included"),
+            );
+        } else if let Err(reason) = check_dns_name(value) {
+            self.fail(path, format!("{value:?} is not a DNS name: {reason}"));
+        }
+    }
+
+    fn top_level(&mut self, config: &Config) {
+        if config.data_dir.as_os_str().is_empty() {
+            self.fail(
+                "data-dir",
+                "must not be empty: the database and CA keys are stored there",
+            );
+        }
+    }
+
+    fn server(&mut self, config: &Config) {
+        let server = &config.server;
+        if listeners_overlap(server.listen, server.admin_listen) {
+            self.fail_related(
+                "server.admin-listen",
+                "server.listen",
+                format!(
+                    "{} overlaps server.listen ({}): the admin API must never be served on the ACME listener",
+                    server.admin_listen, server.listen
+                ),
+            );
+        }
+        let external = server.external_url.trim();
+        if !external.is_empty() {
+            match Url::parse(external) {
+                Err(error) => {
+                    self.fail(
+                        "server.external-url",
+                        format!("{external:?} is not a valid URL: {error}"),
+                    );
+                }
+                Ok(url) if url.scheme() != "https" => self.fail(
+                    "server.external-url",
+                    format!("{external:?} must be an https:// URL: ACME is served over TLS only"),
+                ),
+                Ok(url) if url.host().is_none() => {
+                    self.fail("server.external-url", format!("{external:?} has no host"));
+                }
+                Ok(url) if url.query().is_some() || url.fragment().is_some() => self.fail(
+                    "server.external-url",
+                    format!("{external:?} must not have a query or a fragment"),
+                ),
+                Ok(_) => {}
+            }
+        }
+        if server.tls_certificate.is_none() && server.tls_names.is_empty() {
+            self.fail(
+                "server.tls-names",
+                "must name at least one DNS name or IP address when no server.tls-certificate is given",
+            );
+        }
+        for (index, name) in server.tls_names.iter().enumerate() {
+            let dns_name = name.strip_prefix("*.").unwrap_or(name);
+            if name.parse::<IpAddr>().is_err()
+                && let Err(reason) = check_dns_name(dns_name)
+            {
+                self.fail(
+                    format!("server.tls-names[{index}]"),
+                    format!("{name:?} is neither an IP address nor a DNS name: {reason}"),
+                );
+            }
+        }
+        match (&server.tls_certificate, &server.tls_private_key) {
+            (Some(_), None) => self.fail(
+                "server.tls-certificate",
+                "is set but server.tls-private-key is not: give both or neither",
+            ),
+            (None, Some(_)) => self.fail(
+                "server.tls-private-key",
+                "is set but server.tls-certificate is not: give both or neither",
+            ),
+            _ => {}
+        }
+        if server.max_body_bytes < 1024 {
+            self.fail(
+                "server.max-body-bytes",
+                format!(
+                    "{} is too small for any ACME request: use at least 1024",
+                    server.max_body_bytes
+                ),
+            );
+        }
+        self.positive_duration("server.request-timeout", server.request_timeout);
+        if !(1..=128).contains(&server.ipv6_prefix_length) {
+            self.fail(
+                "server.ipv6-prefix-length",
+                format!(
+                    "{} is not a prefix length between 1 and 128",
+                    server.ipv6_prefix_length
+                ),
+            );
+        }
+    }
+
+    fn database(&mut self, config: &Config) {
+        let database = &config.database;
+        let url = database.url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            if let Err(error) = Url::parse(url) {
+                self.fail(
+                    "database.url",
+                    format!("is not a valid PostgreSQL URL: {error}"),
+                );
+            }
+        } else if !url.is_empty() && !url.starts_with("sqlite:") {
+            self.fail(
+                "database.url",
+                format!(
+                    "{url:?} must start with sqlite:, postgres:// or postgresql://, or be empty"
+                ),
+            );
+        }
+        self.at_least_one(
+            "database.max-connections",
+            u64::from(database.max_connections),
+        );
+    }
+
+    fn ca_and_issuance(&mut self, config: &Config) {
+        let ca = &config.ca;
+        self.non_empty("ca.organization", &ca.organization);
+        self.non_empty("ca.root-common-name", &ca.root_common_name);
+        self.non_empty("ca.intermediate-common-name", &ca.intermediate_common_name);
+        self.positive_duration("ca.root-validity", ca.root_validity);
+        self.positive_duration("ca.intermediate-validity", ca.intermediate_validity);
+        if ca.intermediate_validity > ca.root_validity {
+            self.fail_related(
+                "ca.intermediate-validity",
+                "ca.root-validity",
+                format!(
+                    "{} is longer than ca.root-validity ({}): the intermediate cannot outlive the root",
+                    ca.intermediate_validity, ca.root_validity
+                ),
+            );
+        }
+        let existing = &ca.existing;
+        match (&existing.certificate, &existing.private_key) {
+            (Some(_), None) => self.fail(
+                "ca.existing.certificate",
+                "is set but ca.existing.private-key is not: give both or neither",
+            ),
+            (None, Some(_)) => self.fail(
+                "ca.existing.private-key",
+                "is set but ca.existing.certificate is not: give both or neither",
+            ),
+            _ => {}
+        }
+        if existing.chain.is_some() && existing.certificate.is_none() {
+            self.fail(
+                "ca.existing.chain",
+                "is set but ca.existing.certificate is not",
+            );
+        }
+
+        let issuance = &config.issuance;
+        self.positive_duration("issuance.default-validity", issuance.default_validity);
+        if issuance.max_validity < issuance.default_validity {
+            self.fail_related(
+                "issuance.max-validity",
+                "issuance.default-validity",
+                format!(
+                    "{} is shorter than issuance.default-validity ({})",
+                    issuance.max_validity, issuance.default_validity
+                ),
+            );
+        }
+        if !existing.is_configured() && issuance.max_validity > ca.intermediate_validity {
+            self.fail_related(
+                "issuance.max-validity",
+                "ca.intermediate-validity",
+                format!(
+                    "{} is longer than ca.intermediate-validity ({}): certificates cannot outlive their issuer",
+                    issuance.max_validity, ca.intermediate_validity
+                ),
+            );
+        }
+        if !issuance.default_validity.std().is_zero()
+            && issuance.backdate >= issuance.default_validity
+        {
+            self.fail_related(
+                "issuance.backdate",
+                "issuance.default-validity",
+                format!(
+                    "{} is not shorter than issuance.default-validity ({})",
+                    issuance.backdate, issuance.default_validity
+                ),
+            );
+        }
+    }
+
+    fn acme(&mut self, config: &Config) {
+        let acme = &config.acme;
+        self.web_url("acme.terms-of-service", &acme.terms_of_service);
+        self.web_url("acme.website", &acme.website);
+        for (index, issuer) in acme.caa_identities.iter().enumerate() {
+            self.dns_name(&format!("acme.caa-identities[{index}]"), issuer);
+        }
+        self.positive_duration("acme.order-lifetime", acme.order_lifetime);
+        self.positive_duration("acme.authorization-lifetime", acme.authorization_lifetime);
+        self.positive_duration(
+            "acme.valid-authorization-lifetime",
+            acme.valid_authorization_lifetime,
+        );
+        self.positive_duration("acme.nonce-lifetime", acme.nonce_lifetime);
+        self.positive_duration("acme.retry-after", acme.retry_after);
+        self.at_least_one("acme.orders-per-page", acme.orders_per_page as u64);
+        self.at_least_one(
+            "acme.max-identifiers-per-order",
+            acme.max_identifiers_per_order as u64,
+        );
+    }
+
+    fn identifiers(&mut self, config: &Config) {
+        let identifiers = &config.identifiers;
+        for (index, domain) in identifiers.allow_domains.iter().enumerate() {
+            self.dns_name(&format!("identifiers.allow-domains[{index}]"), domain);
+        }
+        for (index, domain) in identifiers.deny_domains.iter().enumerate() {
+            self.dns_name(&format!("identifiers.deny-domains[{index}]"), domain);
+        }
+    }
+
+    fn validation(&mut self, config: &Config) {
+        let validation = &config.validation;
+        for (index, server) in validation.dns_servers.iter().enumerate() {
+            if server.port() == 0 {
+                self.fail(
+                    format!("validation.dns-servers[{index}]"),
+                    "port 0 is not a resolver port",
+                );
+            }
+        }
+        if validation.http_port == 0 {
+            self.fail("validation.http-port", "port 0 cannot be connected to");
+        }
+        if validation.tls_alpn_port == 0 {
+            self.fail("validation.tls-alpn-port", "port 0 cannot be connected to");
+        }
+        self.positive_duration("validation.timeout", validation.timeout);
+        self.at_least_one("validation.workers", validation.workers as u64);
+        self.at_least_one(
+            "validation.max-attempts",
+            u64::from(validation.max_attempts),
+        );
+        if validation.job_lease.std() < std::time::Duration::from_secs(1) {
+            self.fail("validation.job-lease", "must be at least 1s");
+        }
+    }
+
+    fn logging(&mut self, config: &Config) {
+        let level = config.logging.level.trim();
+        if level.is_empty() {
+            self.fail(
+                "logging.level",
+                "must not be empty; \"info\" is the usual value",
+            );
+        } else if let Err(error) = EnvFilter::builder().parse(level) {
+            self.fail(
+                "logging.level",
+                format!("{level:?} is not a tracing filter: {error}"),
+            );
+        }
+    }
+
+    fn rate_limiting(&mut self, config: &Config) {
+        let limits = &config.rate_limiting;
+        let global = &limits.global;
+        if global.enabled {
+            self.at_least_one(
+                "rate-limiting.global.requests-per-minute",
+                global.requests_per_minute,
+            );
+            self.at_least_one("rate-limiting.global.burst", global.burst);
+        }
+        let accounts = &limits.account_creation;
+        if accounts.enabled {
+            self.at_least_one(
+                "rate-limiting.account-creation.per-ip-per-hour",
+                accounts.per_ip_per_hour,
+            );
+            self.at_least_one("rate-limiting.account-creation.burst", accounts.burst);
+        }
+        let orders = &limits.order_creation;
+        if orders.enabled {
+            self.at_least_one(
+                "rate-limiting.order-creation.orders-per-account-per-hour",
+                orders.orders_per_account_per_hour,
+            );
+            self.at_least_one(
+                "rate-limiting.order-creation.order-burst",
+                orders.order_burst,
+            );
+            self.at_least_one(
+                "rate-limiting.order-creation.san-budget-per-account-per-hour",
+                orders.san_budget_per_account_per_hour,
+            );
+        }
+        for (name, limit) in [
+            ("duplicate-certificate", &limits.duplicate_certificate),
+            ("failed-validation", &limits.failed_validation),
+        ] {
+            self.positive_duration(&format!("rate-limiting.{name}.window"), limit.window);
+            if limit.enabled {
+                self.at_least_one(
+                    &format!("rate-limiting.{name}.max-per-window"),
+                    limit.max_per_window,
+                );
+            }
+        }
+        let pending = &limits.pending_authorizations;
+        if pending.enabled {
+            self.at_least_one("rate-limiting.pending-authorizations.max", pending.max);
+        }
+    }
+
+    fn redis(&mut self, config: &Config) {
+        let redis = &config.redis;
+        for (index, shard) in redis.shards.iter().enumerate() {
+            let path = format!("redis.shards[{index}]");
+            match Url::parse(shard.trim()) {
+                Err(error) => self.fail(path, format!("{shard:?} is not a valid URL: {error}")),
+                Ok(url) if !matches!(url.scheme(), "redis" | "rediss") => {
+                    self.fail(
+                        path,
+                        format!("{shard:?} must be a redis:// or rediss:// URL"),
+                    );
+                }
+                Ok(url) if url.host().is_none() => {
+                    self.fail(path, format!("{shard:?} has no host"))
+                }
+                Ok(_) => {
+                    if redis.shards[..index]
+                        .iter()
+                        .any(|earlier| earlier.trim() == shard.trim())
+                    {
+                        self.fail(path, format!("{shard:?} is listed twice"));
+                    }
+                }
+            }
+        }
+        self.positive_duration("redis.timeout", redis.timeout);
+    }
+}
+
+/// True when both listeners would try to own the same port on a shared address.
+fn listeners_overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// LDH syntax in A-label form. Single labels (`localhost`, an internal TLD) are accepted: these
+/// names are the operator's own, not identifiers requested by clients.
+fn check_dns_name(name: &str) -> Result<(), String> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if name.len() > 253 {
+        return Err("it is longer than 253 characters".to_owned());
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err("every label must have 1 to 63 characters".to_owned());
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(format!(
+                "label {label:?} may only hold letters, digits and '-' (write IDNs as xn-- A-labels)"
+            ));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("label {label:?} must not start or end with '-'"));
+        }
+    }
+    Ok(())
+}

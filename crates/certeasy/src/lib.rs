@@ -1,0 +1,7 @@
+//! The `certeasy` binary's library: configuration, wiring and listeners, shared with the
+//! integration tests.
+
+pub mod admin;
+pub mod config;
+pub mod serve;
+pub mod tls;

@@ -1,0 +1,360 @@
+//! `certeasy serve`: builds every part from the configuration and runs the listeners.
+
+use std::net::IpAddr;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use acme_api::ApiState;
+use acme_api::limits::RateLimits;
+use acme_api::nonce::NonceService;
+use acme_api::settings::ApiSettings;
+use acme_core::clock::SharedClock;
+use anyhow::Context;
+use issuance::Ca;
+use issuance::CaSettings;
+use issuance::ExistingCa;
+use ratelimits::MemoryStore;
+use ratelimits::Overrides;
+use ratelimits::RedisStore;
+use ratelimits::Store;
+use ratelimits::limiter::Limiter;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::PrivateKeyDer;
+use rustls_pki_types::pem::PemObject;
+use storage::Storage;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+use validation::ValidationSettings;
+use validation::Validator;
+use workers::Workers;
+use workers::hooks::FailedValidationHook;
+use workers::settings::WorkerSettings;
+
+use crate::config::Config;
+
+/// A started server: where it listens and how to stop it.
+pub struct RunningServer {
+    /// The ACME (HTTPS) listener.
+    pub acme_addr: SocketAddr,
+    /// The admin (plain HTTP, loopback) listener.
+    pub admin_addr: SocketAddr,
+    /// The root certificate clients must trust.
+    pub root_pem: String,
+    /// Where the root certificate is on disk, when the CA lives in the data directory.
+    pub root_path: Option<PathBuf>,
+    /// The directory URL.
+    pub directory_url: String,
+    /// The limiter chain, for reloads.
+    pub limits: Arc<RateLimits>,
+    config_path: Option<PathBuf>,
+    shutdown: CancellationToken,
+    workers: Workers,
+    tasks: JoinSet<()>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets requests and jobs in flight finish, and returns.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        self.workers.shutdown().await;
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Waits until the server stops (after `shutdown_token()` is cancelled).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+        self.workers.shutdown().await;
+    }
+
+    /// Re-reads the rate limits and overrides from the configuration file (SIGHUP). On any error
+    /// the limits in force stay, and the error is returned for logging.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        reload_limits(&self.limits, self.config_path.as_deref())
+    }
+
+    /// Cancelling this token stops the server.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+/// Starts Certeasy: storage (migrated), CA (created on first start), workers, listeners.
+///
+/// `config_path` is the file the configuration came from; reloads (SIGHUP, `certeasy admin
+/// reload`) read it again.
+pub async fn start(
+    config: &Config,
+    config_path: Option<&std::path::Path>,
+    clock: SharedClock,
+) -> anyhow::Result<RunningServer> {
+    let data_dir = PathBuf::from(&config.data_dir);
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating data directory {}", data_dir.display()))?;
+
+    let database_url = config.database_url();
+    let storage = Storage::connect(&database_url)
+        .await
+        .with_context(|| format!("opening the database {}", redact(&database_url)))?;
+
+    let ca = Arc::new(load_ca(config, &data_dir, clock.now())?);
+
+    let (chain, key) = listener_identity(config, &ca, clock.now())?;
+    let tls = crate::tls::server_config(chain, key)?;
+
+    let limits = Arc::new(build_limits(config, &clock)?);
+
+    let validator =
+        Validator::new(validation_settings(config)).context("building the validator")?;
+    let hook = Arc::new(FailedValidationHook::new(
+        Arc::clone(limits.limiter()),
+        Arc::clone(&clock),
+    ));
+    let workers = Workers::spawn(
+        storage.clone(),
+        validator,
+        Arc::clone(&ca),
+        Arc::clone(&clock),
+        worker_settings(config),
+        hook,
+    );
+
+    let settings = api_settings(config);
+    let directory_url = format!("{}/directory", settings.base_url);
+    let nonces = NonceService::new(config.acme.nonce_lifetime.time());
+    let state = ApiState::new(
+        settings,
+        storage.clone(),
+        Arc::clone(&ca),
+        workers.clone(),
+        Arc::clone(&clock),
+        nonces,
+        Arc::clone(&limits),
+    );
+    let router = acme_api::router(state)
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            config.server.request_timeout.std(),
+        ))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::new());
+
+    let acme_listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding the ACME listener on {}", config.server.listen))?;
+    let admin_listener = TcpListener::bind(config.server.admin_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the admin listener on {}",
+                config.server.admin_listen
+            )
+        })?;
+    let acme_addr = acme_listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    tasks.spawn(crate::tls::serve_tls(
+        acme_listener,
+        tls,
+        router,
+        shutdown.clone(),
+    ));
+    let admin_router = crate::admin::router(crate::admin::AdminContext {
+        storage: storage.clone(),
+        limits: Arc::clone(&limits),
+        config_path: config_path.map(PathBuf::from),
+        clock: Arc::clone(&clock),
+    });
+    let admin_shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        let served = axum::serve(admin_listener, admin_router)
+            .with_graceful_shutdown(async move { admin_shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+
+    Ok(RunningServer {
+        acme_addr,
+        admin_addr,
+        root_pem: ca.root_pem().to_owned(),
+        root_path: ca.root_path().map(PathBuf::from),
+        directory_url,
+        limits,
+        config_path: config_path.map(PathBuf::from),
+        shutdown,
+        workers,
+        tasks,
+    })
+}
+
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn load_ca(
+    config: &Config,
+    data_dir: &std::path::Path,
+    now: time::OffsetDateTime,
+) -> anyhow::Result<Ca> {
+    let c = &config.ca;
+    let existing = match (&c.existing.certificate, &c.existing.private_key) {
+        (Some(certificate), Some(private_key)) => Some(ExistingCa {
+            certificate: certificate.clone(),
+            private_key: private_key.clone(),
+            chain: c.existing.chain.clone(),
+        }),
+        _ => None,
+    };
+    let settings = CaSettings {
+        dir: data_dir.join("ca"),
+        key_algorithm: c
+            .key_algorithm
+            .as_str()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("ca.key-algorithm: {e}"))?,
+        organization: c.organization.clone(),
+        root_common_name: c.root_common_name.clone(),
+        intermediate_common_name: c.intermediate_common_name.clone(),
+        root_validity: c.root_validity.time(),
+        intermediate_validity: c.intermediate_validity.time(),
+        existing,
+    };
+    Ca::load_or_create(&settings, now).context("loading or creating the CA")
+}
+
+fn listener_identity(
+    config: &Config,
+    ca: &Ca,
+    now: time::OffsetDateTime,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let s = &config.server;
+    if let (Some(cert_path), Some(key_path)) = (&s.tls_certificate, &s.tls_private_key) {
+        let chain = CertificateDer::pem_file_iter(cert_path)
+            .with_context(|| format!("reading server.tls-certificate {}", cert_path.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("parsing server.tls-certificate {}", cert_path.display()))?;
+        let key = PrivateKeyDer::from_pem_file(key_path)
+            .with_context(|| format!("reading server.tls-private-key {}", key_path.display()))?;
+        return Ok((chain, key));
+    }
+    let mut names = Vec::new();
+    let mut ips = Vec::new();
+    for n in &s.tls_names {
+        match n.parse::<IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => names.push(n.clone()),
+        }
+    }
+    let identity = ca
+        .issue_server_tls(&names, &ips, now, time::Duration::days(30))
+        .context("issuing the listener's TLS certificate")?;
+    Ok((identity.cert_chain, PrivateKeyDer::Pkcs8(identity.key)))
+}
+
+fn validation_settings(config: &Config) -> ValidationSettings {
+    let v = &config.validation;
+    ValidationSettings {
+        dns_servers: v.dns_servers.clone(),
+        http_port: v.http_port,
+        tls_alpn_port: v.tls_alpn_port,
+        allow_loopback: v.allow_loopback,
+        timeout: v.timeout.std(),
+        max_redirects: 10,
+        max_body_bytes: 64 * 1024,
+        caa_identities: config.acme.caa_identities.clone(),
+    }
+}
+
+fn worker_settings(config: &Config) -> WorkerSettings {
+    WorkerSettings {
+        concurrency: config.validation.workers,
+        max_attempts: config.validation.max_attempts,
+        default_validity: config.issuance.default_validity.time(),
+        backdate: config.issuance.backdate.time(),
+        lease: config.validation.job_lease.time(),
+        ..WorkerSettings::default()
+    }
+}
+
+fn api_settings(config: &Config) -> ApiSettings {
+    let a = &config.acme;
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    ApiSettings {
+        base_url: config.external_url().trim_end_matches('/').to_owned(),
+        terms_of_service: non_empty(&a.terms_of_service),
+        website: non_empty(&a.website),
+        caa_identities: a.caa_identities.clone(),
+        order_lifetime: a.order_lifetime.time(),
+        authorization_lifetime: a.authorization_lifetime.time(),
+        valid_authorization_lifetime: a.valid_authorization_lifetime.time(),
+        reuse_valid_authorizations: a.reuse_valid_authorizations,
+        orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
+        max_identifiers_per_order: a.max_identifiers_per_order,
+        retry_after: a.retry_after.time(),
+        max_contacts: a.max_contacts,
+        max_body_bytes: config.server.max_body_bytes,
+        identifier_policy: config.identifiers.policy(),
+        max_validity: config.issuance.max_validity.time(),
+        default_validity: config.issuance.default_validity.time(),
+        backdate: config.issuance.backdate.time(),
+    }
+}
+
+fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimits> {
+    let settings = config.rate_limiting_settings();
+    let overrides = match &settings.overrides_file {
+        Some(path) => Overrides::load(path)
+            .with_context(|| format!("loading rate-limit overrides {}", path.display()))?,
+        None => Overrides::empty(),
+    };
+    let store: Arc<dyn Store> = match &settings.redis {
+        Some(redis) => {
+            Arc::new(RedisStore::new(redis).context("configuring the Redis rate-limit store")?)
+        }
+        None => {
+            let memory = Arc::new(MemoryStore::default());
+            memory.spawn_sweeper(Arc::clone(clock), std::time::Duration::from_secs(30));
+            memory
+        }
+    };
+    let limiter = Limiter::new(&settings, &overrides, store).context("building the rate limits")?;
+    Ok(RateLimits::new(
+        Arc::new(limiter),
+        settings,
+        config.server.trusted_proxies.clone(),
+    ))
+}
+
+/// Reads the configuration file and the overrides file again and swaps the limits in.
+pub fn reload_limits(
+    limits: &RateLimits,
+    config_path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let config = match config_path {
+        Some(path) => crate::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    let settings = config.rate_limiting_settings();
+    let overrides = match &settings.overrides_file {
+        Some(path) => Overrides::load(path)
+            .with_context(|| format!("loading rate-limit overrides {}", path.display()))?,
+        None => Overrides::empty(),
+    };
+    limits
+        .reload(settings, &overrides)
+        .context("applying the new rate limits")?;
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! A test environment: temp dir, test DNS server, challenge responders, and a Certeasy server
+//! configured through a real YAML file (in process, or as the real binary).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::net::SocketAddr;
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use acme_core::clock::SystemClock;
+use certeasy::serve::RunningServer;
+use testkit::dns::TestDnsServer;
+use testkit::http01::Http01Responder;
+use testkit::tls_alpn::TlsAlpnResponder;
+
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the tiny race is acceptable in tests).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A label unique within this test process and across concurrent processes.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh PostgreSQL database, dropped when the value is dropped.
+pub struct PgDatabase {
+    pub url: String,
+    admin: String,
+    name: String,
+}
+
+impl PgDatabase {
+    pub async fn create() -> Self {
+        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = unique("certeasy_it_");
+        let out = Command::new("psql")
+            .arg(&admin)
+            .args([
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qc",
+                &format!("CREATE DATABASE {name}"),
+            ])
+            .output()
+            .expect("psql must be installed (scripts/test.sh installs it)");
+        assert!(
+            out.status.success(),
+            "PostgreSQL must be reachable at {admin} for this test: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        Self {
+            url: format!("{base}/{name}"),
+            admin,
+            name,
+        }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .arg(&self.admin)
+            .args([
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
+/// The pieces a test sets up before Certeasy starts.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub dns: TestDnsServer,
+    pub http: Http01Responder,
+    pub tls: TlsAlpnResponder,
+    pub acme_port: u16,
+    pub admin_port: u16,
+    pub config_path: PathBuf,
+    pub root_path: PathBuf,
+    pub server: Option<RunningServer>,
+    pub child: Option<Child>,
+    /// Kept so the database lives as long as the environment.
+    pub _pg: Option<PgDatabase>,
+    /// Config sections: section name → YAML body (already indented by two spaces).
+    pub sections: BTreeMap<String, String>,
+    pub suffix: String,
+}
+
+impl TestEnv {
+    /// Prepares everything; call [`TestEnv::start`] or [`TestEnv::spawn_binary`] next.
+    pub async fn new(db: Db) -> Self {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let dns = TestDnsServer::start().await.unwrap();
+        let http = Http01Responder::start().await.unwrap();
+        let tls = TlsAlpnResponder::start().await.unwrap();
+        let acme_port = free_port();
+        let admin_port = free_port();
+        let pg = match db {
+            Db::Postgres => Some(PgDatabase::create().await),
+            Db::Sqlite => None,
+        };
+        let mut sections = BTreeMap::new();
+        sections.insert(
+            "server".to_owned(),
+            format!(
+                "  listen: \"127.0.0.1:{acme_port}\"\n  admin-listen: \"127.0.0.1:{admin_port}\"\n  external-url: \"https://localhost:{acme_port}\"\n  tls-names: [\"localhost\", \"127.0.0.1\"]\n"
+            ),
+        );
+        if let Some(pg) = &pg {
+            sections.insert("database".to_owned(), format!("  url: \"{}\"\n", pg.url));
+        }
+        sections.insert(
+            "validation".to_owned(),
+            format!(
+                "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 5s\n",
+                dns.addr(),
+                http.port(),
+                tls.port()
+            ),
+        );
+        sections.insert(
+            "logging".to_owned(),
+            "  level: \"info,certeasy=debug\"\n".to_owned(),
+        );
+        // Tests that are not about rate limits run from a whitelisted loopback; the account
+        // limits stay at their defaults. Rate-limit tests replace this section.
+        sections.insert(
+            "rate-limiting".to_owned(),
+            "  whitelist: [\"127.0.0.1\", \"::1\"]\n".to_owned(),
+        );
+        let config_path = dir.path().join("certeasy.yaml");
+        let root_path = dir.path().join("data/ca/root.pem");
+        Self {
+            dir,
+            dns,
+            http,
+            tls,
+            acme_port,
+            admin_port,
+            config_path,
+            root_path,
+            server: None,
+            child: None,
+            _pg: pg,
+            sections,
+            suffix: unique("t"),
+        }
+    }
+
+    /// Replaces or adds a config section (body indented by two spaces).
+    pub fn section(&mut self, name: &str, body: &str) {
+        self.sections.insert(name.to_owned(), body.to_owned());
+    }
+
+    /// Changes the ports challenges are validated on (e.g. to where lego or certbot listen).
+    pub fn challenge_ports(&mut self, http_port: u16, tls_port: u16) {
+        let body = format!(
+            "  dns-servers: [\"{}\"]\n  http-port: {http_port}\n  tls-alpn-port: {tls_port}\n  allow-loopback: true\n  timeout: 5s\n",
+            self.dns.addr()
+        );
+        self.section("validation", &body);
+    }
+
+    fn write_config(&self) {
+        let mut yaml = format!("data-dir: \"{}\"\n", self.dir.path().join("data").display());
+        for (name, body) in &self.sections {
+            yaml.push_str(&format!("{name}:\n{body}"));
+        }
+        std::fs::write(&self.config_path, yaml).unwrap();
+    }
+
+    /// Starts Certeasy in this process.
+    pub async fn start(&mut self) {
+        self.write_config();
+        let config = certeasy::config::load(&self.config_path).unwrap_or_else(|e| panic!("{e}"));
+        let server =
+            certeasy::serve::start(&config, Some(&self.config_path), Arc::new(SystemClock))
+                .await
+                .unwrap();
+        self.server = Some(server);
+    }
+
+    /// Stops the in-process server (gracefully).
+    pub async fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    /// Starts the real `certeasy serve` binary and waits until it answers.
+    pub async fn spawn_binary(&mut self) {
+        self.write_config();
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_certeasy"))
+            .args(["serve", "--config"])
+            .arg(&self.config_path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let url = format!("http://127.0.0.1:{}/healthz", self.admin_port);
+        for _ in 0..300 {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "certeasy exited early with {status}:\n{}",
+                    self.server_log()
+                );
+            }
+            if http_get_ok(&url).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("certeasy did not become healthy:\n{}", self.server_log());
+    }
+
+    /// Kills the binary at once (SIGKILL): a crash, not a shutdown.
+    pub fn kill_binary(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    pub fn directory_url(&self) -> String {
+        format!("https://localhost:{}/directory", self.acme_port)
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("https://localhost:{}", self.acme_port)
+    }
+
+    /// A DNS name unique to this test that resolves to 127.0.0.1 in the test DNS server.
+    pub fn name(&self, label: &str) -> String {
+        let name = format!("{label}.{}.certeasy.test", self.suffix);
+        self.dns.set_a(&name, Ipv4Addr::LOCALHOST);
+        name
+    }
+
+    pub fn root_pem(&self) -> String {
+        std::fs::read_to_string(&self.root_path).unwrap()
+    }
+
+    /// An instant-acme account trusting this CA.
+    pub async fn account(&self) -> instant_acme::Account {
+        let (account, _) = instant_acme::Account::builder_with_root(&self.root_path)
+            .unwrap()
+            .create(
+                &instant_acme::NewAccount {
+                    contact: &["mailto:ops@example.com"],
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                self.directory_url(),
+                None,
+            )
+            .await
+            .unwrap();
+        account
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.admin_port))
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        self.kill_binary();
+    }
+}
+
+async fn http_get_ok(url: &str) -> bool {
+    let Ok(client) = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+    else {
+        return false;
+    };
+    matches!(client.get(url).send().await, Ok(r) if r.status().is_success())
+}
+
+/// Runs a command with a timeout, returning (success, combined output).
+pub async fn run(mut cmd: tokio::process::Command, timeout: Duration) -> (bool, String) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .expect("command must be installed (scripts/test.sh installs lego and certbot)");
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }
+        Ok(Err(e)) => (false, format!("could not run: {e}")),
+        Err(_) => (false, "timed out".to_owned()),
+    }
+}

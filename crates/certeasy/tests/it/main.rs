@@ -1,0 +1,13 @@
+//! Integration tests of the whole server: in-process flows with instant-acme, hostile raw
+//! requests, restarts, and end-to-end runs of the real `certeasy` binary driven by lego and
+//! certbot. One test binary, so linking is paid once.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
+
+mod certcheck;
+mod e2e_certbot;
+mod e2e_lego;
+mod flow;
+mod harness;
+mod hostile;
+mod raw;
+mod restart;

@@ -1,0 +1,136 @@
+//! A raw ACME client for requests no well-behaved client library would send.
+
+use acme_jose::Algorithm;
+use acme_jose::sign::SigningKey;
+use serde_json::Value;
+use serde_json::json;
+
+use crate::harness::TestEnv;
+
+/// An HTTPS client that trusts the test CA and ignores proxy variables.
+pub fn client(env: &TestEnv) -> reqwest::Client {
+    let root = reqwest::Certificate::from_pem(env.root_pem().as_bytes()).unwrap();
+    reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(root)
+        .build()
+        .unwrap()
+}
+
+/// A response reduced to what tests look at.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn problem_type(&self) -> &str {
+        self.body["type"].as_str().unwrap_or("")
+    }
+
+    pub fn location(&self) -> String {
+        self.headers
+            .get("location")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+}
+
+async fn reply(resp: reqwest::Response) -> Reply {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+/// An account driven by hand.
+pub struct Raw {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub key: SigningKey,
+    pub kid: Option<String>,
+}
+
+impl Raw {
+    pub fn new(env: &TestEnv, alg: Algorithm) -> Self {
+        Self {
+            http: client(env),
+            base: env.base_url(),
+            key: SigningKey::generate(alg).unwrap(),
+            kid: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn nonce(&self) -> String {
+        let resp = self
+            .http
+            .head(self.url("/acme/new-nonce"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.headers()
+            .get("replay-nonce")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Sends a raw body.
+    pub async fn send(&self, url: &str, body: String, content_type: &str) -> Reply {
+        let resp = self
+            .http
+            .post(url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        reply(resp).await
+    }
+
+    /// Signs and posts with a fresh nonce; `payload = None` is POST-as-GET.
+    pub async fn post(&self, url: &str, payload: Option<&Value>) -> Reply {
+        let nonce = self.nonce().await;
+        let body = self
+            .key
+            .sign_acme(url, Some(&nonce), self.kid.as_deref(), payload)
+            .unwrap();
+        self.send(url, body, "application/jose+json").await
+    }
+
+    /// Creates the account and remembers its kid.
+    pub async fn register(&mut self) -> Reply {
+        let r = self
+            .post(
+                &self.url("/acme/new-account"),
+                Some(&json!({"termsOfServiceAgreed": true, "contact": ["mailto:raw@example.com"]})),
+            )
+            .await;
+        assert!(r.status == 201 || r.status == 200, "{r:?}");
+        self.kid = Some(r.location());
+        r
+    }
+}

@@ -1,0 +1,165 @@
+//! A crash in the middle of a validation or a finalization loses nothing: the restarted server
+//! resumes the job once its lease expires.
+
+use std::time::Duration;
+
+use acme_jose::Algorithm;
+use serde_json::Value;
+use serde_json::json;
+
+use crate::harness::Db;
+use crate::harness::TestEnv;
+use crate::raw::Raw;
+
+const LEASE: &str = "2s";
+
+fn validation_section(env: &TestEnv, http_port: u16, timeout: &str) -> String {
+    format!(
+        "  dns-servers: [\"{}\"]\n  http-port: {http_port}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: {timeout}\n  job-lease: {LEASE}\n",
+        env.dns.addr(),
+        env.tls.port()
+    )
+}
+
+async fn wait_for_status(raw: &Raw, url: &str, want: &str, env: &TestEnv) -> Value {
+    for _ in 0..300 {
+        let r = raw.post(url, None).await;
+        if r.body["status"] == want {
+            return r.body;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{url} never became {want}; server log:\n{}",
+        env.server_log()
+    );
+}
+
+#[tokio::test]
+async fn crash_during_validation_resumes_after_restart() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    // A target that accepts connections and never answers: the validation hangs.
+    let tarpit = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tarpit_port = tarpit.local_addr().unwrap().port();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel(8);
+    let tarpit_task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = tarpit.accept().await {
+            held.push(stream);
+            let _ = seen_tx.try_send(());
+        }
+    });
+    let section = validation_section(&env, tarpit_port, "60s");
+    env.section("validation", &section);
+    env.spawn_binary().await;
+
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("resume");
+    let order = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    let order_url = order.location();
+    let authz = raw
+        .post(order.body["authorizations"][0].as_str().unwrap(), None)
+        .await;
+    let ch = authz.body["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "http-01")
+        .unwrap()
+        .clone();
+    let token = ch["token"].as_str().unwrap().to_owned();
+    let r = raw
+        .post(ch["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    assert_eq!(r.body["status"], "processing", "{r:?}");
+    tokio::time::timeout(Duration::from_secs(20), seen_rx.recv())
+        .await
+        .expect("the validation connects")
+        .unwrap();
+
+    env.kill_binary();
+    tarpit_task.abort();
+
+    env.http.add(
+        &token,
+        &format!("{token}.{}", raw.key.public_jwk().thumbprint()),
+    );
+    let section = validation_section(&env, env.http.port(), "5s");
+    env.section("validation", &section);
+    env.spawn_binary().await;
+    let order = wait_for_status(&raw, &order_url, "ready", &env).await;
+    assert!(order.get("error").is_none(), "{order}");
+}
+
+#[tokio::test]
+async fn crash_during_finalization_resumes_after_restart() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let section = validation_section(&env, env.http.port(), "5s");
+    env.section("validation", &section);
+    env.spawn_binary().await;
+
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("finalize");
+    let order = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    let order_url = order.location();
+    let authz = raw
+        .post(order.body["authorizations"][0].as_str().unwrap(), None)
+        .await;
+    let ch = authz.body["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "http-01")
+        .unwrap()
+        .clone();
+    let token = ch["token"].as_str().unwrap();
+    env.http.add(
+        token,
+        &format!("{token}.{}", raw.key.public_jwk().thumbprint()),
+    );
+    raw.post(ch["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    wait_for_status(&raw, &order_url, "ready", &env).await;
+    env.kill_binary();
+
+    // Leave the database exactly as a crash while signing would: finalize accepted, the job
+    // claimed by a worker that then died.
+    let db_url = format!(
+        "sqlite://{}",
+        env.dir.path().join("data/certeasy.db").display()
+    );
+    let storage = storage::Storage::connect(&db_url).await.unwrap();
+    let order_id: acme_core::ids::OrderId = order_url.rsplit('/').next().unwrap().parse().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.clone()]).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params.serialize_request(&key).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    storage
+        .begin_finalize(order_id, csr.der(), now)
+        .await
+        .unwrap();
+    let claimed = storage
+        .claim_job(now, time::Duration::seconds(2))
+        .await
+        .unwrap();
+    assert!(claimed.is_some(), "the finalize job exists");
+    drop(storage);
+
+    env.spawn_binary().await;
+    let order = wait_for_status(&raw, &order_url, "valid", &env).await;
+    let cert = raw.post(order["certificate"].as_str().unwrap(), None).await;
+    crate::certcheck::assert_chain(&cert.text, &env.root_pem(), &[&name]);
+}

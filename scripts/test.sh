@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
+# certbot, redis-server, PostgreSQL), makes sure PostgreSQL and Redis answer on loopback, then
+# checks formatting, lints, the crypto-provider guard, and runs every test.
+#
+# Under CI=true a service that cannot be reached fails the run; it is never skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/certeasy-target}"
+export CERTEASY_TEST_POSTGRES_URL="${CERTEASY_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+export CERTEASY_TEST_REDIS_URL="${CERTEASY_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+
+log() { printf '\n==> %s\n' "$*"; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=0
+need_pkg() { # need_pkg <command> <debian package>
+  if ! command -v "$1" >/dev/null 2>&1; then
+    if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+    log "installing $2"
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$2" >/dev/null
+  fi
+}
+
+log "tools"
+need_pkg lego lego
+need_pkg certbot certbot
+need_pkg redis-server redis-server
+need_pkg redis-cli redis-tools
+need_pkg pg_ctlcluster postgresql
+need_pkg psql postgresql-client
+need_pkg curl curl
+
+log "services"
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "Redis is not answering on 127.0.0.1:6379; starting it"
+  as_root mkdir -p /var/lib/redis /var/log/redis
+  as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+  for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
+fi
+redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || { echo "FATAL: Redis unavailable on 127.0.0.1:6379"; exit 1; }
+
+if ! psql "$CERTEASY_TEST_POSTGRES_URL" -tAc 'select 1' >/dev/null 2>&1; then
+  echo "PostgreSQL is not answering on 127.0.0.1:5432; starting it"
+  for v in $(ls /etc/postgresql 2>/dev/null); do
+    as_root pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
+  done
+  for _ in $(seq 1 50); do psql "$CERTEASY_TEST_POSTGRES_URL" -tAc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+fi
+psql "$CERTEASY_TEST_POSTGRES_URL" -tAc 'select 1' >/dev/null 2>&1 || {
+  echo "FATAL: PostgreSQL unavailable at $CERTEASY_TEST_POSTGRES_URL (trust auth for user postgres expected)"; exit 1; }
+
+log "formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "single crypto provider guard (no ring, no OpenSSL)"
+if cargo tree --workspace -e normal -i ring --locked 2>/dev/null | grep -q ring; then
+  echo "FATAL: ring is in the normal dependency tree"; exit 1
+fi
+if cargo tree --workspace -i openssl-sys --locked 2>/dev/null | grep -q openssl; then
+  echo "FATAL: OpenSSL is in the dependency tree"; exit 1
+fi
+
+log "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
