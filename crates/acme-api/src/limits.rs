@@ -64,15 +64,16 @@ impl RateLimits {
         }
     }
 
-    /// Swaps limits and overrides (SIGHUP); on error the old ones stay in force.
-    pub fn reload(
+    /// Swaps limits and overrides (SIGHUP); on error the old ones stay in force. Buckets of ids
+    /// whose override was raised are refreshed at once.
+    pub async fn reload(
         &self,
         config: RateLimitingConfig,
         overrides: &Overrides,
-    ) -> Result<(), ratelimits::error::Error> {
-        self.limiter.reload(&config, overrides)?;
+    ) -> Result<usize, ratelimits::error::Error> {
+        let refreshed = self.limiter.reload_and_refresh(&config, overrides).await?;
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
-        Ok(())
+        Ok(refreshed)
     }
 
     /// The limiter, for the admin API and the workers' hook.

@@ -96,7 +96,7 @@ async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
 }
 
 async fn reload(State(state): State<AdminState>) -> (StatusCode, String) {
-    match crate::serve::reload_limits(&state.ctx.limits, state.ctx.config_path.as_deref()) {
+    match crate::serve::reload_limits(&state.ctx.limits, state.ctx.config_path.as_deref()).await {
         Ok(()) => {
             tracing::info!("rate limits reloaded");
             (

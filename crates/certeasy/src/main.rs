@@ -183,7 +183,7 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
                 return;
             };
             while hangups.recv().await.is_some() {
-                match certeasy::serve::reload_limits(&limits, reload_path.as_deref()) {
+                match certeasy::serve::reload_limits(&limits, reload_path.as_deref()).await {
                     Ok(()) => tracing::info!("SIGHUP: rate limits and overrides reloaded"),
                     Err(e) => {
                         tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused; the previous limits stay in force")

@@ -72,8 +72,8 @@ impl RunningServer {
 
     /// Re-reads the rate limits and overrides from the configuration file (SIGHUP). On any error
     /// the limits in force stay, and the error is returned for logging.
-    pub fn reload(&self) -> anyhow::Result<()> {
-        reload_limits(&self.limits, self.config_path.as_deref())
+    pub async fn reload(&self) -> anyhow::Result<()> {
+        reload_limits(&self.limits, self.config_path.as_deref()).await
     }
 
     /// Cancelling this token stops the server.
@@ -339,7 +339,7 @@ fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimi
 }
 
 /// Reads the configuration file and the overrides file again and swaps the limits in.
-pub fn reload_limits(
+pub async fn reload_limits(
     limits: &RateLimits,
     config_path: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
@@ -353,8 +353,13 @@ pub fn reload_limits(
             .with_context(|| format!("loading rate-limit overrides {}", path.display()))?,
         None => Overrides::empty(),
     };
-    limits
+    let refreshed = limits
         .reload(settings, &overrides)
+        .await
         .context("applying the new rate limits")?;
+    tracing::info!(
+        refreshed,
+        "rate limits reloaded; buckets of raised overrides refreshed"
+    );
     Ok(())
 }

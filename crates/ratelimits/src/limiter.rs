@@ -248,6 +248,56 @@ impl Limiter {
         Ok(())
     }
 
+    /// Like [`Limiter::reload`], then gives a fresh bucket to every id listed explicitly in an
+    /// override (an account id or a single address) whose limit became more generous: a larger
+    /// burst or a faster rate. A stored TAT measures debt in the *old* emission interval, so
+    /// without this an exhausted bucket would stay refused after its override was raised
+    /// (Boulder's open bug #8785). Returns how many buckets were refreshed.
+    ///
+    /// Buckets reached only through CIDR overrides or changed defaults cannot be enumerated; for
+    /// them a larger burst applies at once (the TAT is clamped on every decision) and a faster
+    /// rate applies as the existing debt drains.
+    pub async fn reload_and_refresh(
+        &self,
+        config: &RateLimitingConfig,
+        overrides: &Overrides,
+    ) -> Result<usize> {
+        let new = Arc::new(Policy::build(config, overrides)?);
+        let old = self.policy.swap(Arc::clone(&new));
+        let mut keys = Vec::new();
+        for entry in overrides.entries() {
+            for id in &entry.ids {
+                let bucket = match id {
+                    crate::overrides::OverrideId::Account(account) => BucketId::Account(*account),
+                    crate::overrides::OverrideId::Net(net)
+                        if net.prefix_len() == net.max_prefix_len() =>
+                    {
+                        BucketId::Ip(*net)
+                    }
+                    crate::overrides::OverrideId::Net(_) => continue,
+                };
+                let Some((now_limit, keyed)) = new.resolve(entry.limit, &bucket) else {
+                    continue;
+                };
+                let raised = old
+                    .resolve(entry.limit, &bucket)
+                    .is_some_and(|(before, _)| {
+                        now_limit.burst() > before.burst()
+                            || now_limit.emission_interval() < before.emission_interval()
+                    });
+                if raised {
+                    keys.push(keyed.key(entry.limit)?);
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        if !keys.is_empty() {
+            self.store.reset(&keys).await?;
+        }
+        Ok(keys.len())
+    }
+
     /// The bucket id of a client address: IPv4 as is, IPv6 by the configured prefix.
     pub fn ip_id(&self, ip: IpAddr) -> BucketId {
         BucketId::Ip(ip_bucket(ip, self.policy.load().ipv6_prefix))

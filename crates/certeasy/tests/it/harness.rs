@@ -112,6 +112,8 @@ pub struct TestEnv {
     /// Config sections: section name → YAML body (already indented by two spaces).
     pub sections: BTreeMap<String, String>,
     pub suffix: String,
+    /// Extra top-level lines.
+    pub top_level: String,
 }
 
 impl TestEnv {
@@ -173,6 +175,7 @@ impl TestEnv {
             _pg: pg,
             sections,
             suffix: unique("t"),
+            top_level: String::new(),
         }
     }
 
@@ -190,10 +193,27 @@ impl TestEnv {
         self.section("validation", &body);
     }
 
+    /// Rewrites the config file from the current sections (for reload tests).
+    pub fn write_config_for_test(&self) {
+        self.write_config();
+    }
+
+    /// Starts the binary with extra top-level YAML lines (keys that are not sections).
+    pub async fn spawn_binary_with_top_level(&mut self, top: &str) {
+        self.top_level = top.to_owned();
+        self.spawn_binary().await;
+    }
+
     fn write_config(&self) {
-        let mut yaml = format!("data-dir: \"{}\"\n", self.dir.path().join("data").display());
+        let mut yaml = format!(
+            "data-dir: \"{}\"\n{}",
+            self.dir.path().join("data").display(),
+            self.top_level
+        );
         for (name, body) in &self.sections {
-            yaml.push_str(&format!("{name}:\n{body}"));
+            if !body.is_empty() {
+                yaml.push_str(&format!("{name}:\n{body}"));
+            }
         }
         std::fs::write(&self.config_path, yaml).unwrap();
     }
@@ -207,13 +227,6 @@ impl TestEnv {
                 .await
                 .unwrap();
         self.server = Some(server);
-    }
-
-    /// Stops the in-process server (gracefully).
-    pub async fn stop(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
     }
 
     /// Starts the real `certeasy serve` binary and waits until it answers.

@@ -9,5 +9,6 @@ mod e2e_lego;
 mod flow;
 mod harness;
 mod hostile;
+mod ratelimit;
 mod raw;
 mod restart;
