@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
-# certbot, redis-server, PostgreSQL), makes sure PostgreSQL and Redis answer on loopback, then
+# certbot, redis-server, PostgreSQL, chromium and chromedriver), makes sure PostgreSQL and Redis answer on loopback, then
 # checks formatting, lints, the crypto-provider guard, and runs every test.
 #
 # Under CI=true a service that cannot be reached fails the run; it is never skipped.
@@ -32,6 +32,8 @@ need_pkg redis-cli redis-tools
 need_pkg pg_ctlcluster postgresql
 need_pkg psql postgresql-client
 need_pkg curl curl
+need_pkg chromium chromium
+need_pkg chromedriver chromium-driver
 
 log "services"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then

@@ -11,6 +11,7 @@ mod problem;
 mod response;
 pub mod settings;
 pub mod state;
+pub mod unpause;
 mod wire;
 
 pub use handlers::router;

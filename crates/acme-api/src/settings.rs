@@ -29,6 +29,8 @@ pub struct ApiSettings {
     pub default_validity: Duration,
     /// How far notBefore may lie in the past.
     pub backdate: Duration,
+    /// Unpause links of zombie-paused pairs; `None` disables the page and the links.
+    pub unpause: Option<crate::unpause::UnpauseSettings>,
 }
 
 impl ApiSettings {
@@ -52,6 +54,7 @@ impl ApiSettings {
             max_validity: Duration::days(397),
             default_validity: Duration::days(90),
             backdate: Duration::minutes(1),
+            unpause: None,
         }
     }
 }

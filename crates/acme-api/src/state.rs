@@ -10,6 +10,7 @@ use workers::Workers;
 use crate::limits::RateLimits;
 use crate::nonce::NonceService;
 use crate::settings::ApiSettings;
+use crate::unpause::UnpauseHook;
 
 /// Shared state of the ACME endpoint; cheap to clone.
 #[derive(Clone)]
@@ -25,10 +26,13 @@ pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
     pub(crate) nonces: NonceService,
     pub(crate) limits: Arc<RateLimits>,
+    pub(crate) unpause_hook: Option<Arc<dyn UnpauseHook>>,
 }
 
 impl ApiState {
     /// Assembles the state; `nonces` decides whether nonces are shared between instances.
+    // Each argument is a separately built part of the server; a builder would add ceremony only.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: ApiSettings,
         storage: Storage,
@@ -37,6 +41,7 @@ impl ApiState {
         clock: SharedClock,
         nonces: NonceService,
         limits: Arc<RateLimits>,
+        unpause_hook: Option<Arc<dyn UnpauseHook>>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -47,6 +52,7 @@ impl ApiState {
                 clock,
                 nonces,
                 limits,
+                unpause_hook,
             }),
         }
     }

@@ -8,8 +8,12 @@ use std::sync::OnceLock;
 
 use acme_api::limits::RateLimits;
 use acme_core::clock::SharedClock;
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use axum::Json;
 use axum::Router;
 use axum::extract::Path;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -18,6 +22,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
+use serde::Deserialize;
 use storage::Storage;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -69,6 +74,9 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/reload", post(reload))
         .route("/admin/ratelimit/{limit}/{id}", get(show_bucket))
         .route("/admin/ratelimit/{limit}/{id}/reset", post(reset_bucket))
+        .route("/admin/pauses", get(list_pauses))
+        .route("/admin/pause", post(pause))
+        .route("/admin/unpause", post(unpause))
         .with_state(state)
 }
 
@@ -167,6 +175,144 @@ async fn reset_bucket(
                 StatusCode::OK,
                 "bucket reset: it is full again\n".to_owned(),
             )
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct PauseQuery {
+    account: Option<i64>,
+    #[serde(default)]
+    all: bool,
+    limit: Option<u32>,
+}
+
+async fn list_pauses(
+    State(state): State<AdminState>,
+    Query(q): Query<PauseQuery>,
+) -> (StatusCode, String) {
+    let rows = state
+        .ctx
+        .storage
+        .list_pauses(q.account.map(AccountId), q.all, q.limit.unwrap_or(10_000))
+        .await;
+    match rows {
+        Ok(rows) => {
+            let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
+            for r in rows {
+                let unpaused = r
+                    .unpaused_at
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string());
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{unpaused}\n",
+                    r.account_id, r.identifier, r.paused_at
+                ));
+            }
+            (StatusCode::OK, out)
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
+/// Body of `/admin/pause` and `/admin/unpause`: identifiers as `dns:name`, `ip:addr`, or bare.
+#[derive(Debug, Deserialize)]
+struct PauseBody {
+    account: i64,
+    #[serde(default)]
+    identifiers: Vec<String>,
+}
+
+/// Parses `dns:x`, `ip:x` or a bare name or address.
+pub fn parse_identifier(text: &str) -> Result<Identifier, String> {
+    let text = text.trim();
+    let parsed = match text.split_once(':') {
+        Some(("dns", v)) => Identifier::dns(v),
+        Some(("ip", v)) => Identifier::ip(v),
+        _ if text.parse::<std::net::IpAddr>().is_ok() => Identifier::ip(text),
+        _ => Identifier::dns(text),
+    };
+    parsed.map_err(|e| e.to_string())
+}
+
+fn parse_all(raw: &[String]) -> Result<Vec<Identifier>, (StatusCode, String)> {
+    raw.iter()
+        .map(|r| parse_identifier(r))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))
+}
+
+async fn pause(
+    State(state): State<AdminState>,
+    Json(body): Json<PauseBody>,
+) -> (StatusCode, String) {
+    let ids = match parse_all(&body.identifiers) {
+        Ok(ids) => ids,
+        Err(e) => return e,
+    };
+    let account = AccountId(body.account);
+    match state.ctx.storage.account(account).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("account {account} does not exist\n"),
+            );
+        }
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+    // An operator's pause is deliberate: no grace.
+    match state
+        .ctx
+        .storage
+        .pause_identifiers(account, &ids, time::Duration::ZERO, state.ctx.clock.now())
+        .await
+    {
+        Ok(outcomes) => {
+            let paused = outcomes
+                .iter()
+                .filter(|(_, o)| !matches!(o, storage::model::PauseOutcome::AlreadyPaused))
+                .count();
+            metrics::counter!("certeasy_pauses_total", "outcome" => "admin")
+                .increment(paused as u64);
+            tracing::info!(account_id = %account, paused, "pairs paused by an operator");
+            (StatusCode::OK, format!("{paused}\n"))
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
+async fn unpause(
+    State(state): State<AdminState>,
+    Json(body): Json<PauseBody>,
+) -> (StatusCode, String) {
+    let ids = match parse_all(&body.identifiers) {
+        Ok(ids) => ids,
+        Err(e) => return e,
+    };
+    let account = AccountId(body.account);
+    let now = state.ctx.clock.now();
+    let unpaused = if ids.is_empty() {
+        state
+            .ctx
+            .storage
+            .unpause_account(account, 50_000, now)
+            .await
+    } else {
+        state
+            .ctx
+            .storage
+            .unpause_identifiers(account, &ids, now)
+            .await
+    };
+    match unpaused {
+        Ok(done) => {
+            workers::hooks::reset_consecutive_failures(state.ctx.limits.limiter(), account, &done)
+                .await;
+            metrics::counter!("certeasy_unpaused_pairs_total", "via" => "admin")
+                .increment(done.len() as u64);
+            tracing::info!(account_id = %account, unpaused = done.len(), "pairs unpaused by an operator");
+            (StatusCode::OK, format!("{}\n", done.len()))
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
     }

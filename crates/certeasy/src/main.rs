@@ -61,6 +61,46 @@ enum AdminCommand {
         #[command(subcommand)]
         command: RatelimitCommand,
     },
+    /// List paused (account, identifier) pairs.
+    Pauses {
+        #[command(subcommand)]
+        command: PausesCommand,
+    },
+    /// Pause identifiers of an account: its new orders naming them are refused until unpaused.
+    Pause {
+        /// The account id.
+        #[arg(long)]
+        account: i64,
+        /// A file of identifiers, one per line (dns:name, ip:addr, or bare).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Identifiers (dns:name, ip:addr, or bare).
+        names: Vec<String>,
+    },
+    /// Unpause identifiers of an account; with no names (and no --file), every pause of the account.
+    Unpause {
+        /// The account id.
+        #[arg(long)]
+        account: i64,
+        /// A file of identifiers, one per line.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Identifiers (dns:name, ip:addr, or bare).
+        names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PausesCommand {
+    /// Print the current pauses (or, with --all, also lifted ones), newest first.
+    List {
+        /// Only this account.
+        #[arg(long)]
+        account: Option<i64>,
+        /// Include pairs that were unpaused.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -253,21 +293,6 @@ fn admin(
             format!("http://{}", config.server.admin_listen)
         }
     };
-    let (method, path) = match &command {
-        AdminCommand::Reload => ("POST", "/admin/reload".to_owned()),
-        AdminCommand::Ratelimit {
-            command: RatelimitCommand::Show { limit, id },
-        } => (
-            "GET",
-            format!("/admin/ratelimit/{limit}/{}", encode_segment(id)),
-        ),
-        AdminCommand::Ratelimit {
-            command: RatelimitCommand::Reset { limit, id },
-        } => (
-            "POST",
-            format!("/admin/ratelimit/{limit}/{}/reset", encode_segment(id)),
-        ),
-    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -278,36 +303,174 @@ fn admin(
             return ExitCode::FAILURE;
         }
     };
-    let url = format!("{base}{path}");
-    let result = runtime.block_on(async {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(std::time::Duration::from_secs(10))
-            .build()?;
-        let request = if method == "POST" {
-            client.post(&url)
-        } else {
-            client.get(&url)
-        };
-        let response = request.send().await?;
-        let status = response.status();
-        let text = response.text().await?;
-        Ok::<_, reqwest::Error>((status, text))
-    });
-    match result {
-        Ok((status, text)) => {
-            print!("{text}");
-            if status.is_success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+    match runtime.block_on(admin_command(&base, command)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("cannot reach the admin listener at {base}: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs one admin command; `Ok(false)` when the server refused it (its answer is printed).
+async fn admin_command(base: &str, command: AdminCommand) -> anyhow::Result<bool> {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(120))
+        .build()?;
+    let simple = |method: &str, path: String| (method.to_owned(), path);
+    let (method, path) = match command {
+        AdminCommand::Reload => simple("POST", "/admin/reload".to_owned()),
+        AdminCommand::Ratelimit {
+            command: RatelimitCommand::Show { limit, id },
+        } => simple(
+            "GET",
+            format!("/admin/ratelimit/{limit}/{}", encode_segment(&id)),
+        ),
+        AdminCommand::Ratelimit {
+            command: RatelimitCommand::Reset { limit, id },
+        } => simple(
+            "POST",
+            format!("/admin/ratelimit/{limit}/{}/reset", encode_segment(&id)),
+        ),
+        AdminCommand::Pauses {
+            command: PausesCommand::List { account, all },
+        } => {
+            let mut path = format!("/admin/pauses?all={all}");
+            if let Some(a) = account {
+                path.push_str(&format!("&account={a}"));
+            }
+            simple("GET", path)
+        }
+        AdminCommand::Pause {
+            account,
+            file,
+            names,
+        } => {
+            return batch(
+                &client,
+                base,
+                "/admin/pause",
+                account,
+                collect_names(file, names)?,
+                "paused",
+            )
+            .await;
+        }
+        AdminCommand::Unpause {
+            account,
+            file,
+            names,
+        } => {
+            let names = collect_names(file, names)?;
+            if names.is_empty() {
+                // Account-wide: the server unpauses up to 50,000 per call; repeat until done.
+                let mut total = 0_u64;
+                loop {
+                    let body =
+                        serde_json::json!({ "account": account, "identifiers": [] }).to_string();
+                    let (ok, text) = send(
+                        &client,
+                        "POST",
+                        &format!("{base}/admin/unpause"),
+                        Some(body),
+                    )
+                    .await?;
+                    if !ok {
+                        eprint!("{text}");
+                        return Ok(false);
+                    }
+                    let n: u64 = text.trim().parse().unwrap_or(0);
+                    total += n;
+                    if n < 50_000 {
+                        break;
+                    }
+                }
+                println!("{total} pairs of account {account} unpaused");
+                return Ok(true);
+            }
+            return batch(&client, base, "/admin/unpause", account, names, "unpaused").await;
+        }
+    };
+    let (ok, text) = send(&client, &method, &format!("{base}{path}"), None).await?;
+    print!("{text}");
+    Ok(ok)
+}
+
+async fn send(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    body: Option<String>,
+) -> anyhow::Result<(bool, String)> {
+    let mut request = if method == "POST" {
+        client.post(url)
+    } else {
+        client.get(url)
+    };
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body);
+    }
+    let response = request.send().await?;
+    let ok = response.status().is_success();
+    Ok((ok, response.text().await?))
+}
+
+fn collect_names(file: Option<PathBuf>, mut names: Vec<String>) -> anyhow::Result<Vec<String>> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        names.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    for n in &names {
+        certeasy::admin::parse_identifier(n).map_err(|e| anyhow::anyhow!("{n}: {e}"))?;
+    }
+    Ok(names)
+}
+
+/// Sends names in chunks of 1,000 with a progress bar.
+async fn batch(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    account: i64,
+    names: Vec<String>,
+    verb: &str,
+) -> anyhow::Result<bool> {
+    if names.is_empty() {
+        anyhow::bail!("no identifiers given (pass names or --file)");
+    }
+    let bar = indicatif::ProgressBar::new(names.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} identifiers {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut done = 0_u64;
+    for chunk in names.chunks(1_000) {
+        let body = serde_json::json!({ "account": account, "identifiers": chunk }).to_string();
+        let (ok, text) = send(client, "POST", &format!("{base}{path}"), Some(body)).await?;
+        if !ok {
+            bar.abandon();
+            eprint!("{text}");
+            return Ok(false);
+        }
+        done += text.trim().parse::<u64>().unwrap_or(0);
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_with_message(format!("({done} {verb})"));
+    println!(
+        "{done} of {} identifiers of account {account} {verb}",
+        names.len()
+    );
+    Ok(true)
 }
 
 /// Percent-encodes a path segment (bucket ids hold ':' and may hold '/').

@@ -32,6 +32,8 @@ use validation::ValidationSettings;
 use validation::Validator;
 use workers::Workers;
 use workers::hooks::FailedValidationHook;
+use workers::hooks::HookChain;
+use workers::hooks::ZombieHook;
 use workers::settings::WorkerSettings;
 
 use crate::config::Config;
@@ -109,10 +111,18 @@ pub async fn start(
 
     let validator =
         Validator::new(validation_settings(config)).context("building the validator")?;
-    let hook = Arc::new(FailedValidationHook::new(
-        Arc::clone(limits.limiter()),
-        Arc::clone(&clock),
-    ));
+    let mut hooks: Vec<Arc<dyn workers::hooks::ValidationHook>> = vec![Arc::new(
+        FailedValidationHook::new(Arc::clone(limits.limiter()), Arc::clone(&clock)),
+    )];
+    if config.zombie_pausing.enabled {
+        hooks.push(Arc::new(ZombieHook::new(
+            Arc::clone(limits.limiter()),
+            storage.clone(),
+            Arc::clone(&clock),
+            config.zombie_pausing.repause_grace.time(),
+        )));
+    }
+    let hook = Arc::new(HookChain(hooks));
     let workers = Workers::spawn(
         storage.clone(),
         validator,
@@ -122,7 +132,8 @@ pub async fn start(
         hook,
     );
 
-    let settings = api_settings(config);
+    let mut settings = api_settings(config);
+    settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
     let nonces = NonceService::new(config.acme.nonce_lifetime.time());
     let state = ApiState::new(
@@ -133,6 +144,7 @@ pub async fn start(
         Arc::clone(&clock),
         nonces,
         Arc::clone(&limits),
+        Some(Arc::new(ResetFailureCounts(Arc::clone(limits.limiter())))),
     );
     let router = acme_api::router(state)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -310,6 +322,7 @@ fn api_settings(config: &Config) -> ApiSettings {
         max_validity: config.issuance.max_validity.time(),
         default_validity: config.issuance.default_validity.time(),
         backdate: config.issuance.backdate.time(),
+        unpause: None,
     }
 }
 
@@ -362,4 +375,46 @@ pub async fn reload_limits(
         "rate limits reloaded; buckets of raised overrides refreshed"
     );
     Ok(())
+}
+
+/// Resets the consecutive-failure buckets of pairs the subscriber unpaused.
+struct ResetFailureCounts(Arc<Limiter>);
+
+impl acme_api::unpause::UnpauseHook for ResetFailureCounts {
+    fn unpaused<'a>(
+        &'a self,
+        account: acme_core::ids::AccountId,
+        identifiers: &'a [acme_core::identifier::Identifier],
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(workers::hooks::reset_consecutive_failures(
+            &self.0,
+            account,
+            identifiers,
+        ))
+    }
+}
+
+fn unpause_settings(
+    config: &Config,
+    data_dir: &std::path::Path,
+    base_url: &str,
+) -> anyhow::Result<acme_api::unpause::UnpauseSettings> {
+    let z = &config.zombie_pausing;
+    let key_path = z
+        .unpause_key_file
+        .clone()
+        .unwrap_or_else(|| data_dir.join("unpause.key"));
+    let key = acme_api::unpause::token::load_or_create_key(&key_path)
+        .with_context(|| format!("loading the unpause key {}", key_path.display()))?;
+    let base = z.unpause_base_url.trim().trim_end_matches('/');
+    Ok(acme_api::unpause::UnpauseSettings {
+        key,
+        version: z.unpause_key_version,
+        link_lifetime: z.unpause_link_lifetime.time(),
+        base_url: if base.is_empty() {
+            base_url.to_owned()
+        } else {
+            base.to_owned()
+        },
+    })
 }

@@ -17,7 +17,9 @@ pub struct RateLimitingConfig {
     pub global: GlobalLimit,
     pub account_creation: AccountCreationLimit,
     pub order_creation: OrderCreationLimit,
+    #[serde(deserialize_with = "duplicate_certificate")]
     pub duplicate_certificate: WindowLimit,
+    #[serde(deserialize_with = "failed_validation")]
     pub failed_validation: WindowLimit,
     pub pending_authorizations: PendingAuthorizationsLimit,
     /// Consecutive validation failures per (account, identifier) before the pair is paused.
@@ -140,7 +142,8 @@ impl Default for OrderCreationLimit {
     }
 }
 
-/// A count inside a rolling window (`duplicate-certificate:`, `failed-validation:`).
+/// A count inside a rolling window (`duplicate-certificate:`, `failed-validation:`). Every key
+/// has a default, so `enabled: false` alone is a complete block.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct WindowLimit {
@@ -150,6 +153,37 @@ pub struct WindowLimit {
     pub mode: Mode,
     pub max_per_window: u64,
     pub window: ConfigDuration,
+}
+
+/// Reads a [`WindowLimit`] whose missing keys take the given defaults.
+fn window_limit<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    max: u64,
+    window_secs: u64,
+) -> Result<WindowLimit, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    struct Partial {
+        enabled: Option<bool>,
+        mode: Option<Mode>,
+        max_per_window: Option<u64>,
+        window: Option<ConfigDuration>,
+    }
+    let p = Partial::deserialize(d)?;
+    Ok(WindowLimit {
+        enabled: p.enabled.unwrap_or(true),
+        mode: p.mode.unwrap_or_default(),
+        max_per_window: p.max_per_window.unwrap_or(max),
+        window: p.window.unwrap_or(ConfigDuration::from_secs(window_secs)),
+    })
+}
+
+fn duplicate_certificate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WindowLimit, D::Error> {
+    window_limit(d, 5, 168 * 3600)
+}
+
+fn failed_validation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WindowLimit, D::Error> {
+    window_limit(d, 5, 3600)
 }
 
 /// `pending-authorizations:` cap on in-flight authorizations per account.

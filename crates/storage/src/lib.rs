@@ -14,9 +14,11 @@ pub mod error;
 mod jobs;
 pub mod model;
 mod orders;
+mod pauses;
 mod rows;
 mod state;
 
+use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
@@ -43,6 +45,8 @@ use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
+use crate::model::PauseOutcome;
+use crate::model::PausedPair;
 use crate::model::ValidationRecorded;
 
 /// `Result` with this crate's error.
@@ -250,6 +254,90 @@ impl Storage {
     /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.
     pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>> {
         jobs::next_due(self).await
+    }
+
+    // ---- paused (account, identifier) pairs ----
+
+    /// Pauses each distinct identifier for the account, in one transaction: a new pair is paused,
+    /// a paused one stays as it is, one unpaused less than `grace` ago is left alone (the
+    /// subscriber's unpause is recent), and one unpaused longer ago is paused again from `now`.
+    /// Outcomes come in input order.
+    pub async fn pause_identifiers(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        grace: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(Identifier, PauseOutcome)>> {
+        pauses::pause(self, account, identifiers, grace, now).await
+    }
+    /// The pause row of one pair, paused or unpaused.
+    pub async fn pause_state(
+        &self,
+        account: AccountId,
+        identifier: &Identifier,
+    ) -> Result<Option<PausedPair>> {
+        pauses::state(self, account, identifier).await
+    }
+    /// The identifiers among `identifiers` that are currently paused for the account, at most
+    /// `limit`: what a new order must be refused for, capped so the problem detail stays short.
+    pub async fn paused_among(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        limit: u32,
+    ) -> Result<Vec<Identifier>> {
+        pauses::among(self, account, identifiers, limit).await
+    }
+    /// Currently paused identifiers of the account, oldest pause first, at most `limit`.
+    pub async fn paused_for_account(
+        &self,
+        account: AccountId,
+        limit: u32,
+    ) -> Result<Vec<Identifier>> {
+        pauses::of_account(self, account, limit).await
+    }
+    /// Lifts up to `max` current pauses of the account in batched UPDATEs and returns the
+    /// identifiers it unpaused, so the caller can reset their failure counts. Fewer than `max`
+    /// means nothing is left paused.
+    pub async fn unpause_account(
+        &self,
+        account: AccountId,
+        max: u32,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Identifier>> {
+        pauses::unpause_account(self, account, max, now).await
+    }
+    /// Lifts the pauses of the given identifiers of the account; returns those that were paused.
+    pub async fn unpause_identifiers(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        now: OffsetDateTime,
+    ) -> Result<Vec<Identifier>> {
+        pauses::unpause_identifiers(self, account, identifiers, now).await
+    }
+    /// Pause rows, newest pause first, of every account or of one; lifted pauses only when
+    /// `include_unpaused`; at most `limit`.
+    pub async fn list_pauses(
+        &self,
+        account: Option<AccountId>,
+        include_unpaused: bool,
+        limit: u32,
+    ) -> Result<Vec<PausedPair>> {
+        pauses::list(self, account, include_unpaused, limit).await
+    }
+    /// Inserts never-paused pairs as paused at `now` without reading first; pairs that already
+    /// have a row are left alone. Only for tests that need accounts with tens of thousands of
+    /// pauses; production code uses `pause_identifiers`.
+    #[doc(hidden)]
+    pub async fn bulk_insert_pauses_for_tests(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        now: OffsetDateTime,
+    ) -> Result<()> {
+        pauses::bulk_insert(self, account, identifiers, now).await
     }
 
     /// Closes the pool, waiting for connections to be returned; lets a caller (or a test) drop

@@ -187,3 +187,38 @@ pub struct Job {
     pub attempts: u32,
     pub lease_until: OffsetDateTime,
 }
+
+/// What pausing one (account, identifier) pair did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// The pair had never been paused; it is now.
+    Paused,
+    /// The pair was already paused; nothing changed.
+    AlreadyPaused,
+    /// The pair had been unpaused long enough ago; it is paused again from now.
+    Repaused,
+    /// The pair was unpaused within the grace period, so the subscriber's recent unpause wins and
+    /// nothing changed.
+    SkippedGrace,
+}
+
+impl PauseOutcome {
+    /// A short name for metric labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Paused => "paused",
+            Self::AlreadyPaused => "already-paused",
+            Self::Repaused => "repaused",
+            Self::SkippedGrace => "grace",
+        }
+    }
+}
+
+/// One row of the pause table: a current pause (`unpaused_at` is `None`) or a lifted one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedPair {
+    pub account_id: AccountId,
+    pub identifier: Identifier,
+    pub paused_at: OffsetDateTime,
+    pub unpaused_at: Option<OffsetDateTime>,
+}

@@ -73,3 +73,171 @@ impl ValidationHook for FailedValidationHook {
         })
     }
 }
+
+/// Runs several hooks in order.
+pub struct HookChain(pub Vec<std::sync::Arc<dyn ValidationHook>>);
+
+impl ValidationHook for HookChain {
+    fn on_validation<'a>(
+        &'a self,
+        recorded: &'a ValidationRecorded,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            for hook in &self.0 {
+                hook.on_validation(recorded).await;
+            }
+        })
+    }
+}
+
+/// Zombie-client pausing: each failed validation spends one token of the pair's
+/// consecutive-failure bucket; an exhausted bucket pauses the pair; any success empties the debt.
+///
+/// A pair unpaused less than `grace` ago is neither counted nor paused, and its bucket was reset
+/// when it was unpaused, so after the grace the count starts fresh rather than from the old,
+/// nearly empty bucket.
+pub struct ZombieHook {
+    limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
+    storage: storage::Storage,
+    clock: acme_core::clock::SharedClock,
+    grace: time::Duration,
+}
+
+impl ZombieHook {
+    /// A hook pausing through `storage` with the given re-pause grace.
+    pub fn new(
+        limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
+        storage: storage::Storage,
+        clock: acme_core::clock::SharedClock,
+        grace: time::Duration,
+    ) -> Self {
+        Self {
+            limiter,
+            storage,
+            clock,
+            grace,
+        }
+    }
+
+    async fn failed(&self, recorded: &ValidationRecorded) {
+        let now = self.clock.now();
+        match self
+            .storage
+            .pause_state(recorded.account_id, &recorded.identifier)
+            .await
+        {
+            Ok(Some(state)) => match state.unpaused_at {
+                // Still paused (the validation started before the pause): nothing to count.
+                None => return,
+                Some(at) if now - at < self.grace => {
+                    metrics::counter!("certeasy_pauses_total", "outcome" => "skipped_grace")
+                        .increment(1);
+                    return;
+                }
+                Some(_) => {}
+            },
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the pause state; counting the failure anyway");
+            }
+        }
+        let request = ratelimits::limiter::Request::new(
+            ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier,
+            pair(recorded),
+            1,
+        );
+        let verdict = match self.limiter.check(now, &[request]).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not count a consecutive failure");
+                return;
+            }
+        };
+        if verdict.fail_open {
+            return;
+        }
+        // The N-th consecutive failure empties a bucket of N: that one pauses the pair.
+        let exhausted =
+            !verdict.allowed || verdict.binding.as_ref().is_some_and(|b| b.remaining == 0);
+        if !exhausted {
+            return;
+        }
+        match self
+            .storage
+            .pause_identifiers(
+                recorded.account_id,
+                std::slice::from_ref(&recorded.identifier),
+                self.grace,
+                now,
+            )
+            .await
+        {
+            Ok(outcomes) => {
+                for (identifier, outcome) in outcomes {
+                    let label = match outcome {
+                        storage::model::PauseOutcome::Paused => "paused",
+                        storage::model::PauseOutcome::Repaused => "repaused",
+                        storage::model::PauseOutcome::SkippedGrace => "skipped_grace",
+                        storage::model::PauseOutcome::AlreadyPaused => "already_paused",
+                    };
+                    metrics::counter!("certeasy_pauses_total", "outcome" => label).increment(1);
+                    tracing::info!(account_id = %recorded.account_id, identifier = %identifier, outcome = label, "zombie pausing");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "could not pause a failing pair"),
+        }
+    }
+}
+
+fn pair(recorded: &ValidationRecorded) -> ratelimits::bucket::BucketId {
+    ratelimits::bucket::BucketId::AccountIdentifier {
+        account: recorded.account_id.0,
+        identifier: recorded.identifier.value().to_owned(),
+    }
+}
+
+impl ValidationHook for ZombieHook {
+    fn on_validation<'a>(
+        &'a self,
+        recorded: &'a ValidationRecorded,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            match recorded.status {
+                acme_core::status::ChallengeStatus::Invalid => self.failed(recorded).await,
+                acme_core::status::ChallengeStatus::Valid => {
+                    let name =
+                        ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
+                    if self.limiter.limit_for(name, &pair(recorded)).is_some()
+                        && let Err(e) = self.limiter.reset(name, &pair(recorded)).await
+                    {
+                        tracing::warn!(error = %e, "could not reset the consecutive-failure count after a success");
+                    }
+                }
+                _ => {}
+            }
+        })
+    }
+}
+
+/// Empties the consecutive-failure buckets of pairs that were just unpaused, so the count starts
+/// fresh once the re-pause grace is over. Best effort: a failure only delays a future pause.
+pub async fn reset_consecutive_failures(
+    limiter: &ratelimits::limiter::Limiter,
+    account: acme_core::ids::AccountId,
+    identifiers: &[acme_core::identifier::Identifier],
+) {
+    let name = ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
+    for identifier in identifiers {
+        let pair = ratelimits::bucket::BucketId::AccountIdentifier {
+            account: account.0,
+            identifier: identifier.value().to_owned(),
+        };
+        if limiter.limit_for(name, &pair).is_none() {
+            return;
+        }
+        if let Err(e) = limiter.reset(name, &pair).await {
+            tracing::warn!(error = %e, "could not reset a consecutive-failure bucket after unpausing");
+            return;
+        }
+    }
+}

@@ -40,5 +40,6 @@ pub fn router(state: ApiState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), acme_headers))
         .route("/docs/rate-limits", get(directory::rate_limit_docs))
         .route("/root.pem", get(directory::root_pem))
+        .merge(crate::unpause::routes())
         .with_state(state)
 }

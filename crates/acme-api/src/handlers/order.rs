@@ -66,6 +66,7 @@ pub(crate) async fn new_order(
 
     let identifiers = parse_identifiers(&state, &payload)?;
     let (not_before, not_after) = validity_window(&state, &payload, now)?;
+    refuse_paused(&state, account.id, &identifiers, now).await?;
     let spent = charge_order(&state, account.id, &identifiers).await?;
 
     let mut authorizations = Vec::with_capacity(identifiers.len());
@@ -479,4 +480,57 @@ fn random_token() -> Result<String, ApiError> {
         .fill(&mut bytes)
         .map_err(|_| ApiError::internal("random token", &"the system RNG failed"))?;
     Ok(URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Zombie pausing: an order naming an identifier paused for this account is refused before
+/// anything is created or charged. A pause is its own kind: logged and counted as a pause (never
+/// with the token), answered as `rateLimited` with the unpause link.
+async fn refuse_paused(
+    state: &ApiState,
+    account: AccountId,
+    identifiers: &[Identifier],
+    now: OffsetDateTime,
+) -> Result<(), ApiError> {
+    const SHOWN: u32 = 15;
+    let paused = state
+        .inner
+        .storage
+        .paused_among(account, identifiers, SHOWN + 1)
+        .await?;
+    if paused.is_empty() {
+        return Ok(());
+    }
+    metrics::counter!("certeasy_pause_rejections_total").increment(1);
+    tracing::info!(account_id = %account, paused = paused.len(), "new order refused: account/identifier pair is paused");
+    let shown: Vec<String> = paused
+        .iter()
+        .take(SHOWN as usize)
+        .map(|i| i.value().to_owned())
+        .collect();
+    let mut names = shown.join(", ");
+    if paused.len() > SHOWN as usize {
+        names.push_str(" and possibly others");
+    }
+    let mut detail = format!(
+        "Issuance for {names} is paused for this account because validation failed too many times in a row."
+    );
+    let mut err_link = None;
+    if let Some(settings) = &state.inner.settings.unpause {
+        let claims = crate::unpause::token::UnpauseClaims {
+            account,
+            identifiers: shown,
+            issued_at: now.unix_timestamp(),
+            expires_at: (now + settings.link_lifetime).unix_timestamp(),
+            version: settings.version,
+        };
+        let url = crate::unpause::unpause_url(settings, &claims);
+        detail.push_str(&format!(" Once the problem is fixed, unpause at: {url}"));
+        err_link = Some(url);
+    }
+    let mut err = ApiError::new(ProblemType::RateLimited, detail)
+        .with_header(axum::http::header::RETRY_AFTER, "86400");
+    if let Some(url) = err_link {
+        err = err.with_header(axum::http::header::LINK, &format!("<{url}>;rel=\"help\""));
+    }
+    Err(err)
 }

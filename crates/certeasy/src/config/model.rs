@@ -37,6 +37,44 @@ pub struct Config {
     /// Path of the per-ID overrides YAML file; `None` when the key is empty.
     #[serde(deserialize_with = "deserialize_optional_path")]
     pub rate_limit_overrides: Option<PathBuf>,
+    pub zombie_pausing: ZombiePausingConfig,
+}
+
+/// `zombie-pausing:` pause (account, identifier) pairs that fail validation forever.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ZombiePausingConfig {
+    pub enabled: bool,
+    /// Consecutive failed validations of one pair before it is paused.
+    pub max_consecutive_failures: u64,
+    /// One failure is forgiven per this period (the bucket's refill).
+    pub refill_per: ConfigDuration,
+    /// How long an unpause link works.
+    pub unpause_link_lifetime: ConfigDuration,
+    /// A pair unpaused less than this long ago is not paused again.
+    pub repause_grace: ConfigDuration,
+    /// Base URL of the unpause page; empty = the ACME listener's external URL.
+    pub unpause_base_url: String,
+    /// HMAC key of unpause links; empty = `<data-dir>/unpause.key`, created on first start.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub unpause_key_file: Option<PathBuf>,
+    /// Bump to invalidate every outstanding unpause link.
+    pub unpause_key_version: u32,
+}
+
+impl Default for ZombiePausingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_consecutive_failures: 1152,
+            refill_per: ConfigDuration::from_secs(86_400),
+            unpause_link_lifetime: ConfigDuration::from_secs(14 * 86_400),
+            repause_grace: ConfigDuration::from_secs(14 * 86_400),
+            unpause_base_url: String::new(),
+            unpause_key_file: None,
+            unpause_key_version: 1,
+        }
+    }
 }
 
 impl Default for Config {
@@ -54,6 +92,7 @@ impl Default for Config {
             rate_limiting: RateLimitingConfig::default(),
             redis: RedisConfig::default(),
             rate_limit_overrides: None,
+            zombie_pausing: ZombiePausingConfig::default(),
         }
     }
 }
@@ -77,6 +116,12 @@ impl Config {
         let mut settings = self.rate_limiting.clone();
         settings.ipv6_prefix_length = self.server.ipv6_prefix_length;
         settings.overrides_file = self.rate_limit_overrides.clone();
+        settings.zombie_pausing = ratelimits::config::ZombiePausingLimit {
+            enabled: self.zombie_pausing.enabled,
+            mode: ratelimits::config::Mode::Enforce,
+            max_consecutive_failures: self.zombie_pausing.max_consecutive_failures,
+            forgive_one_per: self.zombie_pausing.refill_per,
+        };
         settings.redis = (!self.redis.shards.is_empty()).then(|| RateLimitRedis {
             shards: self.redis.shards.clone(),
             key_prefix: format!("{}rl:", self.redis.key_prefix),

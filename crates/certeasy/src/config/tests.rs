@@ -514,3 +514,16 @@ fn rate_limiting_copies_of_top_level_keys_are_refused() {
         problem.message
     );
 }
+
+#[test]
+fn window_limits_accept_partial_blocks() {
+    let text = "rate-limiting:\n  failed-validation:\n    enabled: false\n  duplicate-certificate:\n    window: 24h\n";
+    let config = from_str(text, "w.yaml").unwrap();
+    assert!(!config.rate_limiting.failed_validation.enabled);
+    assert_eq!(config.rate_limiting.failed_validation.max_per_window, 5);
+    assert_eq!(config.rate_limiting.duplicate_certificate.max_per_window, 5);
+    assert_eq!(
+        config.rate_limiting.duplicate_certificate.window,
+        ConfigDuration::from_secs(24 * 3600)
+    );
+}

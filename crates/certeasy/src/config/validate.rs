@@ -34,6 +34,7 @@ pub(crate) fn check(config: &Config) -> Vec<Issue> {
     checker.logging(config);
     checker.rate_limiting(config);
     checker.redis(config);
+    checker.zombie_pausing(config);
     checker.issues
 }
 
@@ -353,6 +354,26 @@ impl Checker {
         );
         if validation.job_lease.std() < std::time::Duration::from_secs(1) {
             self.fail("validation.job-lease", "must be at least 1s");
+        }
+    }
+
+    fn zombie_pausing(&mut self, config: &Config) {
+        let z = &config.zombie_pausing;
+        if !z.enabled {
+            return;
+        }
+        self.at_least_one(
+            "zombie-pausing.max-consecutive-failures",
+            z.max_consecutive_failures,
+        );
+        self.positive_duration("zombie-pausing.refill-per", z.refill_per);
+        self.positive_duration(
+            "zombie-pausing.unpause-link-lifetime",
+            z.unpause_link_lifetime,
+        );
+        let base = z.unpause_base_url.trim();
+        if !(base.is_empty() || base.starts_with("https://") || base.starts_with("http://")) {
+            self.fail("zombie-pausing.unpause-base-url", "must be an http(s) URL");
         }
     }
 

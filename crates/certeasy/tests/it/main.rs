@@ -3,6 +3,7 @@
 //! certbot. One test binary, so linking is paid once.
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
+mod browser;
 mod certcheck;
 mod e2e_certbot;
 mod e2e_lego;
@@ -12,3 +13,4 @@ mod hostile;
 mod ratelimit;
 mod raw;
 mod restart;
+mod zombie;

@@ -297,7 +297,10 @@ async fn duplicate_limit_retry_after_is_when_the_oldest_leaves_the_window() {
     let mut raw = Raw::new(&env, Algorithm::Es256);
     raw.register().await;
     // Another account is not affected by this account's certificates.
-    assert_eq!(new_order(&raw, &[name.clone()]).await.status, 201);
+    assert_eq!(
+        new_order(&raw, std::slice::from_ref(&name)).await.status,
+        201
+    );
 }
 
 #[tokio::test]
@@ -310,7 +313,7 @@ async fn failed_validations_refuse_the_pair_until_a_token_returns() {
     raw.register().await;
     let name = env.name("failing");
     for _ in 0..2 {
-        let order = new_order(&raw, &[name.clone()]).await;
+        let order = new_order(&raw, std::slice::from_ref(&name)).await;
         assert_eq!(order.status, 201, "{order:?}");
         let authz = raw
             .post(order.body["authorizations"][0].as_str().unwrap(), None)
@@ -334,7 +337,7 @@ async fn failed_validations_refuse_the_pair_until_a_token_returns() {
     }
     let mut refused = None;
     for _ in 0..40 {
-        let r = new_order(&raw, &[name.clone()]).await;
+        let r = new_order(&raw, std::slice::from_ref(&name)).await;
         if r.status == 429 {
             refused = Some(r);
             break;
@@ -350,9 +353,15 @@ async fn failed_validations_refuse_the_pair_until_a_token_returns() {
     // Another account is not affected.
     let mut other = Raw::new(&env, Algorithm::Es256);
     other.register().await;
-    assert_eq!(new_order(&other, &[name.clone()]).await.status, 201);
+    assert_eq!(
+        new_order(&other, std::slice::from_ref(&name)).await.status,
+        201
+    );
     tokio::time::sleep(Duration::from_secs(wait)).await;
-    assert_eq!(new_order(&raw, &[name.clone()]).await.status, 201);
+    assert_eq!(
+        new_order(&raw, std::slice::from_ref(&name)).await.status,
+        201
+    );
 }
 
 #[tokio::test]

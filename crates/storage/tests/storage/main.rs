@@ -12,3 +12,4 @@ mod connect;
 mod guards;
 mod jobs;
 mod orders;
+mod pauses;

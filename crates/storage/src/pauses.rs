@@ -1,0 +1,440 @@
+//! Paused (account, identifier) pairs: zombie clients whose validations fail again and again.
+//!
+//! A pause is a row with `unpaused_at` NULL. Unpausing keeps the row and stamps `unpaused_at`, so
+//! that a failure streak straight after a self-service unpause does not pause the pair again
+//! within the grace period. Statements that take many identifiers are built for a chunk of them
+//! at a time, so that no statement exceeds the bind-parameter limits of either backend and no
+//! identifier costs a round trip of its own.
+
+use std::collections::HashMap;
+
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use sqlx::AnyConnection;
+use sqlx::AssertSqlSafe;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::model::PauseOutcome;
+use crate::model::PausedPair;
+
+/// Identifiers per statement: two parameters each, far below SQLite's 32,766 and PostgreSQL's
+/// 65,535 bind parameters.
+const CHUNK: usize = 1_000;
+
+/// Rows per UPDATE of an account-wide unpause: large enough that 50,000 pairs take five
+/// statements, small enough that no single statement holds the write lock for long.
+const UNPAUSE_BATCH: u32 = 10_000;
+
+pub(crate) async fn pause(
+    s: &Storage,
+    account: AccountId,
+    identifiers: &[Identifier],
+    grace: Duration,
+    now: OffsetDateTime,
+) -> Result<Vec<(Identifier, PauseOutcome)>> {
+    let wanted = distinct(identifiers);
+    let now_s = codec::unix(now);
+    let grace_s = codec::seconds_ceil(grace);
+    let mut tx = s.begin_write().await?;
+    let mut existing = HashMap::new();
+    for (kind, chunk) in chunks_by_kind(&wanted) {
+        existing.extend(unpaused_at_of(&mut tx, account, kind, &chunk).await?);
+    }
+    let mut outcomes = Vec::with_capacity(wanted.len());
+    let mut fresh = Vec::new();
+    let mut again = Vec::new();
+    for id in &wanted {
+        let outcome = match existing.get(&key(id)) {
+            None => {
+                fresh.push(*id);
+                PauseOutcome::Paused
+            }
+            Some(None) => PauseOutcome::AlreadyPaused,
+            Some(Some(unpaused)) if now_s.saturating_sub(*unpaused) < grace_s => {
+                PauseOutcome::SkippedGrace
+            }
+            Some(Some(_)) => {
+                again.push(*id);
+                PauseOutcome::Repaused
+            }
+        };
+        outcomes.push(((*id).clone(), outcome));
+    }
+    for chunk in fresh.chunks(CHUNK) {
+        insert_pauses(&mut tx, account, chunk, now_s).await?;
+    }
+    for (kind, chunk) in chunks_by_kind(&again) {
+        repause(&mut tx, account, kind, &chunk, now_s).await?;
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+pub(crate) async fn state(
+    s: &Storage,
+    account: AccountId,
+    identifier: &Identifier,
+) -> Result<Option<PausedPair>> {
+    let row = sqlx::query(
+        "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
+         WHERE account_id = $1 AND identifier_type = $2 AND identifier_value = $3",
+    )
+    .bind(account.0)
+    .bind(identifier.kind().as_str())
+    .bind(identifier.value())
+    .fetch_optional(&s.pool)
+    .await?;
+    row.as_ref().map(pair).transpose()
+}
+
+pub(crate) async fn among(
+    s: &Storage,
+    account: AccountId,
+    identifiers: &[Identifier],
+    limit: u32,
+) -> Result<Vec<Identifier>> {
+    let wanted = distinct(identifiers);
+    let mut found = Vec::new();
+    let mut conn = s.pool.acquire().await?;
+    for (kind, chunk) in chunks_by_kind(&wanted) {
+        let room = (limit as usize).saturating_sub(found.len());
+        if room == 0 {
+            break;
+        }
+        let sql = format!(
+            "SELECT identifier_type, identifier_value FROM paused \
+             WHERE account_id = $1 AND unpaused_at IS NULL AND identifier_type = $2 \
+             AND identifier_value IN ({}) ORDER BY identifier_value LIMIT {room}",
+            placeholders(3, chunk.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(kind);
+        for id in &chunk {
+            query = query.bind(id.value());
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            found.push(identifier_of(&row)?);
+        }
+    }
+    Ok(found)
+}
+
+pub(crate) async fn of_account(
+    s: &Storage,
+    account: AccountId,
+    limit: u32,
+) -> Result<Vec<Identifier>> {
+    let rows = sqlx::query(
+        "SELECT identifier_type, identifier_value FROM paused \
+         WHERE account_id = $1 AND unpaused_at IS NULL \
+         ORDER BY paused_at, identifier_type, identifier_value LIMIT $2",
+    )
+    .bind(account.0)
+    .bind(i64::from(limit))
+    .fetch_all(&s.pool)
+    .await?;
+    rows.iter().map(identifier_of).collect()
+}
+
+pub(crate) async fn unpause_account(
+    s: &Storage,
+    account: AccountId,
+    max: u32,
+    now: OffsetDateTime,
+) -> Result<Vec<Identifier>> {
+    let now_s = codec::unix(now);
+    let mut unpaused = Vec::new();
+    let mut left = max;
+    // Each batch is its own statement and commits alone, as the pause rows are independent: a
+    // failure half-way leaves some pairs unpaused, and clicking again finishes the job. The batch
+    // is picked by physical row id, which both backends look up directly whatever their table
+    // statistics say: joining on the key let PostgreSQL, with a fresh table's estimates, rescan
+    // the batch once per row (minutes for 50,000 rows). On PostgreSQL the rows are locked as they
+    // are picked, so a concurrent unpause waits and then finds them already unpaused.
+    while left > 0 {
+        let batch = left.min(UNPAUSE_BATCH);
+        let query = match s.backend {
+            Backend::Postgres => sqlx::query(
+                "UPDATE paused SET unpaused_at = $2 \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM paused \
+                     WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3 FOR UPDATE)) \
+                 AND unpaused_at IS NULL \
+                 RETURNING identifier_type, identifier_value",
+            ),
+            Backend::Sqlite => sqlx::query(
+                "UPDATE paused SET unpaused_at = $2 \
+                 WHERE rowid IN (SELECT rowid FROM paused \
+                     WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3) \
+                 RETURNING identifier_type, identifier_value",
+            ),
+        };
+        let rows = query
+            .bind(account.0)
+            .bind(now_s)
+            .bind(i64::from(batch))
+            .fetch_all(&s.pool)
+            .await?;
+        for row in &rows {
+            unpaused.push(identifier_of(row)?);
+        }
+        if rows.len() < batch as usize {
+            break;
+        }
+        left -= batch;
+    }
+    Ok(unpaused)
+}
+
+pub(crate) async fn unpause_identifiers(
+    s: &Storage,
+    account: AccountId,
+    identifiers: &[Identifier],
+    now: OffsetDateTime,
+) -> Result<Vec<Identifier>> {
+    let wanted = distinct(identifiers);
+    let now_s = codec::unix(now);
+    let mut unpaused = Vec::new();
+    let mut tx = s.begin_write().await?;
+    for (kind, chunk) in chunks_by_kind(&wanted) {
+        let sql = format!(
+            "UPDATE paused SET unpaused_at = $2 \
+             WHERE account_id = $1 AND unpaused_at IS NULL AND identifier_type = $3 \
+             AND identifier_value IN ({}) RETURNING identifier_type, identifier_value",
+            placeholders(4, chunk.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(account.0)
+            .bind(now_s)
+            .bind(kind);
+        for id in &chunk {
+            query = query.bind(id.value());
+        }
+        for row in query.fetch_all(&mut *tx).await? {
+            unpaused.push(identifier_of(&row)?);
+        }
+    }
+    tx.commit().await?;
+    Ok(unpaused)
+}
+
+pub(crate) async fn list(
+    s: &Storage,
+    account: Option<AccountId>,
+    include_unpaused: bool,
+    limit: u32,
+) -> Result<Vec<PausedPair>> {
+    // Only these fixed fragments are ever joined into the statement; values are bound.
+    let mut conditions = Vec::new();
+    if account.is_some() {
+        conditions.push("account_id = $2");
+    }
+    if !include_unpaused {
+        conditions.push("unpaused_at IS NULL");
+    }
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
+         {filter} ORDER BY paused_at DESC, account_id, identifier_type, identifier_value LIMIT $1"
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(i64::from(limit));
+    if let Some(account) = account {
+        query = query.bind(account.0);
+    }
+    let rows = query.fetch_all(&s.pool).await?;
+    rows.iter().map(pair).collect()
+}
+
+/// Test support: the same rows `pause` would insert for never-paused pairs, without reading
+/// first. Exists so that tests can build 50,000-row accounts quickly.
+pub(crate) async fn bulk_insert(
+    s: &Storage,
+    account: AccountId,
+    identifiers: &[Identifier],
+    now: OffsetDateTime,
+) -> Result<()> {
+    let wanted = distinct(identifiers);
+    let mut tx = s.begin_write().await?;
+    for chunk in wanted.chunks(CHUNK) {
+        insert_pauses(&mut tx, account, chunk, codec::unix(now)).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The first occurrence of each identifier, in input order.
+fn distinct(identifiers: &[Identifier]) -> Vec<&Identifier> {
+    let mut seen = std::collections::HashSet::with_capacity(identifiers.len());
+    identifiers.iter().filter(|id| seen.insert(*id)).collect()
+}
+
+fn key(id: &Identifier) -> (String, String) {
+    (id.kind().as_str().to_owned(), id.value().to_owned())
+}
+
+/// The identifiers grouped by type and cut into statement-sized chunks, so that each statement
+/// can use the primary key as (account, type, value IN list). A plain IN list rather than an OR of
+/// pairs: SQLite caps expression depth at 1,000, and PostgreSQL plans long OR chains slowly.
+fn chunks_by_kind<'a>(ids: &[&'a Identifier]) -> Vec<(&'static str, Vec<&'a Identifier>)> {
+    let mut by_kind: Vec<(&'static str, Vec<&'a Identifier>)> = Vec::new();
+    for id in ids {
+        let kind = id.kind().as_str();
+        match by_kind
+            .iter_mut()
+            .find(|(k, group)| *k == kind && group.len() < CHUNK)
+        {
+            Some((_, group)) => group.push(id),
+            None => by_kind.push((kind, vec![id])),
+        }
+    }
+    by_kind
+}
+
+/// `$first, $first+1, …` for `count` parameters.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|p| format!("${p}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `unpaused_at` of the rows that exist among `ids` (all of type `kind`), keyed by (type, value).
+async fn unpaused_at_of(
+    conn: &mut AnyConnection,
+    account: AccountId,
+    kind: &str,
+    ids: &[&Identifier],
+) -> Result<HashMap<(String, String), Option<i64>>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sql = format!(
+        "SELECT identifier_type, identifier_value, unpaused_at FROM paused \
+         WHERE account_id = $1 AND identifier_type = $2 AND identifier_value IN ({})",
+        placeholders(3, ids.len())
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(kind);
+    for id in ids {
+        query = query.bind(id.value());
+    }
+    let mut existing = HashMap::new();
+    for row in query.fetch_all(&mut *conn).await? {
+        existing.insert(
+            (
+                row.try_get("identifier_type")?,
+                row.try_get("identifier_value")?,
+            ),
+            row.try_get::<Option<i64>, _>("unpaused_at")?,
+        );
+    }
+    Ok(existing)
+}
+
+/// One multi-row INSERT. `ON CONFLICT DO NOTHING` covers a concurrent pause of the same pair
+/// on PostgreSQL, where it would otherwise abort the transaction; that pair is paused either way.
+async fn insert_pauses(
+    conn: &mut AnyConnection,
+    account: AccountId,
+    ids: &[&Identifier],
+    now_s: i64,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let values = (0..ids.len())
+        .map(|i| format!("($1, ${}, ${}, $2)", 3 + 2 * i, 4 + 2 * i))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "INSERT INTO paused (account_id, identifier_type, identifier_value, paused_at) \
+         VALUES {values} ON CONFLICT DO NOTHING"
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(now_s);
+    for id in ids {
+        query = query.bind(id.kind().as_str()).bind(id.value());
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+async fn repause(
+    conn: &mut AnyConnection,
+    account: AccountId,
+    kind: &str,
+    ids: &[&Identifier],
+    now_s: i64,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "UPDATE paused SET paused_at = $2, unpaused_at = NULL \
+         WHERE account_id = $1 AND identifier_type = $3 AND identifier_value IN ({})",
+        placeholders(4, ids.len())
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql))
+        .bind(account.0)
+        .bind(now_s)
+        .bind(kind);
+    for id in ids {
+        query = query.bind(id.value());
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+fn identifier_of(row: &AnyRow) -> Result<Identifier> {
+    codec::identifier(
+        &row.try_get::<String, _>("identifier_type")?,
+        &row.try_get::<String, _>("identifier_value")?,
+    )
+}
+
+fn pair(row: &AnyRow) -> Result<PausedPair> {
+    Ok(PausedPair {
+        account_id: AccountId(row.try_get("account_id")?),
+        identifier: identifier_of(row)?,
+        paused_at: codec::time_from_unix(row.try_get("paused_at")?)?,
+        unpaused_at: codec::opt_time_from_unix(row.try_get("unpaused_at")?)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_number_parameters_in_order() {
+        assert_eq!(placeholders(3, 3), "$3, $4, $5");
+    }
+
+    #[test]
+    fn chunks_group_by_kind_and_cap_their_size() {
+        let names: Vec<Identifier> = (0..CHUNK + 1)
+            .map(|i| Identifier::dns(&format!("h{i}.example")).unwrap())
+            .collect();
+        let ip = Identifier::ip("192.0.2.1").unwrap();
+        let mut refs: Vec<&Identifier> = names.iter().collect();
+        refs.insert(1, &ip);
+        let chunks = chunks_by_kind(&refs);
+        let shape: Vec<(&str, usize)> = chunks.iter().map(|(k, c)| (*k, c.len())).collect();
+        assert_eq!(shape, vec![("dns", CHUNK), ("ip", 1), ("dns", 1)]);
+    }
+
+    #[test]
+    fn distinct_keeps_first_occurrences_in_order() {
+        let a = Identifier::dns("a.example").unwrap();
+        let b = Identifier::dns("b.example").unwrap();
+        let input = [a.clone(), b.clone(), a.clone()];
+        assert_eq!(distinct(&input), vec![&a, &b]);
+    }
+}

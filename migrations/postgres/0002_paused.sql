@@ -1,0 +1,15 @@
+-- Paused (account, identifier) pairs: zombie clients whose validations keep failing. A row with
+-- unpaused_at NULL is a current pause; an unpaused row is kept so that a re-pause can honour the
+-- grace period after a self-service unpause.
+-- Keep in step with migrations/sqlite/0002_paused.sql. Integers are BIGINT for the Any driver.
+
+CREATE TABLE paused (
+    account_id        BIGINT NOT NULL REFERENCES accounts (id),
+    identifier_type   TEXT   NOT NULL,
+    identifier_value  TEXT   NOT NULL,
+    paused_at         BIGINT NOT NULL,
+    unpaused_at       BIGINT,
+    PRIMARY KEY (account_id, identifier_type, identifier_value)
+);
+
+CREATE INDEX paused_account_current ON paused (account_id, unpaused_at);
