@@ -109,6 +109,28 @@ impl RateLimits {
     }
 }
 
+/// Tokens spent for a request, refunded if the request then fails.
+pub(crate) struct Spent {
+    pub(crate) requests: Vec<LimitRequest>,
+    pub(crate) info: Option<RateLimitInfo>,
+}
+
+/// Gives back what a failed request spent; a refund never takes a bucket above its burst.
+pub(crate) async fn refund(state: &ApiState, spent: &Spent) {
+    if spent.requests.is_empty() {
+        return;
+    }
+    if let Err(e) = state
+        .inner
+        .limits
+        .limiter()
+        .refund(state.inner.clock.now(), &spent.requests)
+        .await
+    {
+        tracing::warn!(error = %e, "refunding rate-limit tokens failed");
+    }
+}
+
 /// The binding limit of a request, rendered as `RateLimit-Policy` / `RateLimit` headers by
 /// [`crate::headers::acme_headers`].
 #[derive(Debug, Clone)]

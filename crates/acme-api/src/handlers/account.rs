@@ -29,8 +29,10 @@ use crate::auth::KeyPolicy;
 use crate::auth::authenticate;
 use crate::limits::ClientIp;
 use crate::limits::RateLimitInfo;
+use crate::limits::Spent;
 use crate::limits::denied;
 use crate::limits::log_shadow;
+use crate::limits::refund;
 use crate::problem::ApiError;
 use crate::response::Resource;
 use crate::state::ApiState;
@@ -112,12 +114,6 @@ pub(crate) async fn new_account(
     Ok(response)
 }
 
-/// Tokens spent for a request, refunded if the request then fails.
-struct Spent {
-    requests: Vec<LimitRequest>,
-    info: Option<RateLimitInfo>,
-}
-
 /// Layer 2 of new-account: one token from the client address's account-creation bucket.
 async fn charge_account_creation(
     state: &ApiState,
@@ -145,21 +141,6 @@ async fn charge_account_creation(
         requests,
         info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
     })
-}
-
-async fn refund(state: &ApiState, spent: &Spent) {
-    if spent.requests.is_empty() {
-        return;
-    }
-    if let Err(e) = state
-        .inner
-        .limits
-        .limiter()
-        .refund(state.inner.clock.now(), &spent.requests)
-        .await
-    {
-        tracing::warn!(error = %e, "refunding rate-limit tokens failed");
-    }
 }
 
 pub(crate) async fn account(

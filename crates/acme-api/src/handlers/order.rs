@@ -39,10 +39,12 @@ use time::format_description::well_known::Rfc3339;
 use crate::auth::KeyPolicy;
 use crate::auth::authenticate;
 use crate::limits::RateLimitInfo;
+use crate::limits::Spent;
 use crate::limits::db_mode;
 use crate::limits::denied;
 use crate::limits::denied_until;
 use crate::limits::log_shadow;
+use crate::limits::refund;
 use crate::problem::ApiError;
 use crate::response::Resource;
 use crate::state::ApiState;
@@ -106,24 +108,6 @@ pub(crate) async fn new_order(
         response.extensions_mut().insert(info);
     }
     Ok(response)
-}
-
-/// Tokens spent for a request, refunded if the request then fails.
-struct Spent {
-    requests: Vec<LimitRequest>,
-    info: Option<RateLimitInfo>,
-}
-
-async fn refund(state: &ApiState, spent: &Spent) {
-    if let Err(e) = state
-        .inner
-        .limits
-        .limiter()
-        .refund(state.inner.clock.now(), &spent.requests)
-        .await
-    {
-        tracing::warn!(error = %e, "refunding rate-limit tokens failed");
-    }
 }
 
 /// Layers 2 and 4 as one batch: one order token and one SAN-budget token per identifier are

@@ -357,21 +357,9 @@ async fn finalize_rules_and_csr_checks() {
 
     // Validate over http-01.
     let order = raw.post(&order_url, None).await;
-    let authz = raw
-        .post(order.body["authorizations"][0].as_str().unwrap(), None)
-        .await;
-    let ch = authz.body["challenges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "http-01")
-        .unwrap()
-        .clone();
+    let ch = raw.http01_challenge(&order.body).await;
     let token = ch["token"].as_str().unwrap();
-    env.http.add(
-        token,
-        &format!("{token}.{}", raw.key.public_jwk().thumbprint()),
-    );
+    env.http.add(token, &raw.key_authorization(token));
     let r = raw
         .post(ch["url"].as_str().unwrap(), Some(&json!({})))
         .await;

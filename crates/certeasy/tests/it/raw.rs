@@ -121,6 +121,25 @@ impl Raw {
         self.send(url, body, "application/jose+json").await
     }
 
+    /// The http-01 challenge object of an order's first authorization.
+    pub async fn http01_challenge(&self, order: &Value) -> Value {
+        let authz = self
+            .post(order["authorizations"][0].as_str().unwrap(), None)
+            .await;
+        authz.body["challenges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "http-01")
+            .unwrap()
+            .clone()
+    }
+
+    /// The key authorization of a token for this account's key.
+    pub fn key_authorization(&self, token: &str) -> String {
+        format!("{token}.{}", self.key.public_jwk().thumbprint())
+    }
+
     /// Creates the account and remembers its kid.
     pub async fn register(&mut self) -> Reply {
         let r = self

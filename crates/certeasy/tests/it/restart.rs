@@ -63,16 +63,7 @@ async fn crash_during_validation_resumes_after_restart() {
         )
         .await;
     let order_url = order.location();
-    let authz = raw
-        .post(order.body["authorizations"][0].as_str().unwrap(), None)
-        .await;
-    let ch = authz.body["challenges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "http-01")
-        .unwrap()
-        .clone();
+    let ch = raw.http01_challenge(&order.body).await;
     let token = ch["token"].as_str().unwrap().to_owned();
     let r = raw
         .post(ch["url"].as_str().unwrap(), Some(&json!({})))
@@ -86,10 +77,7 @@ async fn crash_during_validation_resumes_after_restart() {
     env.kill_binary();
     tarpit_task.abort();
 
-    env.http.add(
-        &token,
-        &format!("{token}.{}", raw.key.public_jwk().thumbprint()),
-    );
+    env.http.add(&token, &raw.key_authorization(&token));
     let section = validation_section(&env, env.http.port(), "5s");
     env.section("validation", &section);
     env.spawn_binary().await;
@@ -114,21 +102,9 @@ async fn crash_during_finalization_resumes_after_restart() {
         )
         .await;
     let order_url = order.location();
-    let authz = raw
-        .post(order.body["authorizations"][0].as_str().unwrap(), None)
-        .await;
-    let ch = authz.body["challenges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "http-01")
-        .unwrap()
-        .clone();
+    let ch = raw.http01_challenge(&order.body).await;
     let token = ch["token"].as_str().unwrap();
-    env.http.add(
-        token,
-        &format!("{token}.{}", raw.key.public_jwk().thumbprint()),
-    );
+    env.http.add(token, &raw.key_authorization(token));
     raw.post(ch["url"].as_str().unwrap(), Some(&json!({})))
         .await;
     wait_for_status(&raw, &order_url, "ready", &env).await;
