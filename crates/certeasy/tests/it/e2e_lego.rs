@@ -154,6 +154,7 @@ async fn lego_dns01_wildcard_through_the_test_dns_server() {
     let mut cmd = lego(&env, &path);
     cmd.env("EXEC_PATH", &hook)
         .env("EXEC_POLLING_INTERVAL", "1")
+        .env("EXEC_SEQUENCE_INTERVAL", "1")
         .env("EXEC_PROPAGATION_TIMEOUT", "30")
         .args([
             "--key-type",
