@@ -142,6 +142,7 @@ pub(crate) async fn authenticate(
         .inner
         .nonces
         .redeem(nonce, state.inner.clock.now())
+        .await
         .map_err(|e| {
             let detail = match e {
                 NonceError::Unknown => {

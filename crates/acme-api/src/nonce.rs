@@ -31,12 +31,23 @@ pub enum NonceError {
     Reused,
 }
 
+/// Where several instances record redeemed nonces, so a nonce is single-use across all of them.
+pub trait NonceLedger: Send + Sync {
+    /// Records `id` for `ttl`: `Ok(true)` the first time, `Ok(false)` when already recorded.
+    fn redeem_once<'a>(
+        &'a self,
+        id: &'a str,
+        ttl: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
+}
+
 /// Issues and redeems nonces.
 pub struct NonceService {
     key: hmac::Key,
     rng: SystemRandom,
     lifetime: Duration,
     used: Mutex<UsedSet>,
+    ledger: Option<std::sync::Arc<dyn NonceLedger>>,
 }
 
 struct UsedSet {
@@ -74,7 +85,15 @@ impl NonceService {
                 entries: HashMap::new(),
                 next_prune: 0,
             }),
+            ledger: None,
         }
+    }
+
+    /// Records redemptions in a ledger shared by every instance (Redis). When the ledger fails,
+    /// this instance's own memory still makes the nonce single-use here.
+    pub fn with_ledger(mut self, ledger: std::sync::Arc<dyn NonceLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// A fresh nonce.
@@ -89,8 +108,31 @@ impl NonceService {
         URL_SAFE_NO_PAD.encode(raw)
     }
 
-    /// Accepts a nonce once.
-    pub fn redeem(&self, nonce: &str, now: OffsetDateTime) -> Result<(), NonceError> {
+    /// Accepts a nonce once, across every instance sharing the ledger.
+    pub async fn redeem(&self, nonce: &str, now: OffsetDateTime) -> Result<(), NonceError> {
+        let (id, expires) = self.redeem_locally(nonce, now)?;
+        if let Some(ledger) = &self.ledger {
+            let ttl = std::time::Duration::from_secs(
+                u64::try_from(expires - now.unix_timestamp())
+                    .unwrap_or(0)
+                    .max(1),
+            );
+            match ledger.redeem_once(&hex_id(&id), ttl).await {
+                Ok(true) => {}
+                Ok(false) => return Err(NonceError::Reused),
+                Err(e) => {
+                    tracing::warn!(error = %e, "shared nonce ledger unavailable; nonce checked on this instance only")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn redeem_locally(
+        &self,
+        nonce: &str,
+        now: OffsetDateTime,
+    ) -> Result<([u8; RANDOM_LEN], i64), NonceError> {
         let raw = URL_SAFE_NO_PAD
             .decode(nonce)
             .map_err(|_| NonceError::Unknown)?;
@@ -120,8 +162,12 @@ impl NonceService {
         if used.entries.insert(id, expires).is_some() {
             return Err(NonceError::Reused);
         }
-        Ok(())
+        Ok((id, expires))
     }
+}
+
+fn hex_id(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -132,35 +178,38 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn nonces_are_single_use_and_bounded_in_time() {
+    #[tokio::test]
+    async fn nonces_are_single_use_and_bounded_in_time() {
         let svc = NonceService::new(Duration::minutes(10));
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let n = svc.issue(t0);
-        assert_eq!(svc.redeem(&n, t0), Ok(()));
-        assert_eq!(svc.redeem(&n, t0), Err(NonceError::Reused));
+        assert_eq!(svc.redeem(&n, t0).await, Ok(()));
+        assert_eq!(svc.redeem(&n, t0).await, Err(NonceError::Reused));
         let old = svc.issue(t0);
         assert_eq!(
-            svc.redeem(&old, t0 + Duration::minutes(11)),
+            svc.redeem(&old, t0 + Duration::minutes(11)).await,
             Err(NonceError::Expired)
         );
-        assert_eq!(svc.redeem("bm9wZQ", t0), Err(NonceError::Unknown));
+        assert_eq!(svc.redeem("bm9wZQ", t0).await, Err(NonceError::Unknown));
         let mut forged = svc.issue(t0).into_bytes();
         let last = forged.len() - 1;
         forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
         assert_eq!(
-            svc.redeem(std::str::from_utf8(&forged).unwrap(), t0),
+            svc.redeem(std::str::from_utf8(&forged).unwrap(), t0).await,
             Err(NonceError::Unknown)
         );
         let other = NonceService::new(Duration::minutes(10));
-        assert_eq!(other.redeem(&svc.issue(t0), t0), Err(NonceError::Unknown));
+        assert_eq!(
+            other.redeem(&svc.issue(t0), t0).await,
+            Err(NonceError::Unknown)
+        );
     }
 
-    #[test]
-    fn shared_key_nonces_work_across_instances() {
+    #[tokio::test]
+    async fn shared_key_nonces_work_across_instances() {
         let a = NonceService::with_key(b"0123456789abcdef0123456789abcdef", Duration::minutes(5));
         let b = NonceService::with_key(b"0123456789abcdef0123456789abcdef", Duration::minutes(5));
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-        assert_eq!(b.redeem(&a.issue(t0), t0), Ok(()));
+        assert_eq!(b.redeem(&a.issue(t0), t0).await, Ok(()));
     }
 }

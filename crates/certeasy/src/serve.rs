@@ -135,7 +135,7 @@ pub async fn start(
     let mut settings = api_settings(config);
     settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
-    let nonces = NonceService::new(config.acme.nonce_lifetime.time());
+    let nonces = nonce_service(config).await;
     let state = ApiState::new(
         settings,
         storage.clone(),
@@ -417,4 +417,53 @@ fn unpause_settings(
             base.to_owned()
         },
     })
+}
+
+/// Nonces: per instance by default; with Redis, every instance shares the HMAC key (the first to
+/// start sets it) and a ledger of redeemed nonces, so any instance accepts any nonce, once.
+async fn nonce_service(config: &Config) -> NonceService {
+    let lifetime = config.acme.nonce_lifetime.time();
+    if config.redis.shards.is_empty() {
+        return NonceService::new(lifetime);
+    }
+    let redis = ratelimits::config::RedisConfig {
+        shards: config.redis.shards.clone(),
+        key_prefix: format!("{}nonce:", config.redis.key_prefix),
+        timeout: config.redis.timeout,
+        ..ratelimits::config::RedisConfig::default()
+    };
+    let store = match RedisStore::new(&redis) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "nonces stay per instance: Redis is not usable");
+            return NonceService::new(lifetime);
+        }
+    };
+    let mut proposal = [0_u8; 32];
+    if aws_lc_rs::rand::SecureRandom::fill(&aws_lc_rs::rand::SystemRandom::new(), &mut proposal)
+        .is_err()
+    {
+        return NonceService::new(lifetime);
+    }
+    let proposal: String = proposal.iter().map(|b| format!("{b:02x}")).collect();
+    match store.shared_secret("key", &proposal).await {
+        Ok(key) => NonceService::with_key(key.as_bytes(), lifetime)
+            .with_ledger(Arc::new(RedisNonces(store))),
+        Err(e) => {
+            tracing::warn!(error = %e, "nonces stay per instance until restart: Redis did not answer at start-up");
+            NonceService::new(lifetime)
+        }
+    }
+}
+
+struct RedisNonces(Arc<RedisStore>);
+
+impl acme_api::nonce::NonceLedger for RedisNonces {
+    fn redeem_once<'a>(
+        &'a self,
+        id: &'a str,
+        ttl: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
+        Box::pin(async move { self.0.insert_once(id, ttl).await.map_err(|e| e.to_string()) })
+    }
 }

@@ -13,7 +13,10 @@ use acme_core::ids::AccountId;
 use sqlx::AnyConnection;
 use sqlx::AssertSqlSafe;
 use sqlx::Row;
+use sqlx::any::Any;
+use sqlx::any::AnyArguments;
 use sqlx::any::AnyRow;
+use sqlx::query::Query;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -24,9 +27,9 @@ use crate::codec;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
 
-/// Identifiers per statement: two parameters each, far below SQLite's 32,766 and PostgreSQL's
-/// 65,535 bind parameters.
-const CHUNK: usize = 1_000;
+/// Identifiers per statement: at most four parameters each (20,000), well below SQLite's 32,766 and
+/// PostgreSQL's 65,535 bind parameters, and few statements even for 50,000 identifiers.
+const CHUNK: usize = 5_000;
 
 /// Rows per UPDATE of an account-wide unpause: large enough that 50,000 pairs take five
 /// statements, small enough that no single statement holds the write lock for long.
@@ -45,7 +48,7 @@ pub(crate) async fn pause(
     let mut tx = s.begin_write().await?;
     let mut existing = HashMap::new();
     for (kind, chunk) in chunks_by_kind(&wanted) {
-        existing.extend(unpaused_at_of(&mut tx, account, kind, &chunk).await?);
+        existing.extend(unpaused_at_of(s, &mut tx, account, kind, &chunk, true).await?);
     }
     let mut outcomes = Vec::with_capacity(wanted.len());
     let mut fresh = Vec::new();
@@ -68,10 +71,10 @@ pub(crate) async fn pause(
         outcomes.push(((*id).clone(), outcome));
     }
     for chunk in fresh.chunks(CHUNK) {
-        insert_pauses(&mut tx, account, chunk, now_s).await?;
+        insert_pauses(s, &mut tx, account, chunk, now_s).await?;
     }
     for (kind, chunk) in chunks_by_kind(&again) {
-        repause(&mut tx, account, kind, &chunk, now_s).await?;
+        repause(s, &mut tx, account, kind, &chunk, now_s).await?;
     }
     tx.commit().await?;
     Ok(outcomes)
@@ -101,28 +104,18 @@ pub(crate) async fn among(
     limit: u32,
 ) -> Result<Vec<Identifier>> {
     let wanted = distinct(identifiers);
-    let mut found = Vec::new();
     let mut conn = s.pool.acquire().await?;
+    let mut rows = HashMap::new();
     for (kind, chunk) in chunks_by_kind(&wanted) {
-        let room = (limit as usize).saturating_sub(found.len());
-        if room == 0 {
-            break;
-        }
-        let sql = format!(
-            "SELECT identifier_type, identifier_value FROM paused \
-             WHERE account_id = $1 AND unpaused_at IS NULL AND identifier_type = $2 \
-             AND identifier_value IN ({}) ORDER BY identifier_value LIMIT {room}",
-            placeholders(3, chunk.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(kind);
-        for id in &chunk {
-            query = query.bind(id.value());
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            found.push(identifier_of(&row)?);
-        }
+        rows.extend(unpaused_at_of(s, &mut conn, account, kind, &chunk, false).await?);
     }
-    Ok(found)
+    // Filtered here rather than in SQL, so the lookup stays on the primary key (see the index).
+    Ok(wanted
+        .into_iter()
+        .filter(|id| matches!(rows.get(&key(id)), Some(None)))
+        .take(limit as usize)
+        .cloned()
+        .collect())
 }
 
 pub(crate) async fn of_account(
@@ -199,28 +192,31 @@ pub(crate) async fn unpause_identifiers(
 ) -> Result<Vec<Identifier>> {
     let wanted = distinct(identifiers);
     let now_s = codec::unix(now);
-    let mut unpaused = Vec::new();
     let mut tx = s.begin_write().await?;
+    let mut rows = HashMap::new();
     for (kind, chunk) in chunks_by_kind(&wanted) {
+        rows.extend(unpaused_at_of(s, &mut tx, account, kind, &chunk, true).await?);
+    }
+    // The rows are locked (or, on SQLite, the database is): what was read as paused still is.
+    let paused: Vec<&Identifier> = wanted
+        .into_iter()
+        .filter(|id| matches!(rows.get(&key(id)), Some(None)))
+        .collect();
+    for (kind, chunk) in chunks_by_kind(&paused) {
+        let mut p = Params::new(s.backend);
+        let (at, acct, kind_p, values) = (p.one(), p.one(), p.one(), p.many(chunk.len()));
         let sql = format!(
-            "UPDATE paused SET unpaused_at = $2 \
-             WHERE account_id = $1 AND unpaused_at IS NULL AND identifier_type = $3 \
-             AND identifier_value IN ({}) RETURNING identifier_type, identifier_value",
-            placeholders(4, chunk.len())
+            "UPDATE paused SET unpaused_at = {at} \
+             WHERE account_id = {acct} AND identifier_type = {kind_p} AND identifier_value IN ({values})"
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql))
-            .bind(account.0)
-            .bind(now_s)
-            .bind(kind);
+        let mut query = one_off(sql).bind(now_s).bind(account.0).bind(kind);
         for id in &chunk {
             query = query.bind(id.value());
         }
-        for row in query.fetch_all(&mut *tx).await? {
-            unpaused.push(identifier_of(&row)?);
-        }
+        query.execute(&mut *tx).await?;
     }
     tx.commit().await?;
-    Ok(unpaused)
+    Ok(paused.into_iter().cloned().collect())
 }
 
 pub(crate) async fn list(
@@ -229,13 +225,14 @@ pub(crate) async fn list(
     include_unpaused: bool,
     limit: u32,
 ) -> Result<Vec<PausedPair>> {
-    // Only these fixed fragments are ever joined into the statement; values are bound.
+    // Only fixed fragments and placeholders are joined into the statement; values are bound.
+    let mut p = Params::new(s.backend);
     let mut conditions = Vec::new();
     if account.is_some() {
-        conditions.push("account_id = $2");
+        conditions.push(format!("account_id = {}", p.one()));
     }
     if !include_unpaused {
-        conditions.push("unpaused_at IS NULL");
+        conditions.push("unpaused_at IS NULL".to_owned());
     }
     let filter = if conditions.is_empty() {
         String::new()
@@ -244,12 +241,15 @@ pub(crate) async fn list(
     };
     let sql = format!(
         "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
-         {filter} ORDER BY paused_at DESC, account_id, identifier_type, identifier_value LIMIT $1"
+         {filter} ORDER BY paused_at DESC, account_id, identifier_type, identifier_value \
+         LIMIT {}",
+        p.one()
     );
-    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(i64::from(limit));
+    let mut query = one_off(sql);
     if let Some(account) = account {
         query = query.bind(account.0);
     }
+    query = query.bind(i64::from(limit));
     let rows = query.fetch_all(&s.pool).await?;
     rows.iter().map(pair).collect()
 }
@@ -265,7 +265,7 @@ pub(crate) async fn bulk_insert(
     let wanted = distinct(identifiers);
     let mut tx = s.begin_write().await?;
     for chunk in wanted.chunks(CHUNK) {
-        insert_pauses(&mut tx, account, chunk, codec::unix(now)).await?;
+        insert_pauses(s, &mut tx, account, chunk, codec::unix(now)).await?;
     }
     tx.commit().await?;
     Ok(())
@@ -279,6 +279,14 @@ fn distinct(identifiers: &[Identifier]) -> Vec<&Identifier> {
 
 fn key(id: &Identifier) -> (String, String) {
     (id.kind().as_str().to_owned(), id.value().to_owned())
+}
+
+/// A statement whose text depends on the number of identifiers. Not kept prepared: each chunk
+/// length is a new text that would only fill the per-connection statement cache, and PostgreSQL
+/// plans an unnamed statement with the actual values, which lets it hash a long IN list instead
+/// of comparing every row with every value when a young table has no statistics yet.
+fn one_off(sql: String) -> Query<'static, Any, AnyArguments> {
+    sqlx::query(AssertSqlSafe(sql)).persistent(false)
 }
 
 /// The identifiers grouped by type and cut into statement-sized chunks, so that each statement
@@ -299,30 +307,58 @@ fn chunks_by_kind<'a>(ids: &[&'a Identifier]) -> Vec<(&'static str, Vec<&'a Iden
     by_kind
 }
 
-/// `$first, $first+1, …` for `count` parameters.
-fn placeholders(first: usize, count: usize) -> String {
-    (first..first + count)
-        .map(|p| format!("${p}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Bind placeholders, written in the order the values are bound, each used once. SQLite gets
+/// anonymous `?`: it resolves every numbered or named parameter by a linear search of those seen
+/// so far, which makes a statement with thousands of them quadratic to prepare and bind.
+struct Params {
+    backend: Backend,
+    count: usize,
+}
+
+impl Params {
+    fn new(backend: Backend) -> Self {
+        Self { backend, count: 0 }
+    }
+
+    fn one(&mut self) -> String {
+        self.count += 1;
+        match self.backend {
+            Backend::Postgres => format!("${}", self.count),
+            Backend::Sqlite => "?".to_owned(),
+        }
+    }
+
+    fn many(&mut self, n: usize) -> String {
+        (0..n).map(|_| self.one()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// `unpaused_at` of the rows that exist among `ids` (all of type `kind`), keyed by (type, value).
+/// With `lock`, PostgreSQL locks the rows until the transaction ends, so that a decision taken on
+/// what was read cannot race a concurrent pause or unpause (SQLite writers hold the database).
 async fn unpaused_at_of(
+    s: &Storage,
     conn: &mut AnyConnection,
     account: AccountId,
     kind: &str,
     ids: &[&Identifier],
+    lock: bool,
 ) -> Result<HashMap<(String, String), Option<i64>>> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
+    let lock_clause = match s.backend {
+        Backend::Postgres if lock => " FOR UPDATE",
+        _ => "",
+    };
+    let mut p = Params::new(s.backend);
+    let (acct, kind_p, values) = (p.one(), p.one(), p.many(ids.len()));
     let sql = format!(
         "SELECT identifier_type, identifier_value, unpaused_at FROM paused \
-         WHERE account_id = $1 AND identifier_type = $2 AND identifier_value IN ({})",
-        placeholders(3, ids.len())
+         WHERE account_id = {acct} AND identifier_type = {kind_p} \
+         AND identifier_value IN ({values}){lock_clause}"
     );
-    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(kind);
+    let mut query = one_off(sql).bind(account.0).bind(kind);
     for id in ids {
         query = query.bind(id.value());
     }
@@ -342,6 +378,7 @@ async fn unpaused_at_of(
 /// One multi-row INSERT. `ON CONFLICT DO NOTHING` covers a concurrent pause of the same pair
 /// on PostgreSQL, where it would otherwise abort the transaction; that pair is paused either way.
 async fn insert_pauses(
+    s: &Storage,
     conn: &mut AnyConnection,
     account: AccountId,
     ids: &[&Identifier],
@@ -350,23 +387,29 @@ async fn insert_pauses(
     if ids.is_empty() {
         return Ok(());
     }
-    let values = (0..ids.len())
-        .map(|i| format!("($1, ${}, ${}, $2)", 3 + 2 * i, 4 + 2 * i))
+    let mut p = Params::new(s.backend);
+    let rows = (0..ids.len())
+        .map(|_| format!("({})", p.many(4)))
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
         "INSERT INTO paused (account_id, identifier_type, identifier_value, paused_at) \
-         VALUES {values} ON CONFLICT DO NOTHING"
+         VALUES {rows} ON CONFLICT DO NOTHING"
     );
-    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(account.0).bind(now_s);
+    let mut query = one_off(sql);
     for id in ids {
-        query = query.bind(id.kind().as_str()).bind(id.value());
+        query = query
+            .bind(account.0)
+            .bind(id.kind().as_str())
+            .bind(id.value())
+            .bind(now_s);
     }
     query.execute(&mut *conn).await?;
     Ok(())
 }
 
 async fn repause(
+    s: &Storage,
     conn: &mut AnyConnection,
     account: AccountId,
     kind: &str,
@@ -376,15 +419,13 @@ async fn repause(
     if ids.is_empty() {
         return Ok(());
     }
+    let mut p = Params::new(s.backend);
+    let (at, acct, kind_p, values) = (p.one(), p.one(), p.one(), p.many(ids.len()));
     let sql = format!(
-        "UPDATE paused SET paused_at = $2, unpaused_at = NULL \
-         WHERE account_id = $1 AND identifier_type = $3 AND identifier_value IN ({})",
-        placeholders(4, ids.len())
+        "UPDATE paused SET paused_at = {at}, unpaused_at = NULL \
+         WHERE account_id = {acct} AND identifier_type = {kind_p} AND identifier_value IN ({values})"
     );
-    let mut query = sqlx::query(AssertSqlSafe(sql))
-        .bind(account.0)
-        .bind(now_s)
-        .bind(kind);
+    let mut query = one_off(sql).bind(now_s).bind(account.0).bind(kind);
     for id in ids {
         query = query.bind(id.value());
     }
@@ -413,8 +454,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_number_parameters_in_order() {
-        assert_eq!(placeholders(3, 3), "$3, $4, $5");
+    fn placeholders_follow_the_backend() {
+        let mut pg = Params::new(Backend::Postgres);
+        assert_eq!(pg.one(), "$1");
+        assert_eq!(pg.many(3), "$2, $3, $4");
+        let mut lite = Params::new(Backend::Sqlite);
+        assert_eq!(lite.one(), "?");
+        assert_eq!(lite.many(2), "?, ?");
     }
 
     #[test]

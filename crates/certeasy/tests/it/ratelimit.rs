@@ -778,3 +778,52 @@ async fn redis_outage_fails_open_and_limits_resume() {
         "fail-open decisions are counted"
     );
 }
+
+#[tokio::test]
+async fn instances_behind_one_url_share_nonces_through_redis() {
+    let prefix = crate::harness::unique("nonce");
+    let redis = format!("  shards: [\"redis://127.0.0.1:6379\"]\n  key-prefix: \"{prefix}:\"\n");
+    let mut a = TestEnv::new(Db::Postgres).await;
+    a.section("redis", &redis);
+    a.start().await;
+    // B serves the same external URL and database, as behind a load balancer.
+    let mut b = TestEnv::new(Db::Sqlite).await;
+    b.section("redis", &redis);
+    let server =
+        b.sections["server"].replace(&format!("https://localhost:{}", b.acme_port), &a.base_url());
+    b.section("server", &server);
+    b.section("database", &a.sections["database"].clone());
+    let ca = a.dir.path().join("data/ca");
+    b.section(
+        "ca",
+        &format!(
+            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n",
+            ca.join("intermediate.pem").display(),
+            ca.join("intermediate.key").display(),
+            ca.join("root.pem").display()
+        ),
+    );
+    b.start().await;
+
+    let mut raw = Raw::new(&a, Algorithm::Es256);
+    raw.register().await;
+    let kid = raw.kid.clone().unwrap();
+    let nonce = raw.nonce().await;
+    let body = raw
+        .key
+        .sign_acme(&kid, Some(&nonce), Some(&kid), None)
+        .unwrap();
+    let at_b = format!(
+        "https://localhost:{}{}",
+        b.acme_port,
+        kid.trim_start_matches(&a.base_url())
+    );
+    let first = raw.send(&at_b, body.clone(), "application/jose+json").await;
+    assert_eq!(first.status, 200, "a nonce from A is good at B: {first:?}");
+    let replay = raw.send(&kid, body, "application/jose+json").await;
+    assert_eq!(
+        replay.problem_type(),
+        "urn:ietf:params:acme:error:badNonce",
+        "{replay:?}"
+    );
+}

@@ -98,6 +98,45 @@ impl RedisStore {
         })
     }
 
+    /// Records `key` once, on its shard, expiring after `ttl`: true the first time, false when it
+    /// was already recorded. Several instances use this to share single-use values (nonces).
+    pub async fn insert_once(&self, key: &str, ttl: Duration) -> Result<bool> {
+        let full = format!("{}{key}", self.prefix);
+        let mut con = self.shards[self.shard_for(key)].clone();
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let set: Option<String> = self
+            .timed(async move {
+                redis::cmd("SET")
+                    .arg(&full)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ms)
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(set.is_some())
+    }
+
+    /// A value every instance agrees on: the one stored under `name`, or `proposal` when none
+    /// was stored yet (the first instance to start wins).
+    pub async fn shared_secret(&self, name: &str, proposal: &str) -> Result<String> {
+        let full = format!("{}{name}", self.prefix);
+        let mut con = self.shards[self.shard_for(name)].clone();
+        let proposal = proposal.to_owned();
+        self.timed(async move {
+            let _: Option<String> = redis::cmd("SET")
+                .arg(&full)
+                .arg(&proposal)
+                .arg("NX")
+                .query_async(&mut con)
+                .await?;
+            redis::cmd("GET").arg(&full).query_async(&mut con).await
+        })
+        .await
+    }
+
     /// Checks that every shard answers, for health endpoints and startup logs.
     pub async fn ping(&self) -> Result<()> {
         for shard in &self.shards {

@@ -243,10 +243,6 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
     let now = t0() + Duration::days(1);
     let started = Instant::now();
     let first = s.unpause_account(acct, 50_000, now).await.unwrap();
-    eprintln!(
-        "TIMING pause {pause_took:?} unpause {:?}",
-        started.elapsed()
-    );
     let unpause_took = started.elapsed();
     assert_eq!(first.len(), 50_000);
     let mut distinct = first.clone();
@@ -269,7 +265,6 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
     assert_eq!(s.paused_for_account(acct, 10).await.unwrap(), vec![]);
     assert_eq!(s.paused_for_account(other, 1_000).await.unwrap().len(), 100);
 
-    eprintln!("TIMING checks {:?}", started.elapsed());
     // A small cap is honoured exactly, across the batch boundary too.
     let again_at = now + GRACE;
     s.pause_identifiers(acct, &names[..25_000], GRACE, again_at)
@@ -293,7 +288,7 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
     assert_eq!(s.unpause_account(acct, 0, again_at).await.unwrap(), vec![]);
 
     assert!(
-        pause_took.as_secs() < 20 && unpause_took.as_secs() < 10,
+        pause_took.as_secs() < 10 && unpause_took.as_secs() < 5,
         "pausing 50,001 took {pause_took:?}, unpausing 50,000 took {unpause_took:?}"
     );
 }
