@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs Certeasy's benchmarks (release builds) and prints the figures of docs/performance.md:
+# every figure is measured in the same run as its baseline, so the ratios are what to compare
+# across machines. Needs redis-server, redis-benchmark, lego and psql (scripts/test.sh installs
+# them) and PostgreSQL on 127.0.0.1:5432. Benchmarks start their own redis-server processes on
+# free loopback ports and never touch the shared instance on 6379.
+#
+# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance]   (default: all)
+# Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
+# BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/certeasy-target}"
+export CERTEASY_TEST_POSTGRES_URL="${CERTEASY_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+out="$CARGO_TARGET_DIR/bench-results.txt"
+raw="$CARGO_TARGET_DIR/bench-raw.txt"
+mkdir -p "$CARGO_TARGET_DIR"
+: >"$raw"
+
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(memory redis redis-memory issuance)
+wants() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "nproc: $(nproc)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "ram: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "rustc: $(rustc --version)"
+  command -v redis-server >/dev/null && echo "redis: $(redis-server --version | awk '{print $3}')"
+  command -v lego >/dev/null && echo "lego: $(lego --version | head -1)"
+} | tee "$out"
+
+if wants memory; then
+  log "in-memory limiter vs governor (criterion)"
+  cargo bench -p ratelimits --bench memory -- --output-format bencher | tee -a "$raw"
+  # One iteration is one request: 5 decisions in new_order_batch, 1 in single_bucket.
+  awk '
+    /^test .* bench:/ {
+      name = $2; ns = $5; gsub(",", "", ns)
+      per = (name ~ /^new_order_batch/) ? 5 : 1
+      rate[name] = per * 1e9 / ns
+      printf "RESULT %s_decisions_per_s=%.0f\n", name, rate[name]
+    }
+    END {
+      split("new_order_batch single_bucket", groups, " ")
+      for (g in groups) {
+        p = groups[g]
+        printf "RESULT %s_limiter_vs_governor=%.3f\n", p, rate[p "/certeasy_limiter"] / rate[p "/governor_keyed"]
+        printf "RESULT %s_store_vs_governor_prebuilt=%.3f\n", p, rate[p "/certeasy_memory_store"] / rate[p "/governor_keyed_prebuilt"]
+      }
+    }' "$raw" | tee -a "$out"
+fi
+
+if wants redis; then
+  log "redis load generator vs redis-benchmark"
+  cargo bench -p ratelimits --bench redis_load | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
+fi
+
+if wants redis-memory; then
+  log "redis memory per bucket"
+  cargo bench -p ratelimits --bench redis_memory | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
+fi
+
+if wants issuance; then
+  log "issuance (lego against the binary; instant-acme throughput on SQLite and PostgreSQL)"
+  # Builds the release `certeasy` binary with the bench (the binary it runs as `certeasy serve`);
+  # a separate `cargo build --release -p certeasy` would resolve features without the
+  # dev-dependencies and rebuild half the tree for nothing.
+  cargo bench -p certeasy --bench issuance --no-run
+  cargo bench -p certeasy --bench issuance | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
+fi
+
+log "figures (also in $out; full output in $raw)"
+cat "$out"
