@@ -1,7 +1,5 @@
 //! A request's buckets decided together: one verdict, all-or-nothing spending.
 
-use std::collections::HashSet;
-
 use crate::config::Mode;
 use crate::error::Error;
 use crate::error::Result;
@@ -98,9 +96,9 @@ pub struct BatchOutcome {
 /// Refuses the same key twice: both would be decided against the same stored TAT and the second
 /// write would silently undo the first.
 pub fn check_unique(batch: &[Transaction]) -> Result<()> {
-    let mut seen = HashSet::with_capacity(batch.len());
-    for tx in batch {
-        if !seen.insert(tx.key()) {
+    // Batches hold a handful of buckets: comparing pairs beats hashing them.
+    for (i, tx) in batch.iter().enumerate() {
+        if batch[..i].iter().any(|other| other.key() == tx.key()) {
             return Err(Error::DuplicateKey(tx.key.clone()));
         }
     }

@@ -89,6 +89,12 @@ impl BucketId {
 
     /// The full bucket key, `"<limit>:<id>"`; refuses an id of the wrong kind for the limit.
     pub fn key(&self, limit: LimitName) -> Result<String> {
+        self.check_kind(limit)?;
+        Ok(format!("{limit}:{self}"))
+    }
+
+    /// Refuses an id of the wrong kind for `limit` (an IP for an account limit, say).
+    pub fn check_kind(&self, limit: LimitName) -> Result<()> {
         if self.kind() != limit.id_kind() {
             return Err(Error::InvalidId {
                 limit: limit.to_string(),
@@ -96,7 +102,7 @@ impl BucketId {
                 reason: format!("expected a {:?} id", limit.id_kind()),
             });
         }
-        Ok(format!("{limit}:{self}"))
+        Ok(())
     }
 }
 

@@ -323,7 +323,7 @@ impl Limiter {
         let mut batch = Vec::with_capacity(requests.len());
         for request in requests {
             // Checked even for disabled limits, so a wrong id is found in tests with defaults.
-            request.id.key(request.limit)?;
+            request.id.check_kind(request.limit)?;
             let Some((limit, keyed)) = policy.resolve(request.limit, &request.id) else {
                 continue;
             };

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::hash::RandomState;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,19 +34,24 @@ const SHARDS: usize = 32;
 /// [`sweep`]: MemoryStore::sweep
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<String, i64>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     max_per_shard: usize,
 }
 
-type Shard = HashMap<String, i64>;
+/// foldhash, seeded per process: several times faster than SipHash on short keys, and the seed
+/// keeps bucket keys from being chosen to collide.
+type RandomState = foldhash::fast::RandomState;
+type Shard = HashMap<String, i64, RandomState>;
 
 impl MemoryStore {
     /// A store holding at most about `max_entries` buckets.
     pub fn new(max_entries: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::with_hasher(RandomState::default())))
+                .collect(),
+            hasher: RandomState::default(),
             max_per_shard: max_entries.div_ceil(SHARDS).max(1),
         }
     }
