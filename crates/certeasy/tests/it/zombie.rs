@@ -271,6 +271,34 @@ async fn admin_pause_and_unpause_with_a_file_and_the_pause_problem() {
         "no order was created"
     );
 
+    // A cross-site POST of the unpause form is refused and unpauses nothing; a GET changes nothing.
+    let url = unpause_url(detail).unwrap();
+    let token = url.split("token=").nth(1).unwrap().to_owned();
+    assert_eq!(
+        raw.http.get(&url).send().await.unwrap().status().as_u16(),
+        200
+    );
+    let forged = raw
+        .http
+        .post(format!("{}/unpause", env.base_url()))
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    let still = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({ "identifiers": ids })),
+        )
+        .await;
+    assert_eq!(
+        still.status, 429,
+        "nothing was unpaused by the forged request or the GET"
+    );
+
     // An unpaused name of the same account is fine.
     let free = env.name("free");
     let r = raw
