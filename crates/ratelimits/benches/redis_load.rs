@@ -280,17 +280,17 @@ async fn baseline(server: &RedisServer, requests: u64, tasks: u64) -> Result<f64
     let now = i64::try_from(now)?;
     let (now_s, now_n) = pair(now);
     let mut args: Vec<String> = vec!["EVALSHA".to_owned(), sha, BATCH.to_string()];
-    args.push(format!("{PREFIX}order-creation:__rand_int__"));
-    args.push(format!("{PREFIX}san-budget:__rand_int__"));
-    for label in ["", "www.", "api."] {
-        args.push(format!(
-            "{PREFIX}failed-validation:__rand_int__:{label}example.com"
-        ));
+    // The store keeps an account's buckets as fields of one hash, `a:<account>`.
+    for _ in 0..BATCH {
+        args.push(format!("{PREFIX}a:__rand_int__"));
     }
     args.extend([now_s.to_string(), now_n.to_string(), MARGIN_MS.to_string()]);
+    args.push("o".to_owned());
     args.extend(bucket_args(now, &orders, 1, 3));
+    args.push("s".to_owned());
     args.extend(bucket_args(now, &sans, 3, 3));
-    for _ in 0..3 {
+    for label in ["", "www.", "api."] {
+        args.push(format!("f:{label}example.com"));
         args.extend(bucket_args(now, &failed, 1, 1));
     }
     let output = Command::new("redis-benchmark")

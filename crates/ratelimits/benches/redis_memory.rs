@@ -59,14 +59,6 @@ fn store_keys(account: u64) -> [String; 2] {
     ]
 }
 
-fn short_keys(account: u64) -> [String; 2] {
-    [format!("c:o:{account}"), format!("c:s:{account}")]
-}
-
-fn short_unprefixed_keys(account: u64) -> [String; 2] {
-    [format!("o:{account}"), format!("s:{account}")]
-}
-
 fn account_hash_keys(account: u64) -> [String; 2] {
     [format!("c:a:{account}"), String::new()]
 }
@@ -104,13 +96,15 @@ async fn load(
                     Write::Script => {
                         let (ceil_s, ceil_n) = pair(now + offset);
                         let (inc_s, inc_n) = pair(interval * cost);
+                        let (owner, field) = owner_and_field(&key);
                         pipe.cmd("EVALSHA")
                             .arg(sha)
                             .arg(1)
-                            .arg(key)
+                            .arg(owner)
                             .arg(now_s)
                             .arg(now_n)
                             .arg(MARGIN_MS)
+                            .arg(field)
                             .arg(ceil_s)
                             .arg(ceil_n)
                             .arg(inc_s)
@@ -213,7 +207,12 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
         .find_map(|kv| kv.strip_prefix("expires="))
         .ok_or("keyspace without expires")?
         .parse()?;
-    let sample = &(variant.keys)(FIRST_ACCOUNT)[0];
+    let first = (variant.keys)(FIRST_ACCOUNT)[0].clone();
+    let sample = &if variant.write == Write::Script {
+        owner_and_field(&first).0
+    } else {
+        first
+    };
     let sample_usage: i64 = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(sample)
@@ -247,7 +246,7 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
             / written as f64
     );
     println!("RESULT {label}_key_length={}", sample.len());
-    let expected = if variant.write == Write::AccountHash {
+    let expected = if matches!(variant.write, Write::AccountHash | Write::Script) {
         written / 2
     } else {
         written
@@ -281,16 +280,6 @@ async fn main() -> Result<(), BoxError> {
             write: Write::PlainSet,
         },
         Variant {
-            label: "short_keys",
-            keys: short_keys,
-            write: Write::Script,
-        },
-        Variant {
-            label: "short_unprefixed_keys",
-            keys: short_unprefixed_keys,
-            write: Write::Script,
-        },
-        Variant {
             label: "account_hash",
             keys: account_hash_keys,
             write: Write::AccountHash,
@@ -300,4 +289,17 @@ async fn main() -> Result<(), BoxError> {
         measure(&server, variant, buckets).await?;
     }
     Ok(())
+}
+
+/// Where the store keeps a bucket written under `key` (`certeasy:rl:<limit>:<account>`): a field
+/// of the account's hash, exactly as `RedisStore` lays buckets out.
+fn owner_and_field(key: &str) -> (String, String) {
+    let (prefix, rest) = key.split_at(
+        key.find("order-creation:")
+            .or_else(|| key.find("san-budget:"))
+            .unwrap_or(0),
+    );
+    let (limit, account) = rest.split_once(':').unwrap_or((rest, ""));
+    let field = if limit == "order-creation" { "o" } else { "s" };
+    (format!("{prefix}a:{account}"), field.to_owned())
 }

@@ -148,8 +148,9 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Buckets are sharded by their owner, so one request's buckets share a shard.
     fn shard_for(&self, key: &str) -> usize {
-        shard_of(key, self.shards.len())
+        shard_of(&locate(key).0, self.shards.len())
     }
 
     /// Every call goes through here: a slow or dead server must never hold a request.
@@ -201,8 +202,10 @@ impl RedisStore {
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (inc_s, inc_n) = pair(increment);
             let flags = i64::from(tx.enforced()) + 2 * i64::from(tx.spends());
-            invocation.key(format!("{}{}", self.prefix, tx.key()));
+            let (owner, field) = locate(tx.key());
+            invocation.key(format!("{}{owner}", self.prefix));
             invocation
+                .arg(field)
                 .arg(ceil_s)
                 .arg(ceil_n)
                 .arg(inc_s)
@@ -237,8 +240,14 @@ impl RedisStore {
                 .emission_interval()
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (dec_s, dec_n) = pair(decrement);
-            invocation.key(format!("{}{}", self.prefix, tx.key()));
-            invocation.arg(ceil_s).arg(ceil_n).arg(dec_s).arg(dec_n);
+            let (owner, field) = locate(tx.key());
+            invocation.key(format!("{}{owner}", self.prefix));
+            invocation
+                .arg(field)
+                .arg(ceil_s)
+                .arg(ceil_n)
+                .arg(dec_s)
+                .arg(dec_n);
         }
         if !any {
             return Ok(());
@@ -303,19 +312,23 @@ impl RedisStore {
     }
 
     async fn reset_inner(&self, keys: &[String]) -> Result<()> {
-        // One DEL per shard: a multi-key command must never be routed by its first key only.
-        let mut per_shard: Vec<Vec<String>> = vec![Vec::new(); self.shards.len()];
+        // One pipeline of HDELs per shard: a bucket is a field of its owner's hash.
+        let mut per_shard: Vec<redis::Pipeline> = vec![redis::pipe(); self.shards.len()];
+        let mut used = vec![false; self.shards.len()];
         for key in keys {
-            per_shard[self.shard_for(key)].push(format!("{}{}", self.prefix, key));
+            let shard = self.shard_for(key);
+            let (owner, field) = locate(key);
+            per_shard[shard]
+                .cmd("HDEL")
+                .arg(format!("{}{owner}", self.prefix))
+                .arg(field)
+                .ignore();
+            used[shard] = true;
         }
-        for (shard, keys) in per_shard
-            .into_iter()
-            .enumerate()
-            .filter(|(_, k)| !k.is_empty())
-        {
+        for (shard, pipe) in per_shard.into_iter().enumerate().filter(|(s, _)| used[*s]) {
             let mut con = self.shards[shard].clone();
-            let _: i64 = self
-                .timed(async move { redis::cmd("DEL").arg(&keys).query_async(&mut con).await })
+            let _: () = self
+                .timed(async move { pipe.query_async(&mut con).await })
                 .await?;
         }
         Ok(())
@@ -323,9 +336,16 @@ impl RedisStore {
 
     async fn peek_inner(&self, now: i64, key: &str, limit: &Limit) -> Result<Decision> {
         let mut con = self.shards[self.shard_for(key)].clone();
-        let full_key = format!("{}{}", self.prefix, key);
+        let (owner, field) = locate(key);
+        let full_key = format!("{}{owner}", self.prefix);
         let raw: Option<String> = self
-            .timed(async move { redis::cmd("GET").arg(full_key).query_async(&mut con).await })
+            .timed(async move {
+                redis::cmd("HGET")
+                    .arg(full_key)
+                    .arg(field)
+                    .query_async(&mut con)
+                    .await
+            })
             .await?;
         let stored = raw.and_then(|r| r.parse::<i64>().ok());
         Ok(gcra::decide(now, stored, limit, 0))
@@ -378,5 +398,31 @@ impl Store for RedisStore {
 
     fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision> {
         Box::pin(self.peek_inner(now, key, limit))
+    }
+}
+
+/// Where a bucket lives: a field of its owner's hash. An account's buckets (`o`, `s`,
+/// `f:<name>`, `z:<name>`) share `a:<account>`, an address's (`g`, `n`) share `i:<address>`.
+/// One key per owner instead of one per bucket saves the per-key overhead and the per-key TTL,
+/// which dominate Redis memory for small values. Keys of other shapes get a hash of their own.
+fn locate(key: &str) -> (String, String) {
+    let Some((limit, id)) = key.split_once(':') else {
+        return (format!("k:{key}"), "v".to_owned());
+    };
+    let (code, by_account) = match limit {
+        "global" => ("g", false),
+        "account-creation" => ("n", false),
+        "order-creation" => ("o", true),
+        "san-budget" => ("s", true),
+        "failed-validation" => ("f", true),
+        "zombie-pausing" => ("z", true),
+        _ => return (format!("k:{key}"), "v".to_owned()),
+    };
+    if !by_account {
+        return (format!("i:{id}"), code.to_owned());
+    }
+    match id.split_once(':') {
+        Some((account, rest)) => (format!("a:{account}"), format!("{code}:{rest}")),
+        None => (format!("a:{id}"), code.to_owned()),
     }
 }

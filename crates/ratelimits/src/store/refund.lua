@@ -1,6 +1,6 @@
 -- Give tokens back, never above the burst. Same number encoding as spend.lua.
 --
--- ARGV: now_s, now_n, margin_ms, then per key: ceil_s, ceil_n (now + burst offset),
+-- KEYS: each bucket's owner hash. ARGV: now_s, now_n, margin_ms, then per bucket: field, ceil_s, ceil_n,
 -- dec_s, dec_n (cost x emission interval). Returns how many keys were refunded.
 local B = 1000000000
 
@@ -23,10 +23,11 @@ end
 local now_s, now_n, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local refunded = 0
 for i = 1, #KEYS do
-  local j = 3 + (i - 1) * 4
-  local ceil_s, ceil_n = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  local dec_s, dec_n = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-  local ts, tn = parse(redis.call('GET', KEYS[i]))
+  local j = 3 + (i - 1) * 5
+  local field = ARGV[j + 1]
+  local ceil_s, ceil_n = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local dec_s, dec_n = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
+  local ts, tn = parse(redis.call('HGET', KEYS[i], field))
   if ts then
     if less(ceil_s, ceil_n, ts, tn) then ts, tn = ceil_s, ceil_n end
     if less(now_s, now_n, ts, tn) then
@@ -36,7 +37,8 @@ for i = 1, #KEYS do
       local ds, dn = s - now_s, n - now_n
       if dn < 0 then ds, dn = ds - 1, dn + B end
       local ttl = ds * 1000 + math.ceil(dn / 1000000) + margin
-      redis.call('SET', KEYS[i], format(s, n), 'PX', ttl)
+      redis.call('HSET', KEYS[i], field, format(s, n))
+      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
       refunded = refunded + 1
     end
   end

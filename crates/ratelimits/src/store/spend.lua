@@ -5,7 +5,8 @@
 -- and waits are computed by the application from the stored TAT this script returns, with the
 -- same arithmetic, so the script never does division.
 --
--- ARGV: now_s, now_n, margin_ms, then per key: ceil_s, ceil_n (now + burst offset),
+-- KEYS: each bucket's owner hash (repeated when buckets share one).
+-- ARGV: now_s, now_n, margin_ms, then per bucket: field, ceil_s, ceil_n (now + burst offset),
 -- inc_s, inc_n (cost x emission interval), flags (1 = enforced, 2 = spends).
 -- Returns per key: the stored TAT ('' if none) and 1 if written, else 0.
 local B = 1000000000
@@ -32,25 +33,28 @@ local function format(s, n)
   return string.format('%d%09d', s, n)
 end
 
-local function store(key, s, n, now_s, now_n, margin)
+-- Writes a bucket and keeps its owner alive at least until the bucket is full again + margin.
+local function store(key, field, s, n, now_s, now_n, margin)
   local ds, dn = s - now_s, n - now_n
   if dn < 0 then ds, dn = ds - 1, dn + B end
   local ttl = ds * 1000 + math.ceil(dn / 1000000) + margin
   if ttl < margin then ttl = margin end
-  redis.call('SET', key, format(s, n), 'PX', ttl)
+  redis.call('HSET', key, field, format(s, n))
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
 local now_s, now_n, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local count = #KEYS
-local raw, allowed, new_s, new_n, clamped = {}, {}, {}, {}, {}
+local raw, allowed, new_s, new_n, clamped, fields = {}, {}, {}, {}, {}, {}
 local denied = false
 
 for i = 1, count do
-  local j = 3 + (i - 1) * 5
-  local ceil_s, ceil_n = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  local inc_s, inc_n = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-  local flags = tonumber(ARGV[j + 5])
-  local value = redis.call('GET', KEYS[i])
+  local j = 3 + (i - 1) * 6
+  fields[i] = ARGV[j + 1]
+  local ceil_s, ceil_n = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local inc_s, inc_n = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
+  local flags = tonumber(ARGV[j + 6])
+  local value = redis.call('HGET', KEYS[i], fields[i])
   local base_s, base_n = now_s, now_n
   clamped[i] = false
   if value then
@@ -78,13 +82,13 @@ end
 
 local out = {}
 for i = 1, count do
-  local flags = tonumber(ARGV[3 + (i - 1) * 5 + 5])
+  local flags = tonumber(ARGV[3 + (i - 1) * 6 + 6])
   local written = 0
   if (not denied) and allowed[i] and flags >= 2 then
-    store(KEYS[i], new_s[i], new_n[i], now_s, now_n, margin)
+    store(KEYS[i], fields[i], new_s[i], new_n[i], now_s, now_n, margin)
     written = 1
   elseif clamped[i] then
-    store(KEYS[i], clamped[i][1], clamped[i][2], now_s, now_n, margin)
+    store(KEYS[i], fields[i], clamped[i][1], clamped[i][2], now_s, now_n, margin)
   end
   out[2 * i - 1] = raw[i]
   out[2 * i] = written

@@ -110,14 +110,58 @@ async fn keys_expire_when_full_again_plus_margin() {
     );
     let client = redis::Client::open(SHARED_REDIS).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    // A key of no known limit shape gets a hash of its own.
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(format!("{prefix}e"))
+        .arg(format!("{prefix}k:e"))
         .query_async(&mut con)
         .await
         .unwrap();
     // Full again in 30 s, plus the 60 s margin.
     assert!((89_000..=90_000).contains(&ttl), "ttl {ttl}");
     store.reset(&["e".to_owned()]).await.unwrap();
+
+    // An account's buckets are fields of one hash, whose TTL covers the longest-lived one.
+    let short = Limit::new(
+        "order-creation",
+        10,
+        1,
+        Duration::from_secs(10),
+        Mode::Enforce,
+    )
+    .unwrap();
+    let long = Limit::new("san-budget", 10, 1, Duration::from_secs(100), Mode::Enforce).unwrap();
+    let batch = [
+        spend("order-creation:42", short, 1),
+        spend("san-budget:42", long, 2),
+    ];
+    assert!(store.spend_batch(now, &batch).await.unwrap().allowed);
+    let fields: i64 = redis::cmd("HLEN")
+        .arg(format!("{prefix}a:42"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(fields, 2);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{prefix}a:42"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // san-budget is full again in 200 s, plus the margin.
+    assert!((259_000..=260_000).contains(&ttl), "ttl {ttl}");
+    store
+        .reset(&["order-creation:42".to_owned()])
+        .await
+        .unwrap();
+    let fields: i64 = redis::cmd("HLEN")
+        .arg(format!("{prefix}a:42"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        fields, 1,
+        "reset removes one bucket, not its owner's others"
+    );
+    store.reset(&["san-budget:42".to_owned()]).await.unwrap();
 }
 
 /// 32 tasks hammer one bucket for about two seconds: the atomic script admits no more than the
