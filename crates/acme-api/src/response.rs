@@ -11,6 +11,7 @@ pub(crate) struct Resource {
     status: StatusCode,
     body: serde_json::Value,
     headers: Vec<(header::HeaderName, HeaderValue)>,
+    rate_limit: Option<crate::limits::RateLimitInfo>,
 }
 
 impl Resource {
@@ -19,6 +20,7 @@ impl Resource {
             status: StatusCode::OK,
             body,
             headers: Vec::new(),
+            rate_limit: None,
         }
     }
 
@@ -39,6 +41,12 @@ impl Resource {
 
     pub(crate) fn link(self, url: &str, rel: &str) -> Self {
         self.header(header::LINK, &format!("<{url}>;rel=\"{rel}\""))
+    }
+
+    /// The binding limit of the request, rendered as `RateLimit` headers.
+    pub(crate) fn rate_limit(mut self, info: Option<crate::limits::RateLimitInfo>) -> Self {
+        self.rate_limit = info;
+        self
     }
 
     pub(crate) fn retry_after(self, seconds: i64) -> Self {
@@ -63,6 +71,9 @@ impl IntoResponse for Resource {
         );
         for (name, value) in self.headers {
             headers.append(name, value);
+        }
+        if let Some(info) = self.rate_limit {
+            response.extensions_mut().insert(info);
         }
         response
     }

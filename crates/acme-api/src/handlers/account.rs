@@ -107,11 +107,9 @@ pub(crate) async fn new_account(
     tracing::info!(account_id = %account.id, "account created");
     metrics::counter!("certeasy_accounts_created_total").increment(1);
     let url = state.url(&format!("/acme/acct/{}", account.id));
-    let mut response = Resource::created(account_json(&state, &account), &url).into_response();
-    if let Some(info) = spent.info {
-        response.extensions_mut().insert(info);
-    }
-    Ok(response)
+    Ok(Resource::created(account_json(&state, &account), &url)
+        .rate_limit(spent.info)
+        .into_response())
 }
 
 /// Layer 2 of new-account: one token from the client address's account-creation bucket.

@@ -103,11 +103,9 @@ pub(crate) async fn new_order(
     tracing::info!(account_id = %account.id, order_id = %order.id, identifiers = order.identifiers.len(), "order created");
     metrics::counter!("certeasy_orders_created_total").increment(1);
     let url = state.url(&format!("/acme/order/{}", order.id));
-    let mut response = Resource::created(order_json(&state, &order), &url).into_response();
-    if let Some(info) = spent.info {
-        response.extensions_mut().insert(info);
-    }
-    Ok(response)
+    Ok(Resource::created(order_json(&state, &order), &url)
+        .rate_limit(spent.info)
+        .into_response())
 }
 
 /// Layers 2 and 4 as one batch: one order token and one SAN-budget token per identifier are
