@@ -117,7 +117,7 @@ impl NonceService {
                     .unwrap_or(0)
                     .max(1),
             );
-            match ledger.redeem_once(&hex_id(&id), ttl).await {
+            match ledger.redeem_once(&hex::encode(id), ttl).await {
                 Ok(true) => {}
                 Ok(false) => return Err(NonceError::Reused),
                 Err(e) => {
@@ -164,10 +164,6 @@ impl NonceService {
         }
         Ok((id, expires))
     }
-}
-
-fn hex_id(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

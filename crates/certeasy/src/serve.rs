@@ -328,11 +328,7 @@ fn api_settings(config: &Config) -> ApiSettings {
 
 fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimits> {
     let settings = config.rate_limiting_settings();
-    let overrides = match &settings.overrides_file {
-        Some(path) => Overrides::load(path)
-            .with_context(|| format!("loading rate-limit overrides {}", path.display()))?,
-        None => Overrides::empty(),
-    };
+    let overrides = load_overrides(&settings)?;
     let store: Arc<dyn Store> = match &settings.redis {
         Some(redis) => {
             Arc::new(RedisStore::new(redis).context("configuring the Redis rate-limit store")?)
@@ -361,11 +357,7 @@ pub async fn reload_limits(
         None => Config::default(),
     };
     let settings = config.rate_limiting_settings();
-    let overrides = match &settings.overrides_file {
-        Some(path) => Overrides::load(path)
-            .with_context(|| format!("loading rate-limit overrides {}", path.display()))?,
-        None => Overrides::empty(),
-    };
+    let overrides = load_overrides(&settings)?;
     let refreshed = limits
         .reload(settings, &overrides)
         .await
@@ -445,7 +437,7 @@ async fn nonce_service(config: &Config) -> NonceService {
     {
         return NonceService::new(lifetime);
     }
-    let proposal: String = proposal.iter().map(|b| format!("{b:02x}")).collect();
+    let proposal = hex::encode(proposal);
     match store.shared_secret("key", &proposal).await {
         Ok(key) => NonceService::with_key(key.as_bytes(), lifetime)
             .with_ledger(Arc::new(RedisNonces(store))),
@@ -465,5 +457,14 @@ impl acme_api::nonce::NonceLedger for RedisNonces {
         ttl: std::time::Duration,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
         Box::pin(async move { self.0.insert_once(id, ttl).await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// The per-ID overrides file named by `rate-limit-overrides`, or none.
+fn load_overrides(settings: &ratelimits::config::RateLimitingConfig) -> anyhow::Result<Overrides> {
+    match &settings.overrides_file {
+        Some(path) => Overrides::load(path)
+            .with_context(|| format!("loading rate-limit overrides {}", path.display())),
+        None => Ok(Overrides::empty()),
     }
 }

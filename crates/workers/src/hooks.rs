@@ -57,13 +57,9 @@ impl ValidationHook for FailedValidationHook {
             if recorded.status != acme_core::status::ChallengeStatus::Invalid {
                 return;
             }
-            let pair = ratelimits::bucket::BucketId::AccountIdentifier {
-                account: recorded.account_id.0,
-                identifier: recorded.identifier.value().to_owned(),
-            };
             let request = ratelimits::limiter::Request::new(
                 ratelimits::limit::LimitName::FailedValidationPerAccountIdentifier,
-                pair,
+                pair(recorded.account_id, &recorded.identifier),
                 1,
             )
             .with_kind(ratelimits::batch::Kind::SpendOnly);
@@ -143,7 +139,7 @@ impl ZombieHook {
         }
         let request = ratelimits::limiter::Request::new(
             ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier,
-            pair(recorded),
+            pair(recorded.account_id, &recorded.identifier),
             1,
         );
         let verdict = match self.limiter.check(now, &[request]).await {
@@ -189,10 +185,14 @@ impl ZombieHook {
     }
 }
 
-fn pair(recorded: &ValidationRecorded) -> ratelimits::bucket::BucketId {
+/// The bucket id of an (account, identifier) pair; wildcards stay distinct from base names.
+fn pair(
+    account: acme_core::ids::AccountId,
+    identifier: &acme_core::identifier::Identifier,
+) -> ratelimits::bucket::BucketId {
     ratelimits::bucket::BucketId::AccountIdentifier {
-        account: recorded.account_id.0,
-        identifier: recorded.identifier.value().to_owned(),
+        account: account.0,
+        identifier: identifier.value().to_owned(),
     }
 }
 
@@ -207,8 +207,14 @@ impl ValidationHook for ZombieHook {
                 acme_core::status::ChallengeStatus::Valid => {
                     let name =
                         ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
-                    if self.limiter.limit_for(name, &pair(recorded)).is_some()
-                        && let Err(e) = self.limiter.reset(name, &pair(recorded)).await
+                    if self
+                        .limiter
+                        .limit_for(name, &pair(recorded.account_id, &recorded.identifier))
+                        .is_some()
+                        && let Err(e) = self
+                            .limiter
+                            .reset(name, &pair(recorded.account_id, &recorded.identifier))
+                            .await
                     {
                         tracing::warn!(error = %e, "could not reset the consecutive-failure count after a success");
                     }
@@ -228,10 +234,7 @@ pub async fn reset_consecutive_failures(
 ) {
     let name = ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
     for identifier in identifiers {
-        let pair = ratelimits::bucket::BucketId::AccountIdentifier {
-            account: account.0,
-            identifier: identifier.value().to_owned(),
-        };
+        let pair = pair(account, identifier);
         if limiter.limit_for(name, &pair).is_none() {
             return;
         }

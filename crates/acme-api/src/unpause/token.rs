@@ -113,7 +113,7 @@ impl UnpauseKey {
 pub fn load_or_create_key(path: &Path) -> std::io::Result<Vec<u8>> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
-            let bytes = hex_decode(text.trim()).ok_or_else(|| {
+            let bytes = hex::decode(text.trim()).map_err(|_| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("{} must hold 64 hex characters", path.display()),
@@ -143,22 +143,11 @@ pub fn load_or_create_key(path: &Path) -> std::io::Result<Vec<u8>> {
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
             let mut file = options.open(path)?;
-            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-            file.write_all(format!("{hex}\n").as_bytes())?;
+            file.write_all(format!("{}\n", hex::encode(&key)).as_bytes())?;
             Ok(key)
         }
         Err(e) => Err(e),
     }
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
