@@ -46,10 +46,7 @@ fn serial_of(pem: &str) -> Vec<u8> {
 }
 
 async fn revoked_in_db(env: &TestEnv, serial: &[u8]) -> bool {
-    let db_url = format!(
-        "sqlite://{}",
-        env.dir.path().join("data/certeasy.db").display()
-    );
+    let db_url = env.database_url();
     let storage = storage::Storage::connect(&db_url).await.unwrap();
     let cert = storage
         .certificate_by_serial(&acme_core::ids::Serial::from_bytes(serial.to_vec()))
@@ -61,7 +58,16 @@ async fn revoked_in_db(env: &TestEnv, serial: &[u8]) -> bool {
 
 #[tokio::test]
 async fn lego_http01_renew_and_revoke() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
+    lego_http01_renew_and_revoke_on(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn lego_http01_renew_and_revoke_on_postgres() {
+    lego_http01_renew_and_revoke_on(Db::Postgres).await;
+}
+
+async fn lego_http01_renew_and_revoke_on(db: Db) {
+    let mut env = TestEnv::new(db).await;
     let port = free_port();
     env.challenge_ports(port, env.tls.port());
     env.spawn_binary().await;

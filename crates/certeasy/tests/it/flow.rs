@@ -244,3 +244,17 @@ async fn root_certificate_is_served_and_matches_the_file() {
         .unwrap();
     assert_eq!(pem_ders(&served), pem_ders(&env.root_pem()));
 }
+
+#[tokio::test]
+async fn the_owner_deactivates_an_authorization_and_its_order_turns_invalid() {
+    let env = started(Db::Sqlite).await;
+    let account = env.account().await;
+    let ids = [Identifier::Dns(env.name("deact"))];
+    let mut order = account.new_order(&NewOrder::new(&ids)).await.unwrap();
+    let mut authorizations = order.authorizations();
+    let mut authz = authorizations.next().await.unwrap().unwrap();
+    let state = authz.deactivate().await.unwrap();
+    assert_eq!(state.status, instant_acme::AuthorizationStatus::Deactivated);
+    let state = order.refresh().await.unwrap();
+    assert_eq!(state.status, OrderStatus::Invalid);
+}

@@ -286,6 +286,17 @@ impl TestEnv {
         name
     }
 
+    /// The database the server uses (PostgreSQL when the environment has one, else its SQLite file).
+    pub fn database_url(&self) -> String {
+        match &self._pg {
+            Some(pg) => pg.url.clone(),
+            None => format!(
+                "sqlite://{}",
+                self.dir.path().join("data/certeasy.db").display()
+            ),
+        }
+    }
+
     pub fn root_pem(&self) -> String {
         std::fs::read_to_string(&self.root_path).unwrap()
     }
