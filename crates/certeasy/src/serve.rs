@@ -93,6 +93,9 @@ pub async fn start(
     config_path: Option<&std::path::Path>,
     clock: SharedClock,
 ) -> anyhow::Result<RunningServer> {
+    // The recorder goes in first: components take metric handles when they start, and a handle
+    // taken before the recorder exists counts nowhere.
+    crate::admin::prometheus();
     let data_dir = PathBuf::from(&config.data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data directory {}", data_dir.display()))?;
@@ -182,6 +185,20 @@ pub async fn start(
         config_path: config_path.map(PathBuf::from),
         clock: Arc::clone(&clock),
     });
+    if let Some(handle) = crate::admin::prometheus() {
+        // Histogram samples wait in the recorder until upkeep folds them into buckets. A scrape
+        // runs it, but a server nobody scrapes must not grow without bound.
+        let upkeep_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let mut ticker = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => handle.run_upkeep(),
+                    () = upkeep_shutdown.cancelled() => return,
+                }
+            }
+        });
+    }
     let admin_shutdown = shutdown.clone();
     tasks.spawn(async move {
         let served = axum::serve(admin_listener, admin_router)
