@@ -1,5 +1,8 @@
 //! A request's buckets decided together: one verdict, all-or-nothing spending.
 
+use crate::bucket_key::BucketKey;
+use smallvec::SmallVec;
+
 use crate::config::Mode;
 use crate::error::Error;
 use crate::error::Result;
@@ -22,16 +25,27 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transaction {
     name: LimitName,
-    key: String,
+    key: BucketKey,
     limit: Limit,
     cost: u64,
     kind: Kind,
 }
 
 impl Transaction {
+    /// A transaction on a textual key `<limit>:<id>` (see [`BucketKey::parse`]).
+    pub fn new(name: LimitName, key: String, limit: Limit, cost: u64, kind: Kind) -> Result<Self> {
+        Self::with_key(name, BucketKey::parse(&key), limit, cost, kind)
+    }
+
     /// Refuses a cost above the burst: such a request could never pass, so it is a bug in the
     /// caller, not a denial.
-    pub fn new(name: LimitName, key: String, limit: Limit, cost: u64, kind: Kind) -> Result<Self> {
+    pub fn with_key(
+        name: LimitName,
+        key: BucketKey,
+        limit: Limit,
+        cost: u64,
+        kind: Kind,
+    ) -> Result<Self> {
         if cost > limit.burst() {
             return Err(Error::CostAboveBurst {
                 limit: name.to_string(),
@@ -53,8 +67,8 @@ impl Transaction {
         self.name
     }
 
-    /// The bucket key (without any store prefix).
-    pub fn key(&self) -> &str {
+    /// Where the bucket lives (without any store prefix).
+    pub fn key(&self) -> &BucketKey {
         &self.key
     }
 
@@ -84,11 +98,14 @@ impl Transaction {
     }
 }
 
+/// One decision per transaction of a batch; a request has a handful, kept off the heap.
+pub type Decisions = SmallVec<[Decision; 8]>;
+
 /// What a store answers for a batch: one decision per transaction, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOutcome {
     /// Per transaction, in the batch's order.
-    pub decisions: Vec<Decision>,
+    pub decisions: Decisions,
     /// Whether every enforced transaction was allowed, i.e. whether anything was spent.
     pub allowed: bool,
 }
@@ -98,8 +115,8 @@ pub struct BatchOutcome {
 pub fn check_unique(batch: &[Transaction]) -> Result<()> {
     // Batches hold a handful of buckets: comparing pairs beats hashing them.
     for (i, tx) in batch.iter().enumerate() {
-        if batch[..i].iter().any(|other| other.key() == tx.key()) {
-            return Err(Error::DuplicateKey(tx.key.clone()));
+        if batch[..i].iter().any(|other| other.key == tx.key) {
+            return Err(Error::DuplicateKey(tx.key.to_string()));
         }
     }
     Ok(())

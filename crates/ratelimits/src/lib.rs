@@ -5,9 +5,11 @@
 
 pub mod batch;
 pub mod bucket;
+pub mod bucket_key;
 pub mod config;
 pub mod error;
 pub mod gcra;
+mod key_hash;
 pub mod limit;
 pub mod limiter;
 pub mod nanos;
@@ -16,6 +18,7 @@ pub mod store;
 
 pub use crate::batch::Kind;
 pub use crate::bucket::BucketId;
+pub use crate::bucket_key::BucketKey;
 pub use crate::error::Error;
 pub use crate::error::Result;
 pub use crate::limit::Limit;

@@ -1,6 +1,5 @@
 //! Limit names, the numbers of one limit, and the default limits built from the configuration.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -49,6 +48,11 @@ impl LimitName {
         Self::FailedValidationPerAccountIdentifier,
         Self::ConsecutiveFailuresPerAccountIdentifier,
     ];
+
+    /// The position in [`LimitName::ALL`], for tables indexed by limit.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 
     /// The stable kebab-case name.
     pub const fn as_str(self) -> &'static str {
@@ -183,7 +187,8 @@ impl Limit {
 /// not exist.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Limits {
-    defaults: HashMap<LimitName, Limit>,
+    /// Indexed by [`LimitName::index`]: a lookup per bucket on the hot path, so no hashing.
+    defaults: [Option<Limit>; LimitName::ALL.len()],
 }
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -192,20 +197,17 @@ impl Limits {
     /// Maps the `rate-limiting:` block onto GCRA limits. The database-backed limits
     /// (duplicate-certificate, pending-authorizations) are not buckets and are not mapped.
     pub fn from_config(config: &RateLimitingConfig) -> Result<Self> {
-        let mut defaults = HashMap::new();
+        let mut defaults = [None; LimitName::ALL.len()];
         for name in LimitName::ALL {
             let numbers = config_numbers(config, name);
             if numbers.enabled {
-                defaults.insert(
-                    name,
-                    Limit::new(
-                        name.as_str(),
-                        numbers.burst,
-                        numbers.count,
-                        numbers.period,
-                        numbers.mode,
-                    )?,
-                );
+                defaults[name.index()] = Some(Limit::new(
+                    name.as_str(),
+                    numbers.burst,
+                    numbers.count,
+                    numbers.period,
+                    numbers.mode,
+                )?);
             }
         }
         Ok(Self { defaults })
@@ -213,14 +215,16 @@ impl Limits {
 
     /// An explicit set of defaults, for tests and tools.
     pub fn from_defaults(defaults: impl IntoIterator<Item = (LimitName, Limit)>) -> Self {
-        Self {
-            defaults: defaults.into_iter().collect(),
+        let mut table = [None; LimitName::ALL.len()];
+        for (name, limit) in defaults {
+            table[name.index()] = Some(limit);
         }
+        Self { defaults: table }
     }
 
     /// The default of an enabled limit.
     pub fn get(&self, name: LimitName) -> Option<&Limit> {
-        self.defaults.get(&name)
+        self.defaults[name.index()].as_ref()
     }
 }
 
@@ -310,8 +314,9 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for name in LimitName::ALL {
+        for (i, name) in LimitName::ALL.into_iter().enumerate() {
             assert_eq!(name.as_str().parse::<LimitName>().unwrap(), name);
+            assert_eq!(name.index(), i, "tables indexed by limit rely on it");
         }
         assert!(matches!(
             "nope".parse::<LimitName>(),

@@ -1,12 +1,16 @@
 //! The limiter: the current limits and overrides, a store, and the batch a request spends.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::Duration;
-use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
+use metrics::Counter;
+use metrics::Histogram;
+use smallvec::SmallVec;
 use time::OffsetDateTime;
 
 use crate::batch::Kind;
@@ -15,6 +19,7 @@ use crate::batch::binding;
 use crate::batch::check_unique;
 use crate::bucket::BucketId;
 use crate::bucket::ip_bucket;
+use crate::bucket_key::BucketKey;
 use crate::config::Mode;
 use crate::config::RateLimitingConfig;
 use crate::error::Error;
@@ -78,8 +83,8 @@ impl Request {
 pub struct BindingLimit {
     /// The limit family.
     pub name: LimitName,
-    /// The bucket key.
-    pub key: String,
+    /// The bucket (its textual key is its `Display`).
+    pub key: BucketKey,
     /// The limit's burst (after overrides).
     pub burst: u64,
     /// The limit's count per period (after overrides).
@@ -100,7 +105,7 @@ impl BindingLimit {
     fn new(tx: &Transaction, d: &Decision) -> Self {
         Self {
             name: tx.name(),
-            key: tx.key().to_owned(),
+            key: tx.key().clone(),
             burst: tx.limit().burst(),
             count: tx.limit().count(),
             period: tx.limit().period(),
@@ -150,6 +155,9 @@ pub struct BucketState {
     pub reset_at: OffsetDateTime,
 }
 
+/// A request's transactions: a handful, kept off the heap.
+type Batch = SmallVec<[Transaction; 8]>;
+
 /// Everything a reload replaces at once.
 #[derive(Debug)]
 struct Policy {
@@ -176,8 +184,9 @@ impl Policy {
     }
 
     /// The limit for a bucket, or None if the limit is disabled or the client whitelisted.
-    /// Also returns the id as keyed (IPv6 addresses reduced to their prefix).
-    fn resolve(&self, name: LimitName, id: &BucketId) -> Option<(Limit, BucketId)> {
+    /// Also returns the id as keyed (IPv6 addresses reduced to their prefix); other ids are
+    /// borrowed, as they are keyed as given.
+    fn resolve<'a>(&self, name: LimitName, id: &'a BucketId) -> Option<(Limit, Cow<'a, BucketId>)> {
         let default = self.limits.get(name)?;
         match id {
             BucketId::Ip(net) => {
@@ -195,7 +204,7 @@ impl Policy {
                     .for_net(name, keyed)
                     .copied()
                     .unwrap_or(*default);
-                Some((limit, BucketId::Ip(keyed)))
+                Some((limit, Cow::Owned(BucketId::Ip(keyed))))
             }
             BucketId::Account(account) | BucketId::AccountIdentifier { account, .. } => {
                 let limit = self
@@ -203,7 +212,7 @@ impl Policy {
                     .for_account(name, *account)
                     .copied()
                     .unwrap_or(*default);
-                Some((limit, id.clone()))
+                Some((limit, Cow::Borrowed(id)))
             }
         }
     }
@@ -213,6 +222,60 @@ impl Policy {
 pub struct Limiter {
     policy: ArcSwap<Policy>,
     store: Arc<dyn Store>,
+    instruments: OnceLock<Instruments>,
+}
+
+/// What a decision counts as in [`DECISIONS`].
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Allowed,
+    Denied,
+    ShadowDenied,
+    FailOpen,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 4] = [
+        Self::Allowed,
+        Self::Denied,
+        Self::ShadowDenied,
+        Self::FailOpen,
+    ];
+
+    const fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::ShadowDenied => "shadow_denied",
+            Self::FailOpen => "fail_open",
+        }
+    }
+}
+
+/// Metric handles, registered once instead of looked up by name and labels for every bucket of
+/// every request. Registered on the first decision: the process installs its recorder before it
+/// serves (`certeasy serve` does so first thing), and handles taken before that would count
+/// nowhere.
+struct Instruments {
+    decisions: [[Counter; Outcome::ALL.len()]; LimitName::ALL.len()],
+    latency: Histogram,
+}
+
+impl Instruments {
+    fn register() -> Self {
+        Self {
+            decisions: LimitName::ALL.map(|name| {
+                Outcome::ALL.map(|outcome| {
+                    metrics::counter!(DECISIONS, "limit" => name.as_str(), "outcome" => outcome.label())
+                })
+            }),
+            latency: metrics::histogram!(LATENCY),
+        }
+    }
+
+    fn count(&self, name: LimitName, outcome: Outcome) {
+        self.decisions[name.index()][outcome as usize].increment(1);
+    }
 }
 
 impl std::fmt::Debug for Limiter {
@@ -221,10 +284,6 @@ impl std::fmt::Debug for Limiter {
             .field("policy", &self.policy.load())
             .finish_non_exhaustive()
     }
-}
-
-fn outcome_counter(name: LimitName, outcome: &'static str) {
-    metrics::counter!(DECISIONS, "limit" => name.as_str(), "outcome" => outcome).increment(1);
 }
 
 impl Limiter {
@@ -237,6 +296,7 @@ impl Limiter {
         Ok(Self {
             policy: ArcSwap::from_pointee(Policy::build(config, overrides)?),
             store,
+            instruments: OnceLock::new(),
         })
     }
 
@@ -318,17 +378,26 @@ impl Limiter {
         self.policy.load().resolve(name, id).map(|(limit, _)| limit)
     }
 
-    fn transactions(&self, requests: &[Request]) -> Result<Vec<Transaction>> {
+    /// Fills `batch` (in place: it is large enough that moving it shows in profiles). Duplicate
+    /// keys are refused by the stores when spending and by [`Limiter::refund`].
+    fn transactions(&self, requests: &[Request], batch: &mut Batch) -> Result<()> {
         let policy = self.policy.load();
-        let mut batch = Vec::with_capacity(requests.len());
+        let mut last_account = None;
         for request in requests {
             // Checked even for disabled limits, so a wrong id is found in tests with defaults.
             request.id.check_kind(request.limit)?;
             let Some((limit, keyed)) = policy.resolve(request.limit, &request.id) else {
                 continue;
             };
-            let key = keyed.key(request.limit)?;
-            batch.push(Transaction::new(
+            let account = keyed.account();
+            let key = match batch.last() {
+                Some(last) if account.is_some() && account == last_account => {
+                    last.key().sibling(request.limit, &keyed)?
+                }
+                _ => BucketKey::new(request.limit, &keyed)?,
+            };
+            last_account = account;
+            batch.push(Transaction::with_key(
                 request.limit,
                 key,
                 limit,
@@ -336,8 +405,7 @@ impl Limiter {
                 request.kind,
             )?);
         }
-        check_unique(&batch)?;
-        Ok(batch)
+        Ok(())
     }
 
     /// Decides a request's buckets as one batch and spends them if allowed.
@@ -346,19 +414,27 @@ impl Limiter {
     /// bucket twice). A store failure allows the request (fail open), is logged and counted: an
     /// outage of the limiter should never become an outage of issuance.
     pub async fn check(&self, now: OffsetDateTime, requests: &[Request]) -> Result<Verdict> {
-        let batch = self.transactions(requests)?;
+        let mut batch = Batch::new();
+        self.transactions(requests, &mut batch)?;
         if batch.is_empty() {
             return Ok(Verdict::allow_all(false));
         }
-        let started = Instant::now();
-        let result = self.store.spend_batch(unix_nanos(now), &batch).await;
-        metrics::histogram!(LATENCY).record(started.elapsed().as_secs_f64());
+        let instruments = self.instruments.get_or_init(Instruments::register);
+        // The TSC clock: two reads per request, where the system clock would cost a syscall's
+        // worth on some virtual machines.
+        let started = quanta::Instant::now();
+        let now = unix_nanos(now);
+        let result = match self.store.spend_batch_ready(now, &batch) {
+            Some(ready) => ready,
+            None => self.store.spend_batch(now, &batch).await,
+        };
+        instruments.latency.record(started.elapsed().as_secs_f64());
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(err) if err.is_store_failure() => {
                 tracing::warn!(error = %err, "rate-limit store failed; allowing the request");
                 for tx in &batch {
-                    outcome_counter(tx.name(), "fail_open");
+                    instruments.count(tx.name(), Outcome::FailOpen);
                 }
                 return Ok(Verdict::allow_all(true));
             }
@@ -366,16 +442,16 @@ impl Limiter {
         };
         let mut shadow_denials = Vec::new();
         for (tx, d) in batch.iter().zip(&outcome.decisions) {
-            let outcome_label = if d.allowed {
-                "allowed"
+            let counted = if d.allowed {
+                Outcome::Allowed
             } else if tx.limit().mode() == Mode::Shadow && tx.kind() != Kind::SpendOnly {
                 shadow_denials.push(BindingLimit::new(tx, d));
-                tracing::info!(limit = %tx.name(), key = tx.key(), "shadow-mode rate limit would have denied");
-                "shadow_denied"
+                tracing::info!(limit = %tx.name(), key = %tx.key(), "shadow-mode rate limit would have denied");
+                Outcome::ShadowDenied
             } else {
-                "denied"
+                Outcome::Denied
             };
-            outcome_counter(tx.name(), outcome_label);
+            instruments.count(tx.name(), counted);
         }
         let binding = binding(&batch, &outcome.decisions)
             .map(|i| BindingLimit::new(&batch[i], &outcome.decisions[i]));
@@ -390,7 +466,9 @@ impl Limiter {
     /// Gives back what [`check`](Self::check) spent when the request failed afterwards. Best
     /// effort: a store failure is logged and counted, not returned.
     pub async fn refund(&self, now: OffsetDateTime, requests: &[Request]) -> Result<()> {
-        let batch = self.transactions(requests)?;
+        let mut batch = Batch::new();
+        self.transactions(requests, &mut batch)?;
+        check_unique(&batch)?;
         if batch.is_empty() {
             return Ok(());
         }

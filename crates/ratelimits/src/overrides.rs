@@ -332,13 +332,16 @@ fn parse_id(limit: LimitName, id: &str) -> Result<OverrideId, String> {
 /// Overrides combined with the defaults, ready for lookups.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ResolvedOverrides {
-    nets: HashMap<LimitName, NetOverrides>,
-    accounts: HashMap<(LimitName, i64), Limit>,
+    nets: HashMap<LimitName, NetOverrides, FastHash>,
+    accounts: HashMap<(LimitName, i64), Limit, FastHash>,
 }
+
+/// Looked up for every bucket of every request; the keys are ours, not the client's.
+type FastHash = foldhash::fast::RandomState;
 
 #[derive(Debug, Clone, Default)]
 struct NetOverrides {
-    exact: HashMap<IpNet, Limit>,
+    exact: HashMap<IpNet, Limit, FastHash>,
     /// Prefix lengths present, most specific first, per family.
     v4_lengths: Vec<u8>,
     v6_lengths: Vec<u8>,
@@ -391,6 +394,9 @@ impl ResolvedOverrides {
     /// The override for a bucket network: the exact network first, then the most specific range
     /// containing it.
     pub(crate) fn for_net(&self, limit: LimitName, bucket: IpNet) -> Option<&Limit> {
+        if self.nets.is_empty() {
+            return None;
+        }
         let nets = self.nets.get(&limit)?;
         let lengths = if matches!(bucket, IpNet::V4(_)) {
             &nets.v4_lengths
@@ -409,6 +415,9 @@ impl ResolvedOverrides {
 
     /// The override for an account.
     pub(crate) fn for_account(&self, limit: LimitName, account: i64) -> Option<&Limit> {
+        if self.accounts.is_empty() {
+            return None;
+        }
         self.accounts.get(&(limit, account))
     }
 }

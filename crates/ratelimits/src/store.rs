@@ -32,6 +32,13 @@ pub trait Store: Send + Sync {
         batch: &'a [Transaction],
     ) -> StoreFuture<'a, BatchOutcome>;
 
+    /// The answer of [`spend_batch`](Self::spend_batch) when the store has it without waiting
+    /// (memory), or None when it must ask over the network (Redis). It spares the in-memory hot
+    /// path a boxed future.
+    fn spend_batch_ready(&self, _now: i64, _batch: &[Transaction]) -> Option<Result<BatchOutcome>> {
+        None
+    }
+
     /// Gives back each transaction's cost (check-only ones are skipped), never above the burst.
     fn refund<'a>(&'a self, now: i64, batch: &'a [Transaction]) -> StoreFuture<'a, ()>;
 

@@ -157,7 +157,7 @@ async fn charge_order(
     {
         let subject = match b.name {
             LimitName::FailedValidationPerAccountIdentifier => {
-                let ident = b.key.splitn(3, ':').nth(2).unwrap_or("this identifier");
+                let ident = b.key.identifier().unwrap_or("this identifier");
                 format!("for {ident} by this account")
             }
             _ => "for this account".to_owned(),

@@ -1,81 +1,302 @@
 //! Buckets in process memory, for a single instance and for tests.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use acme_core::clock::SharedClock;
+use compact_str::CompactString;
+use hashbrown::HashTable;
 use parking_lot::Mutex;
 use parking_lot::MutexGuard;
+use smallvec::SmallVec;
 use tokio::task::JoinHandle;
 
 use super::Store;
 use super::StoreFuture;
 use crate::batch::BatchOutcome;
+use crate::batch::Decisions;
 use crate::batch::Transaction;
 use crate::batch::batch_allowed;
 use crate::batch::check_unique;
 use crate::batch::writes;
+use crate::bucket_key::BucketKey;
+use crate::error::Result;
 use crate::gcra;
 use crate::gcra::Decision;
+use crate::key_hash::key_hash;
 use crate::limit::Limit;
 use crate::nanos::unix_nanos;
 
+/// A power of two, and at most 64 so a batch's shards fit in one `u64` mask.
 const SHARDS: usize = 32;
 
-/// Sharded maps of key → TAT.
+/// Batches this long or shorter are decided without touching the allocator beyond the outcome.
+const INLINE: usize = 8;
+
+/// Sharded tables of owner → (field → TAT), the layout of [`crate::bucket_key`].
 ///
 /// A batch locks the shards it touches in ascending order, so concurrent batches can never
 /// deadlock and each batch is decided and written atomically. A TAT at or before `now` is a full
 /// bucket, which is the same as no entry: such entries are dropped on access and by [`sweep`],
-/// and a hard cap bounds memory even under a flood of distinct keys.
+/// and a hard cap on buckets bounds memory even under a flood of distinct keys.
+///
+/// Owners are found by the hash their [`BucketKey`] computed once, and a request's buckets
+/// mostly share one owner: a new-order batch reads one table entry, not five.
 ///
 /// [`sweep`]: MemoryStore::sweep
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
     max_per_shard: usize,
 }
 
-/// foldhash, seeded per process: several times faster than SipHash on short keys, and the seed
-/// keeps bucket keys from being chosen to collide.
-type RandomState = foldhash::fast::RandomState;
-type Shard = HashMap<String, i64, RandomState>;
+#[derive(Debug, Default)]
+struct Shard {
+    owners: HashTable<Owner>,
+    /// Buckets over all owners: what the cap limits.
+    buckets: usize,
+}
+
+/// An account's or an address's buckets: one cache line. Lookups miss the cache more often
+/// than not (a busy server touches a different account on every request), so the table is
+/// kept as small as a line per owner; the owner's hash is not stored but recomputed when the
+/// table grows.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Owner {
+    owner: CompactString,
+    buckets: SmallVec<[Bucket; 1]>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    field: CompactString,
+    tat: i64,
+}
+
+impl Owner {
+    fn tat(&self, field: &str) -> Option<i64> {
+        self.buckets
+            .iter()
+            .find(|b| b.field == field)
+            .map(|b| b.tat)
+    }
+
+    /// The latest TAT: when the whole owner is full again.
+    fn latest(&self) -> i64 {
+        self.buckets.iter().map(|b| b.tat).max().unwrap_or(i64::MIN)
+    }
+}
+
+/// What a batch does to one bucket once decided.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// Nothing to write.
+    Keep,
+    /// A new TAT.
+    Set(i64),
+    /// Found full: the same as absent, so the entry goes.
+    Forget,
+}
+
+/// For each transaction, the first one of the batch with the same owner: owners are looked up
+/// once per batch, not once per bucket.
+fn leaders(batch: &[Transaction]) -> SmallVec<[usize; INLINE]> {
+    let mut leaders = SmallVec::with_capacity(batch.len());
+    for (i, tx) in batch.iter().enumerate() {
+        let leader = batch[..i]
+            .iter()
+            .position(|other| {
+                other.key().owner_hash() == tx.key().owner_hash()
+                    && other.key().owner() == tx.key().owner()
+            })
+            .unwrap_or(i);
+        leaders.push(leader);
+    }
+    leaders
+}
+
+/// The shard of a hash. The table itself uses the low bits (slot) and the top seven (tag), so
+/// the shard takes bits from the middle: every shard still sees well-spread hashes.
+fn shard_of(hash: u64) -> usize {
+    // Masked to SHARDS - 1, so the cast is lossless.
+    ((hash >> 32) as usize) & (SHARDS - 1)
+}
+
+fn matches(key: &BucketKey) -> impl Fn(&Owner) -> bool + '_ {
+    move |o| o.owner == key.owner()
+}
+
+fn rehash(owner: &Owner) -> u64 {
+    key_hash(&owner.owner)
+}
+
+impl Shard {
+    fn tat(&self, key: &BucketKey) -> Option<i64> {
+        self.owners
+            .find(key.owner_hash(), matches(key))
+            .and_then(|o| o.tat(key.field()))
+    }
+
+    /// Applies one owner's changes with one table lookup (two when making room), and adds or
+    /// drops the owner's entry as its buckets come and go.
+    fn apply(&mut self, owner: &BucketKey, changes: &[(&str, Change)], now: i64, max: usize) {
+        if changes.iter().all(|(_, c)| matches!(c, Change::Keep)) {
+            return;
+        }
+        let hash = owner.owner_hash();
+        let added = |held: Option<&Owner>| {
+            changes
+                .iter()
+                .filter(|(field, c)| {
+                    matches!(c, Change::Set(_)) && held.is_none_or(|o| o.tat(field).is_none())
+                })
+                .count()
+        };
+        let mut found = self.owners.find_entry(hash, matches(owner));
+        let new_buckets = added(found.as_ref().ok().map(|entry| entry.get()));
+        if new_buckets > 0 && self.buckets + new_buckets > max {
+            // Rare: at the cap. Make room, then look the owner up again (it may be gone).
+            drop(found);
+            self.retain_live(now);
+            while self.buckets + new_buckets > max && self.evict_one() {}
+            found = self.owners.find_entry(hash, matches(owner));
+        }
+        match found {
+            Ok(mut entry) => {
+                let held = entry.get_mut();
+                for (field, change) in changes {
+                    match *change {
+                        Change::Keep => {}
+                        Change::Set(tat) => {
+                            match held.buckets.iter_mut().find(|b| b.field == *field) {
+                                Some(bucket) => bucket.tat = tat,
+                                None => {
+                                    held.buckets.push(Bucket {
+                                        field: (*field).into(),
+                                        tat,
+                                    });
+                                    self.buckets += 1;
+                                }
+                            }
+                        }
+                        Change::Forget => {
+                            let before = held.buckets.len();
+                            held.buckets.retain(|b| b.field != *field);
+                            self.buckets -= before - held.buckets.len();
+                        }
+                    }
+                }
+                if held.buckets.is_empty() {
+                    entry.remove();
+                }
+            }
+            Err(_) => {
+                let buckets: SmallVec<[Bucket; 1]> = changes
+                    .iter()
+                    .filter_map(|(field, change)| match *change {
+                        Change::Set(tat) => Some(Bucket {
+                            field: (*field).into(),
+                            tat,
+                        }),
+                        Change::Keep | Change::Forget => None,
+                    })
+                    .collect();
+                if buckets.is_empty() {
+                    return;
+                }
+                self.buckets += buckets.len();
+                self.owners.insert_unique(
+                    owner.owner_hash(),
+                    Owner {
+                        owner: owner.owner().into(),
+                        buckets,
+                    },
+                    rehash,
+                );
+            }
+        }
+    }
+
+    /// Forgets a bucket (full again or reset), and its owner with its last bucket.
+    fn remove(&mut self, key: &BucketKey) {
+        let Ok(mut entry) = self.owners.find_entry(key.owner_hash(), matches(key)) else {
+            return;
+        };
+        let owner = entry.get_mut();
+        let before = owner.buckets.len();
+        owner.buckets.retain(|b| b.field != key.field());
+        self.buckets -= before - owner.buckets.len();
+        if owner.buckets.is_empty() {
+            entry.remove();
+        }
+    }
+
+    /// Drops every full bucket; returns how many.
+    fn retain_live(&mut self, now: i64) -> usize {
+        let mut dropped = 0;
+        self.owners.retain(|owner| {
+            let before = owner.buckets.len();
+            owner.buckets.retain(|b| b.tat > now);
+            dropped += before - owner.buckets.len();
+            !owner.buckets.is_empty()
+        });
+        self.buckets -= dropped;
+        dropped
+    }
+
+    /// Still full of live buckets: forget the owner closest to full, which loses the least.
+    /// False when there was nothing to forget.
+    fn evict_one(&mut self) -> bool {
+        let victim = self
+            .owners
+            .iter()
+            .min_by_key(|o| o.latest())
+            .map(|o| o.owner.clone());
+        if let Some(name) = victim
+            && let Ok(entry) = self.owners.find_entry(key_hash(&name), |o| o.owner == name)
+        {
+            let (owner, _) = entry.remove();
+            self.buckets -= owner.buckets.len();
+            return true;
+        }
+        false
+    }
+}
+
+/// The shards a batch holds, locked, in ascending order of shard number.
+struct Locked<'a> {
+    guards: SmallVec<[(usize, MutexGuard<'a, Shard>); INLINE]>,
+}
+
+impl Locked<'_> {
+    fn shard(&mut self, key: &BucketKey) -> &mut Shard {
+        let wanted = shard_of(key.owner_hash());
+        match self.guards.iter_mut().find(|(i, _)| *i == wanted) {
+            Some((_, guard)) => guard,
+            // `MemoryStore::lock` locked the shard of every key it was given.
+            None => unreachable!("shard of a batch key not locked"),
+        }
+    }
+}
 
 impl MemoryStore {
     /// A store holding at most about `max_entries` buckets.
     pub fn new(max_entries: usize) -> Self {
         Self {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(RandomState::default())))
-                .collect(),
-            hasher: RandomState::default(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             max_per_shard: max_entries.div_ceil(SHARDS).max(1),
         }
     }
 
-    fn shard_index(&self, key: &str) -> usize {
-        // The modulo keeps the value below SHARDS, so the cast back is lossless.
-        (self.hasher.hash_one(key) % SHARDS as u64) as usize
-    }
-
     /// Drops every full bucket; returns how many were dropped.
     pub fn sweep(&self, now: i64) -> usize {
-        let mut dropped = 0;
-        for shard in &self.shards {
-            let mut map = shard.lock();
-            let before = map.len();
-            map.retain(|_, tat| *tat > now);
-            dropped += before - map.len();
-        }
-        dropped
+        self.shards.iter().map(|s| s.lock().retain_live(now)).sum()
     }
 
     /// Buckets currently held (full ones not yet swept included).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().buckets).sum()
     }
 
     /// Whether no bucket is held.
@@ -103,97 +324,97 @@ impl MemoryStore {
     }
 
     /// Locks the shards of `keys` in ascending order.
-    fn lock<'a>(
-        &'a self,
-        keys: impl Iterator<Item = &'a str>,
-    ) -> Vec<(usize, MutexGuard<'a, Shard>)> {
-        let mut indexes: Vec<usize> = keys.map(|k| self.shard_index(k)).collect();
-        indexes.sort_unstable();
-        indexes.dedup();
-        indexes
-            .into_iter()
-            .map(|i| (i, self.shards[i].lock()))
-            .collect()
-    }
-
-    fn guard_for<'g, 'a>(
-        &self,
-        guards: &'g mut [(usize, MutexGuard<'a, Shard>)],
-        key: &str,
-    ) -> Option<&'g mut Shard> {
-        let index = self.shard_index(key);
-        guards
-            .iter_mut()
-            .find(|(i, _)| *i == index)
-            .map(|(_, g)| &mut **g)
-    }
-
-    fn write(&self, map: &mut Shard, key: &str, tat: i64, now: i64) {
-        if let Some(slot) = map.get_mut(key) {
-            *slot = tat;
-            return;
+    fn lock<'a>(&self, keys: impl Iterator<Item = &'a BucketKey>) -> Locked<'_> {
+        let mut mask = keys.fold(0u64, |mask, key| mask | 1 << shard_of(key.owner_hash()));
+        let mut guards = SmallVec::new();
+        while mask != 0 {
+            // Lowest set bit first: ascending order. trailing_zeros of a u64 is below 64.
+            let i = mask.trailing_zeros() as usize;
+            guards.push((i, self.shards[i].lock()));
+            mask &= mask - 1;
         }
-        if map.len() >= self.max_per_shard {
-            map.retain(|_, t| *t > now);
-        }
-        if map.len() >= self.max_per_shard {
-            // Still full of live buckets: forget the one closest to full, which loses the least.
-            let victim = map.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone());
-            if let Some(victim) = victim {
-                map.remove(&victim);
-            }
-        }
-        map.insert(key.to_owned(), tat);
+        Locked { guards }
     }
 
     /// The synchronous core of [`Store::spend_batch`].
-    pub fn spend_batch_now(
-        &self,
-        now: i64,
-        batch: &[Transaction],
-    ) -> crate::error::Result<BatchOutcome> {
+    pub fn spend_batch_now(&self, now: i64, batch: &[Transaction]) -> Result<BatchOutcome> {
         check_unique(batch)?;
-        let mut guards = self.lock(batch.iter().map(Transaction::key));
-        let mut decisions = Vec::with_capacity(batch.len());
-        let mut stored_tats = Vec::with_capacity(batch.len());
-        for tx in batch {
-            let stored = self
-                .guard_for(&mut guards, tx.key())
-                .and_then(|m| m.get(tx.key()).copied())
-                .filter(|tat| *tat > now);
-            stored_tats.push(stored);
-            decisions.push(gcra::decide(now, stored, tx.limit(), tx.cost()));
-        }
-        let allowed = batch_allowed(batch, &decisions);
-        for ((tx, d), stored) in batch.iter().zip(&decisions).zip(stored_tats) {
-            let Some(map) = self.guard_for(&mut guards, tx.key()) else {
+        let mut locked = self.lock(batch.iter().map(Transaction::key));
+        let leaders = leaders(batch);
+        // TATs as stored, full buckets included (they are dropped below).
+        let mut raw: SmallVec<[Option<i64>; INLINE]> = SmallVec::from_elem(None, batch.len());
+        for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
+            let shard = locked.shard(tx.key());
+            let Some(owner) = shard.owners.find(tx.key().owner_hash(), matches(tx.key())) else {
                 continue;
             };
-            if writes(tx, d, allowed) || gcra::needs_clamp_write(now, stored, tx.limit()) {
-                self.write(map, tx.key(), d.new_tat, now);
-            } else if stored.is_none() {
-                map.remove(tx.key());
+            for (k, member) in batch.iter().enumerate().skip(i) {
+                if leaders[k] == i {
+                    raw[k] = owner.tat(member.key().field());
+                }
             }
+        }
+        let live = |tat: Option<i64>| tat.filter(|t| *t > now);
+        let decisions: Decisions = batch
+            .iter()
+            .zip(&raw)
+            .map(|(tx, stored)| gcra::decide(now, live(*stored), tx.limit(), tx.cost()))
+            .collect();
+        let allowed = batch_allowed(batch, &decisions);
+        for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
+            let changes: SmallVec<[(&str, Change); INLINE]> = batch
+                .iter()
+                .zip(&decisions)
+                .zip(&raw)
+                .enumerate()
+                .filter(|(k, _)| leaders[*k] == i)
+                .map(|(_, ((member, d), stored))| {
+                    let change = if writes(member, d, allowed)
+                        || gcra::needs_clamp_write(now, live(*stored), member.limit())
+                    {
+                        Change::Set(d.new_tat)
+                    } else if stored.is_some() && live(*stored).is_none() {
+                        Change::Forget
+                    } else {
+                        Change::Keep
+                    };
+                    (member.key().field(), change)
+                })
+                .collect();
+            locked
+                .shard(tx.key())
+                .apply(tx.key(), &changes, now, self.max_per_shard);
         }
         Ok(BatchOutcome { decisions, allowed })
     }
 
     fn refund_now(&self, now: i64, batch: &[Transaction]) {
-        let mut guards = self.lock(batch.iter().map(Transaction::key));
+        let mut locked = self.lock(batch.iter().map(Transaction::key));
         for tx in batch.iter().filter(|tx| tx.spends()) {
-            let Some(map) = self.guard_for(&mut guards, tx.key()) else {
-                continue;
-            };
-            let stored = map.get(tx.key()).copied();
+            let shard = locked.shard(tx.key());
+            let stored = shard.tat(tx.key());
             if let Some(tat) = gcra::refund(now, stored, tx.limit(), tx.cost()) {
-                map.insert(tx.key().to_owned(), tat);
+                shard.apply(
+                    tx.key(),
+                    &[(tx.key().field(), Change::Set(tat))],
+                    now,
+                    self.max_per_shard,
+                );
             }
         }
     }
 
     fn peek_now(&self, now: i64, key: &str, limit: &Limit) -> Decision {
-        let stored = self.shards[self.shard_index(key)].lock().get(key).copied();
+        let key = BucketKey::parse(key);
+        let stored = self.shards[shard_of(key.owner_hash())].lock().tat(&key);
         gcra::decide(now, stored, limit, 0)
+    }
+
+    fn reset_now(&self, keys: &[String]) {
+        for key in keys {
+            let key = BucketKey::parse(key);
+            self.shards[shard_of(key.owner_hash())].lock().remove(&key);
+        }
     }
 }
 
@@ -204,6 +425,10 @@ impl Default for MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn spend_batch_ready(&self, now: i64, batch: &[Transaction]) -> Option<Result<BatchOutcome>> {
+        Some(self.spend_batch_now(now, batch))
+    }
+
     fn spend_batch<'a>(
         &'a self,
         now: i64,
@@ -218,9 +443,7 @@ impl Store for MemoryStore {
     }
 
     fn reset<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, ()> {
-        for key in keys {
-            self.shards[self.shard_index(key)].lock().remove(key);
-        }
+        self.reset_now(keys);
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -303,5 +526,67 @@ mod tests {
         assert!(!outcome.allowed);
         assert!(outcome.decisions[0].allowed);
         assert_eq!(store.peek_now(now, "roomy", &roomy).remaining, 10);
+    }
+
+    #[test]
+    fn an_owner_is_one_cache_line() {
+        assert_eq!(size_of::<super::Owner>(), 64);
+    }
+
+    /// An account's buckets share one entry; each still comes and goes on its own, and the cap
+    /// and `len` count buckets, not owners.
+    #[test]
+    fn buckets_of_one_owner_live_and_go_separately() {
+        let store = MemoryStore::new(1_000);
+        let slow = Limit::new("slow", 5, 1, Duration::from_secs(100), Mode::Enforce).unwrap();
+        let fast = Limit::new("fast", 5, 1, Duration::from_secs(1), Mode::Enforce).unwrap();
+        let now = 1_000 * S;
+        let orders = tx("order-creation:7", slow);
+        let failed = tx("failed-validation:7:example.com", fast);
+        let other = tx("order-creation:8", slow);
+        let outcome = store
+            .spend_batch_now(now, &[orders, failed, other])
+            .unwrap();
+        assert!(outcome.allowed);
+        assert_eq!(store.len(), 3);
+        let owners: usize = store.shards.iter().map(|s| s.lock().owners.len()).sum();
+        assert_eq!(owners, 2, "account 7's two buckets share one entry");
+
+        // Two seconds later the fast bucket is full again and is dropped; the slow one stays.
+        let later = now + 2 * S;
+        let peek = |key: &str, limit: Limit| {
+            Transaction::new(
+                LimitName::GlobalPerIp,
+                key.into(),
+                limit,
+                0,
+                Kind::CheckOnly,
+            )
+            .unwrap()
+        };
+        let outcome = store
+            .spend_batch_now(
+                later,
+                &[
+                    peek("failed-validation:7:example.com", fast),
+                    peek("order-creation:7", slow),
+                ],
+            )
+            .unwrap();
+        assert_eq!(outcome.decisions[0].remaining, 5);
+        assert_eq!(outcome.decisions[1].remaining, 4);
+        assert_eq!(store.len(), 2);
+        assert_eq!(
+            store.peek_now(later, "order-creation:7", &slow).remaining,
+            4
+        );
+
+        // A reset takes one bucket; the owner goes with its last one.
+        store.reset_now(&["order-creation:7".to_owned()]);
+        assert_eq!(store.len(), 1);
+        let owners: usize = store.shards.iter().map(|s| s.lock().owners.len()).sum();
+        assert_eq!(owners, 1);
+        assert_eq!(store.sweep(now + 1_000 * S), 1);
+        assert!(store.is_empty());
     }
 }

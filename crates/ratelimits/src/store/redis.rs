@@ -18,9 +18,11 @@ use super::Store;
 use super::StoreFuture;
 use super::sharding::shard_of;
 use crate::batch::BatchOutcome;
+use crate::batch::Decisions;
 use crate::batch::Transaction;
 use crate::batch::batch_allowed;
 use crate::batch::check_unique;
+use crate::bucket_key::BucketKey;
 use crate::config::RedisConfig;
 use crate::error::Error;
 use crate::error::Result;
@@ -102,7 +104,7 @@ impl RedisStore {
     /// was already recorded. Several instances use this to share single-use values (nonces).
     pub async fn insert_once(&self, key: &str, ttl: Duration) -> Result<bool> {
         let full = format!("{}{key}", self.prefix);
-        let mut con = self.shards[self.shard_for(key)].clone();
+        let mut con = self.shards[self.shard_for(&BucketKey::parse(key))].clone();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let set: Option<String> = self
             .timed(async move {
@@ -123,7 +125,7 @@ impl RedisStore {
     /// was stored yet (the first instance to start wins).
     pub async fn shared_secret(&self, name: &str, proposal: &str) -> Result<String> {
         let full = format!("{}{name}", self.prefix);
-        let mut con = self.shards[self.shard_for(name)].clone();
+        let mut con = self.shards[self.shard_for(&BucketKey::parse(name))].clone();
         let proposal = proposal.to_owned();
         self.timed(async move {
             let _: Option<String> = redis::cmd("SET")
@@ -148,9 +150,19 @@ impl RedisStore {
         Ok(())
     }
 
+    /// The Redis key of a bucket's owner: a hash whose fields are the owner's buckets (see
+    /// [`crate::bucket_key`]). One key per owner instead of one per bucket saves the per-key
+    /// overhead and the per-key TTL, which dominate Redis memory for small values.
+    fn owner_key(&self, key: &BucketKey) -> String {
+        let mut full = String::with_capacity(self.prefix.len() + key.owner().len());
+        full.push_str(&self.prefix);
+        full.push_str(key.owner());
+        full
+    }
+
     /// Buckets are sharded by their owner, so one request's buckets share a shard.
-    fn shard_for(&self, key: &str) -> usize {
-        shard_of(&locate(key).0, self.shards.len())
+    fn shard_for(&self, key: &BucketKey) -> usize {
+        shard_of(key.owner(), self.shards.len())
     }
 
     /// Every call goes through here: a slow or dead server must never hold a request.
@@ -202,10 +214,9 @@ impl RedisStore {
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (inc_s, inc_n) = pair(increment);
             let flags = i64::from(tx.enforced()) + 2 * i64::from(tx.spends());
-            let (owner, field) = locate(tx.key());
-            invocation.key(format!("{}{owner}", self.prefix));
+            invocation.key(self.owner_key(tx.key()));
             invocation
-                .arg(field)
+                .arg(tx.key().field())
                 .arg(ceil_s)
                 .arg(ceil_n)
                 .arg(inc_s)
@@ -240,10 +251,9 @@ impl RedisStore {
                 .emission_interval()
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (dec_s, dec_n) = pair(decrement);
-            let (owner, field) = locate(tx.key());
-            invocation.key(format!("{}{owner}", self.prefix));
+            invocation.key(self.owner_key(tx.key()));
             invocation
-                .arg(field)
+                .arg(tx.key().field())
                 .arg(ceil_s)
                 .arg(ceil_n)
                 .arg(dec_s)
@@ -277,7 +287,7 @@ impl RedisStore {
                 written[i] = was_written;
             }
         }
-        let decisions: Vec<Decision> = decisions
+        let decisions: Decisions = decisions
             .into_iter()
             .map(|d| {
                 d.ok_or_else(|| Error::UnexpectedReply("a transaction got no decision".to_owned()))
@@ -316,12 +326,12 @@ impl RedisStore {
         let mut per_shard: Vec<redis::Pipeline> = vec![redis::pipe(); self.shards.len()];
         let mut used = vec![false; self.shards.len()];
         for key in keys {
-            let shard = self.shard_for(key);
-            let (owner, field) = locate(key);
+            let key = BucketKey::parse(key);
+            let shard = self.shard_for(&key);
             per_shard[shard]
                 .cmd("HDEL")
-                .arg(format!("{}{owner}", self.prefix))
-                .arg(field)
+                .arg(self.owner_key(&key))
+                .arg(key.field())
                 .ignore();
             used[shard] = true;
         }
@@ -335,14 +345,14 @@ impl RedisStore {
     }
 
     async fn peek_inner(&self, now: i64, key: &str, limit: &Limit) -> Result<Decision> {
-        let mut con = self.shards[self.shard_for(key)].clone();
-        let (owner, field) = locate(key);
-        let full_key = format!("{}{owner}", self.prefix);
+        let key = BucketKey::parse(key);
+        let mut con = self.shards[self.shard_for(&key)].clone();
+        let full_key = self.owner_key(&key);
         let raw: Option<String> = self
             .timed(async move {
                 redis::cmd("HGET")
                     .arg(full_key)
-                    .arg(field)
+                    .arg(key.field())
                     .query_async(&mut con)
                     .await
             })
@@ -398,31 +408,5 @@ impl Store for RedisStore {
 
     fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision> {
         Box::pin(self.peek_inner(now, key, limit))
-    }
-}
-
-/// Where a bucket lives: a field of its owner's hash. An account's buckets (`o`, `s`,
-/// `f:<name>`, `z:<name>`) share `a:<account>`, an address's (`g`, `n`) share `i:<address>`.
-/// One key per owner instead of one per bucket saves the per-key overhead and the per-key TTL,
-/// which dominate Redis memory for small values. Keys of other shapes get a hash of their own.
-fn locate(key: &str) -> (String, String) {
-    let Some((limit, id)) = key.split_once(':') else {
-        return (format!("k:{key}"), "v".to_owned());
-    };
-    let (code, by_account) = match limit {
-        "global" => ("g", false),
-        "account-creation" => ("n", false),
-        "order-creation" => ("o", true),
-        "san-budget" => ("s", true),
-        "failed-validation" => ("f", true),
-        "zombie-pausing" => ("z", true),
-        _ => return (format!("k:{key}"), "v".to_owned()),
-    };
-    if !by_account {
-        return (format!("i:{id}"), code.to_owned());
-    }
-    match id.split_once(':') {
-        Some((account, rest)) => (format!("a:{account}"), format!("{code}:{rest}")),
-        None => (format!("a:{id}"), code.to_owned()),
     }
 }

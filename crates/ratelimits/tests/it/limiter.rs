@@ -103,7 +103,10 @@ async fn ipv6_clients_share_their_prefix_bucket() {
         .unwrap();
     assert!(!verdict.allowed);
     let binding = verdict.binding.unwrap();
-    assert_eq!(binding.key, "account-creation:2001:db8:1:2::/64");
+    assert_eq!(
+        binding.key.to_string(),
+        "account-creation:2001:db8:1:2::/64"
+    );
     assert_eq!(
         (binding.name, binding.burst, binding.count, binding.period),
         (LimitName::NewAccountPerIp, 2, 5, Duration::from_secs(3600))
