@@ -3,8 +3,9 @@
 //!
 //! One iteration is one request: either a single bucket, or the new-order batch the server builds
 //! (order count and SAN budget spent, three failed-validation buckets checked). Every request
-//! names another account, cycling over [`ACCOUNTS`], and every limit is raised so all requests are
-//! allowed: both sides then do the same work on every iteration (decide and write).
+//! names another account, cycling over [`accounts`] in a scattered order ([`STRIDE`]), and every
+//! limit is raised so all requests are allowed: both sides then do the same work on every
+//! iteration (decide and write).
 //!
 //! The memory store answers without waiting, so the limiter's future is polled once
 //! (`now_or_never`) rather than driven by an executor whose cost governor would not pay.
@@ -18,6 +19,7 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::Duration;
 use std::time::SystemTime;
 use std::time::UNIX_EPOCH;
@@ -40,8 +42,34 @@ use ratelimits::limit::Limit;
 use ratelimits::limit::LimitName;
 use time::OffsetDateTime;
 
-/// Distinct accounts the requests cycle over.
-const ACCOUNTS: usize = 50_000;
+/// Distinct accounts the requests cycle over: `BENCH_MEMORY_ACCOUNTS`, default 50,000. Few
+/// accounts keep every bucket in the CPU caches; many make each request a cache miss, as on a
+/// busy server.
+fn accounts() -> usize {
+    static ACCOUNTS: OnceLock<usize> = OnceLock::new();
+    *ACCOUNTS.get_or_init(|| {
+        let n: usize = std::env::var("BENCH_MEMORY_ACCOUNTS")
+            .ok()
+            .map(|v| v.parse().expect("BENCH_MEMORY_ACCOUNTS is a number"))
+            .unwrap_or(50_000);
+        assert!(
+            n > 0 && !n.is_multiple_of(STRIDE),
+            "BENCH_MEMORY_ACCOUNTS must be positive and not a multiple of {STRIDE}"
+        );
+        n
+    })
+}
+/// Accounts are visited in this stride's order, which is a permutation because it is prime and
+/// does not divide [`accounts`]. Visiting them in creation order would let the CPU prefetch
+/// whatever was allocated in that order (governor's heap-allocated keys, our prebuilt batches),
+/// which real traffic, arriving from accounts in no particular order, never does.
+const STRIDE: usize = 7_919;
+
+/// The account after `i`.
+fn next(i: usize) -> usize {
+    (i + STRIDE) % accounts()
+}
+
 /// Buckets in the new-order batch: order count, SAN budget, three failed-validation checks.
 const BATCH: u64 = 5;
 /// High enough that no bucket ever denies during a run.
@@ -206,7 +234,7 @@ fn new_order_batch(c: &mut Criterion, all_names: &[[String; 3]]) {
     let mut i = 0usize;
     group.bench_function("certeasy_limiter", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let requests = new_order_requests(i, &all_names[i]);
             let verdict = ours
                 .check(OffsetDateTime::now_utc(), black_box(&requests))
@@ -223,12 +251,12 @@ fn new_order_batch(c: &mut Criterion, all_names: &[[String; 3]]) {
         sans: limit(LimitName::SanBudgetPerAccount),
         failed: limit(LimitName::FailedValidationPerAccountIdentifier),
     };
-    let batches: Vec<Vec<Transaction>> = (0..ACCOUNTS)
+    let batches: Vec<Vec<Transaction>> = (0..accounts())
         .map(|a| transactions(a, &all_names[a], limits))
         .collect();
     group.bench_function("certeasy_memory_store", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let outcome = store
                 .spend_batch_now(unix_nanos(), black_box(&batches[i]))
                 .expect("a valid batch");
@@ -240,19 +268,19 @@ fn new_order_batch(c: &mut Criterion, all_names: &[[String; 3]]) {
     let governor = Governor::new();
     group.bench_function("governor_keyed", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let keys = governor_keys(i, &all_names[i]);
             assert!(governor.batch(black_box(&keys)));
         });
     });
 
     let governor = Governor::new();
-    let keys: Vec<[String; 5]> = (0..ACCOUNTS)
+    let keys: Vec<[String; 5]> = (0..accounts())
         .map(|a| governor_keys(a, &all_names[a]))
         .collect();
     group.bench_function("governor_keyed_prebuilt", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             assert!(governor.batch(black_box(&keys[i])));
         });
     });
@@ -267,7 +295,7 @@ fn single_bucket(c: &mut Criterion) {
     let mut i = 0usize;
     group.bench_function("certeasy_limiter", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let id = BucketId::Account(i64::try_from(i).expect("small account ids"));
             let requests = [Request::new(LimitName::NewOrdersPerAccount, id, 1)];
             let verdict = ours
@@ -281,7 +309,7 @@ fn single_bucket(c: &mut Criterion) {
 
     let store = MemoryStore::default();
     let orders = limit(LimitName::NewOrdersPerAccount);
-    let batches: Vec<[Transaction; 1]> = (0..ACCOUNTS)
+    let batches: Vec<[Transaction; 1]> = (0..accounts())
         .map(|a| {
             [Transaction::new(
                 LimitName::NewOrdersPerAccount,
@@ -295,7 +323,7 @@ fn single_bucket(c: &mut Criterion) {
         .collect();
     group.bench_function("certeasy_memory_store", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let outcome = store
                 .spend_batch_now(unix_nanos(), black_box(&batches[i]))
                 .expect("a valid batch");
@@ -306,19 +334,19 @@ fn single_bucket(c: &mut Criterion) {
     let governor = Governor::new();
     group.bench_function("governor_keyed", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             let key = format!("order-creation:{i}");
             assert!(governor.orders.check_key(black_box(&key)).is_ok());
         });
     });
 
     let governor = Governor::new();
-    let keys: Vec<String> = (0..ACCOUNTS)
+    let keys: Vec<String> = (0..accounts())
         .map(|a| format!("order-creation:{a}"))
         .collect();
     group.bench_function("governor_keyed_prebuilt", |b| {
         b.iter(|| {
-            i = (i + 1) % ACCOUNTS;
+            i = next(i);
             assert!(governor.orders.check_key(black_box(&keys[i])).is_ok());
         });
     });
@@ -347,7 +375,7 @@ fn install_prometheus() {
 
 fn main() {
     install_prometheus();
-    let all_names: Vec<[String; 3]> = (0..ACCOUNTS).map(names).collect();
+    let all_names: Vec<[String; 3]> = (0..accounts()).map(names).collect();
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))

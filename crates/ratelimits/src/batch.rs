@@ -1,8 +1,6 @@
 //! A request's buckets decided together: one verdict, all-or-nothing spending.
 
 use crate::bucket_key::BucketKey;
-use smallvec::SmallVec;
-
 use crate::config::Mode;
 use crate::error::Error;
 use crate::error::Result;
@@ -46,6 +44,12 @@ impl Transaction {
         cost: u64,
         kind: Kind,
     ) -> Result<Self> {
+        Self::check_cost(name, &limit, cost)?;
+        Ok(Self::checked(name, key, limit, cost, kind))
+    }
+
+    /// Refuses a cost above the burst.
+    pub(crate) fn check_cost(name: LimitName, limit: &Limit, cost: u64) -> Result<()> {
         if cost > limit.burst() {
             return Err(Error::CostAboveBurst {
                 limit: name.to_string(),
@@ -53,13 +57,26 @@ impl Transaction {
                 burst: limit.burst(),
             });
         }
-        Ok(Self {
+        Ok(())
+    }
+
+    /// A transaction whose cost the caller has checked ([`Transaction::check_cost`]). On the
+    /// request path, where a `Result` around a value this size costs copies.
+    pub(crate) fn checked(
+        name: LimitName,
+        key: BucketKey,
+        limit: Limit,
+        cost: u64,
+        kind: Kind,
+    ) -> Self {
+        debug_assert!(cost <= limit.burst());
+        Self {
             name,
             key,
             limit,
             cost,
             kind,
-        })
+        }
     }
 
     /// The limit family.
@@ -98,8 +115,8 @@ impl Transaction {
     }
 }
 
-/// One decision per transaction of a batch; a request has a handful, kept off the heap.
-pub type Decisions = SmallVec<[Decision; 8]>;
+/// One decision per transaction of a batch.
+pub type Decisions = Vec<Decision>;
 
 /// What a store answers for a batch: one decision per transaction, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

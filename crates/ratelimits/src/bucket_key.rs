@@ -15,6 +15,7 @@ use std::fmt;
 use std::fmt::Write;
 
 use compact_str::CompactString;
+use ipnet::IpNet;
 
 use crate::bucket::BucketId;
 use crate::error::Result;
@@ -89,13 +90,13 @@ impl BucketKey {
     /// IPv6 ids are taken as given: the limiter reduces addresses to their prefix first.
     pub fn new(name: LimitName, id: &BucketId) -> Result<Self> {
         id.check_kind(name)?;
+        Ok(Self::of_checked(name, id))
+    }
+
+    /// [`BucketKey::new`] for an id whose kind the caller has checked.
+    pub(crate) fn of_checked(name: LimitName, id: &BucketId) -> Self {
         let owner = match id {
-            BucketId::Ip(_) => {
-                let mut owner = CompactString::const_new(ADDRESS);
-                // Writing to a CompactString cannot fail.
-                let _ = write!(owner, "{id}");
-                owner
-            }
+            BucketId::Ip(net) => return Self::of_net(name, *net),
             BucketId::Account(account) | BucketId::AccountIdentifier { account, .. } => {
                 let mut digits = itoa::Buffer::new();
                 let digits = digits.format(*account);
@@ -105,21 +106,28 @@ impl BucketKey {
                 owner
             }
         };
-        Ok(Self::from_parts(owner, field(name, id)))
+        Self::from_parts(owner, field(name, id))
     }
 
-    /// The key of another bucket of this key's owner: `id` must name the same owner (the same
-    /// account, say), which the caller knows. A request's buckets mostly share an owner, and
-    /// this spares writing and hashing it again.
-    pub(crate) fn sibling(&self, name: LimitName, id: &BucketId) -> Result<Self> {
-        id.check_kind(name)?;
+    /// The key of an address's (or prefix's) bucket of an address-keyed limit.
+    pub(crate) fn of_net(name: LimitName, net: IpNet) -> Self {
+        let mut owner = CompactString::const_new(ADDRESS);
+        // Writing to a CompactString cannot fail.
+        let _ = write!(owner, "{}", BucketId::Ip(net));
+        Self::from_parts(owner, CompactString::const_new(code(name).0))
+    }
+
+    /// The key of another bucket of this key's owner: `id` must have been checked for `name`
+    /// and must name the same owner (the same account, say), which the caller knows. A
+    /// request's buckets mostly share an owner, and this spares writing and hashing it again.
+    pub(crate) fn sibling_of(&self, name: LimitName, id: &BucketId) -> Self {
         let field = field(name, id);
-        Ok(Self {
+        Self {
             hash: self.owner_hash.rotate_left(29) ^ key_hash(&field),
             owner_hash: self.owner_hash,
             owner: self.owner.clone(),
             field,
-        })
+        }
     }
 
     /// Reads a textual key `<limit>:<id>` (as written by operators and older tools). Text that
@@ -297,13 +305,7 @@ mod tests {
             account: 7,
             identifier: "example.com".to_owned(),
         };
-        let sibling = a
-            .sibling(LimitName::FailedValidationPerAccountIdentifier, &pair)
-            .unwrap();
+        let sibling = a.sibling_of(LimitName::FailedValidationPerAccountIdentifier, &pair);
         assert_eq!(sibling, b, "a sibling is the key built from scratch");
-        assert!(
-            a.sibling(LimitName::GlobalPerIp, &pair).is_err(),
-            "the id must still suit the limit"
-        );
     }
 }

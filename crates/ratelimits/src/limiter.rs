@@ -10,7 +10,6 @@ use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use metrics::Counter;
 use metrics::Histogram;
-use smallvec::SmallVec;
 use time::OffsetDateTime;
 
 use crate::batch::Kind;
@@ -155,8 +154,8 @@ pub struct BucketState {
     pub reset_at: OffsetDateTime,
 }
 
-/// A request's transactions: a handful, kept off the heap.
-type Batch = SmallVec<[Transaction; 8]>;
+/// A request's transactions.
+type Batch = Vec<Transaction>;
 
 /// Everything a reload replaces at once.
 #[derive(Debug)]
@@ -187,6 +186,16 @@ impl Policy {
     /// Also returns the id as keyed (IPv6 addresses reduced to their prefix); other ids are
     /// borrowed, as they are keyed as given.
     fn resolve<'a>(&self, name: LimitName, id: &'a BucketId) -> Option<(Limit, Cow<'a, BucketId>)> {
+        let (limit, keyed) = self.resolve_lean(name, id)?;
+        Some(match keyed {
+            Some(net) => (limit, Cow::Owned(BucketId::Ip(net))),
+            None => (limit, Cow::Borrowed(id)),
+        })
+    }
+
+    /// [`Policy::resolve`] for the request path: the keyed network only for address ids (other
+    /// ids are keyed as given), so nothing is copied or wrapped.
+    fn resolve_lean(&self, name: LimitName, id: &BucketId) -> Option<(Limit, Option<IpNet>)> {
         let default = self.limits.get(name)?;
         match id {
             BucketId::Ip(net) => {
@@ -204,7 +213,7 @@ impl Policy {
                     .for_net(name, keyed)
                     .copied()
                     .unwrap_or(*default);
-                Some((limit, Cow::Owned(BucketId::Ip(keyed))))
+                Some((limit, Some(keyed)))
             }
             BucketId::Account(account) | BucketId::AccountIdentifier { account, .. } => {
                 let limit = self
@@ -212,7 +221,7 @@ impl Policy {
                     .for_account(name, *account)
                     .copied()
                     .unwrap_or(*default);
-                Some((limit, Cow::Borrowed(id)))
+                Some((limit, None))
             }
         }
     }
@@ -385,25 +394,28 @@ impl Limiter {
         let mut last_account = None;
         for request in requests {
             // Checked even for disabled limits, so a wrong id is found in tests with defaults.
+            // The constructors below rely on it.
             request.id.check_kind(request.limit)?;
-            let Some((limit, keyed)) = policy.resolve(request.limit, &request.id) else {
+            let Some((limit, keyed_net)) = policy.resolve_lean(request.limit, &request.id) else {
                 continue;
             };
-            let account = keyed.account();
-            let key = match batch.last() {
-                Some(last) if account.is_some() && account == last_account => {
-                    last.key().sibling(request.limit, &keyed)?
+            Transaction::check_cost(request.limit, &limit, request.cost)?;
+            let account = request.id.account();
+            let key = match (keyed_net, batch.last()) {
+                (Some(net), _) => BucketKey::of_net(request.limit, net),
+                (None, Some(last)) if account == last_account => {
+                    last.key().sibling_of(request.limit, &request.id)
                 }
-                _ => BucketKey::new(request.limit, &keyed)?,
+                (None, _) => BucketKey::of_checked(request.limit, &request.id),
             };
             last_account = account;
-            batch.push(Transaction::with_key(
+            batch.push(Transaction::checked(
                 request.limit,
                 key,
                 limit,
                 request.cost,
                 request.kind,
-            )?);
+            ));
         }
         Ok(())
     }
@@ -414,7 +426,7 @@ impl Limiter {
     /// bucket twice). A store failure allows the request (fail open), is logged and counted: an
     /// outage of the limiter should never become an outage of issuance.
     pub async fn check(&self, now: OffsetDateTime, requests: &[Request]) -> Result<Verdict> {
-        let mut batch = Batch::new();
+        let mut batch = Batch::with_capacity(requests.len());
         self.transactions(requests, &mut batch)?;
         if batch.is_empty() {
             return Ok(Verdict::allow_all(false));
@@ -466,7 +478,7 @@ impl Limiter {
     /// Gives back what [`check`](Self::check) spent when the request failed afterwards. Best
     /// effort: a store failure is logged and counted, not returned.
     pub async fn refund(&self, now: OffsetDateTime, requests: &[Request]) -> Result<()> {
-        let mut batch = Batch::new();
+        let mut batch = Batch::with_capacity(requests.len());
         self.transactions(requests, &mut batch)?;
         check_unique(&batch)?;
         if batch.is_empty() {

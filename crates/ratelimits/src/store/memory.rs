@@ -99,6 +99,52 @@ enum Change {
     Forget,
 }
 
+fn same_owner(a: &BucketKey, b: &BucketKey) -> bool {
+    a.owner_hash() == b.owner_hash() && a.owner() == b.owner()
+}
+
+/// A bucket found full is the same as an absent one.
+fn live(tat: Option<i64>, now: i64) -> Option<i64> {
+    tat.filter(|t| *t > now)
+}
+
+/// Decides every transaction against its stored TAT; returns the decisions and the verdict.
+fn decide_all(now: i64, batch: &[Transaction], raw: &[Option<i64>]) -> (Decisions, bool) {
+    let decisions: Decisions = batch
+        .iter()
+        .zip(raw)
+        .map(|(tx, stored)| gcra::decide(now, live(*stored, now), tx.limit(), tx.cost()))
+        .collect();
+    let allowed = batch_allowed(batch, &decisions);
+    (decisions, allowed)
+}
+
+/// What the batch writes, per transaction: its field and its change.
+fn changes<'b>(
+    now: i64,
+    batch: &'b [Transaction],
+    decisions: &'b [Decision],
+    raw: &'b [Option<i64>],
+    allowed: bool,
+) -> impl Iterator<Item = (&'b str, Change)> + Clone {
+    batch
+        .iter()
+        .zip(decisions)
+        .zip(raw)
+        .map(move |((tx, d), stored)| {
+            let change = if writes(tx, d, allowed)
+                || gcra::needs_clamp_write(now, live(*stored, now), tx.limit())
+            {
+                Change::Set(d.new_tat)
+            } else if stored.is_some() && live(*stored, now).is_none() {
+                Change::Forget
+            } else {
+                Change::Keep
+            };
+            (tx.key().field(), change)
+        })
+}
+
 /// For each transaction, the first one of the batch with the same owner: owners are looked up
 /// once per batch, not once per bucket.
 fn leaders(batch: &[Transaction]) -> SmallVec<[usize; INLINE]> {
@@ -106,10 +152,7 @@ fn leaders(batch: &[Transaction]) -> SmallVec<[usize; INLINE]> {
     for (i, tx) in batch.iter().enumerate() {
         let leader = batch[..i]
             .iter()
-            .position(|other| {
-                other.key().owner_hash() == tx.key().owner_hash()
-                    && other.key().owner() == tx.key().owner()
-            })
+            .position(|other| same_owner(other.key(), tx.key()))
             .unwrap_or(i);
         leaders.push(leader);
     }
@@ -140,14 +183,20 @@ impl Shard {
 
     /// Applies one owner's changes with one table lookup (two when making room), and adds or
     /// drops the owner's entry as its buckets come and go.
-    fn apply(&mut self, owner: &BucketKey, changes: &[(&str, Change)], now: i64, max: usize) {
-        if changes.iter().all(|(_, c)| matches!(c, Change::Keep)) {
+    fn apply<'f>(
+        &mut self,
+        owner: &BucketKey,
+        changes: impl Iterator<Item = (&'f str, Change)> + Clone,
+        now: i64,
+        max: usize,
+    ) {
+        if changes.clone().all(|(_, c)| matches!(c, Change::Keep)) {
             return;
         }
         let hash = owner.owner_hash();
         let added = |held: Option<&Owner>| {
             changes
-                .iter()
+                .clone()
                 .filter(|(field, c)| {
                     matches!(c, Change::Set(_)) && held.is_none_or(|o| o.tat(field).is_none())
                 })
@@ -166,14 +215,14 @@ impl Shard {
             Ok(mut entry) => {
                 let held = entry.get_mut();
                 for (field, change) in changes {
-                    match *change {
+                    match change {
                         Change::Keep => {}
                         Change::Set(tat) => {
-                            match held.buckets.iter_mut().find(|b| b.field == *field) {
+                            match held.buckets.iter_mut().find(|b| b.field == field) {
                                 Some(bucket) => bucket.tat = tat,
                                 None => {
                                     held.buckets.push(Bucket {
-                                        field: (*field).into(),
+                                        field: field.into(),
                                         tat,
                                     });
                                     self.buckets += 1;
@@ -182,7 +231,7 @@ impl Shard {
                         }
                         Change::Forget => {
                             let before = held.buckets.len();
-                            held.buckets.retain(|b| b.field != *field);
+                            held.buckets.retain(|b| b.field != field);
                             self.buckets -= before - held.buckets.len();
                         }
                     }
@@ -193,10 +242,9 @@ impl Shard {
             }
             Err(_) => {
                 let buckets: SmallVec<[Bucket; 1]> = changes
-                    .iter()
-                    .filter_map(|(field, change)| match *change {
+                    .filter_map(|(field, change)| match change {
                         Change::Set(tat) => Some(Bucket {
-                            field: (*field).into(),
+                            field: field.into(),
                             tat,
                         }),
                         Change::Keep | Change::Forget => None,
@@ -339,9 +387,33 @@ impl MemoryStore {
     /// The synchronous core of [`Store::spend_batch`].
     pub fn spend_batch_now(&self, now: i64, batch: &[Transaction]) -> Result<BatchOutcome> {
         check_unique(batch)?;
+        let Some(first) = batch.first() else {
+            return Ok(BatchOutcome {
+                decisions: Decisions::new(),
+                allowed: true,
+            });
+        };
+        if batch[1..]
+            .iter()
+            .all(|tx| same_owner(tx.key(), first.key()))
+        {
+            // The server's batches all have one owner (an address, or an account): one lock,
+            // one lookup.
+            let mut shard = self.shards[shard_of(first.key().owner_hash())].lock();
+            let held = shard
+                .owners
+                .find(first.key().owner_hash(), matches(first.key()));
+            let raw: SmallVec<[Option<i64>; INLINE]> = batch
+                .iter()
+                .map(|tx| held.and_then(|o| o.tat(tx.key().field())))
+                .collect();
+            let (decisions, allowed) = decide_all(now, batch, &raw);
+            let changes = changes(now, batch, &decisions, &raw, allowed);
+            shard.apply(first.key(), changes, now, self.max_per_shard);
+            return Ok(BatchOutcome { decisions, allowed });
+        }
         let mut locked = self.lock(batch.iter().map(Transaction::key));
         let leaders = leaders(batch);
-        // TATs as stored, full buckets included (they are dropped below).
         let mut raw: SmallVec<[Option<i64>; INLINE]> = SmallVec::from_elem(None, batch.len());
         for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
             let shard = locked.shard(tx.key());
@@ -354,36 +426,16 @@ impl MemoryStore {
                 }
             }
         }
-        let live = |tat: Option<i64>| tat.filter(|t| *t > now);
-        let decisions: Decisions = batch
-            .iter()
-            .zip(&raw)
-            .map(|(tx, stored)| gcra::decide(now, live(*stored), tx.limit(), tx.cost()))
-            .collect();
-        let allowed = batch_allowed(batch, &decisions);
+        let (decisions, allowed) = decide_all(now, batch, &raw);
         for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
-            let changes: SmallVec<[(&str, Change); INLINE]> = batch
-                .iter()
-                .zip(&decisions)
-                .zip(&raw)
+            let leaders = &leaders;
+            let members = changes(now, batch, &decisions, &raw, allowed)
                 .enumerate()
-                .filter(|(k, _)| leaders[*k] == i)
-                .map(|(_, ((member, d), stored))| {
-                    let change = if writes(member, d, allowed)
-                        || gcra::needs_clamp_write(now, live(*stored), member.limit())
-                    {
-                        Change::Set(d.new_tat)
-                    } else if stored.is_some() && live(*stored).is_none() {
-                        Change::Forget
-                    } else {
-                        Change::Keep
-                    };
-                    (member.key().field(), change)
-                })
-                .collect();
+                .filter(move |(k, _)| leaders[*k] == i)
+                .map(|(_, change)| change);
             locked
                 .shard(tx.key())
-                .apply(tx.key(), &changes, now, self.max_per_shard);
+                .apply(tx.key(), members, now, self.max_per_shard);
         }
         Ok(BatchOutcome { decisions, allowed })
     }
@@ -396,7 +448,7 @@ impl MemoryStore {
             if let Some(tat) = gcra::refund(now, stored, tx.limit(), tx.cost()) {
                 shard.apply(
                     tx.key(),
-                    &[(tx.key().field(), Change::Set(tat))],
+                    std::iter::once((tx.key().field(), Change::Set(tat))),
                     now,
                     self.max_per_shard,
                 );
