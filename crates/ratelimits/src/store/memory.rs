@@ -76,10 +76,11 @@ struct Bucket {
 
 impl Owner {
     fn tat(&self, field: &str) -> Option<i64> {
-        self.buckets
-            .iter()
-            .find(|b| b.field == field)
-            .map(|b| b.tat)
+        self.position(field).map(|i| self.buckets[i].tat)
+    }
+
+    fn position(&self, field: &str) -> Option<usize> {
+        self.buckets.iter().position(|b| b.field == field)
     }
 
     /// The latest TAT: when the whole owner is full again.
@@ -88,8 +89,13 @@ impl Owner {
     }
 }
 
+/// Per transaction of a batch: where its bucket sits among its owner's buckets.
+type Slots = SmallVec<[Option<usize>; INLINE]>;
+/// Per transaction of a batch: the TAT stored, full buckets included.
+type Tats = SmallVec<[Option<i64>; INLINE]>;
+
 /// What a batch does to one bucket once decided.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
     /// Nothing to write.
     Keep,
@@ -399,22 +405,11 @@ impl MemoryStore {
         {
             // The server's batches all have one owner (an address, or an account): one lock,
             // one lookup.
-            let mut shard = self.shards[shard_of(first.key().owner_hash())].lock();
-            let held = shard
-                .owners
-                .find(first.key().owner_hash(), matches(first.key()));
-            let raw: SmallVec<[Option<i64>; INLINE]> = batch
-                .iter()
-                .map(|tx| held.and_then(|o| o.tat(tx.key().field())))
-                .collect();
-            let (decisions, allowed) = decide_all(now, batch, &raw);
-            let changes = changes(now, batch, &decisions, &raw, allowed);
-            shard.apply(first.key(), changes, now, self.max_per_shard);
-            return Ok(BatchOutcome { decisions, allowed });
+            return Ok(self.spend_one_owner(now, batch));
         }
         let mut locked = self.lock(batch.iter().map(Transaction::key));
         let leaders = leaders(batch);
-        let mut raw: SmallVec<[Option<i64>; INLINE]> = SmallVec::from_elem(None, batch.len());
+        let mut raw: Tats = SmallVec::from_elem(None, batch.len());
         for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
             let shard = locked.shard(tx.key());
             let Some(owner) = shard.owners.find(tx.key().owner_hash(), matches(tx.key())) else {
@@ -438,6 +433,108 @@ impl MemoryStore {
                 .apply(tx.key(), members, now, self.max_per_shard);
         }
         Ok(BatchOutcome { decisions, allowed })
+    }
+
+    /// [`MemoryStore::spend_batch_now`] for a batch whose buckets share one owner: one lock,
+    /// one table lookup, and each bucket found once and then written where it was found.
+    fn spend_one_owner(&self, now: i64, batch: &[Transaction]) -> BatchOutcome {
+        let key = batch[0].key();
+        let mut guard = self.shards[shard_of(key.owner_hash())].lock();
+        let shard = &mut *guard;
+        let found = shard.owners.find_entry(key.owner_hash(), matches(key));
+        // Per transaction: where its bucket sits among the owner's, and its stored TAT.
+        let (slots, raw): (Slots, Tats) = match &found {
+            Ok(entry) => {
+                let held = entry.get();
+                batch
+                    .iter()
+                    .map(|tx| {
+                        let slot = held.position(tx.key().field());
+                        (slot, slot.map(|i| held.buckets[i].tat))
+                    })
+                    .unzip()
+            }
+            Err(_) => batch.iter().map(|_| (None, None)).unzip(),
+        };
+        let (decisions, allowed) = decide_all(now, batch, &raw);
+        let changes: SmallVec<[Change; INLINE]> = changes(now, batch, &decisions, &raw, allowed)
+            .map(|(_, change)| change)
+            .collect();
+        if changes.iter().all(|c| matches!(c, Change::Keep)) {
+            return BatchOutcome { decisions, allowed };
+        }
+        let added = changes
+            .iter()
+            .zip(&slots)
+            .filter(|(c, slot)| matches!(c, Change::Set(_)) && slot.is_none())
+            .count();
+        if added > 0 && shard.buckets + added > self.max_per_shard {
+            // At the cap: the general path makes room first.
+            drop(found);
+            let fields = batch.iter().map(|tx| tx.key().field());
+            shard.apply(
+                key,
+                fields.zip(changes.iter().copied()),
+                now,
+                self.max_per_shard,
+            );
+            return BatchOutcome { decisions, allowed };
+        }
+        match found {
+            Ok(mut entry) => {
+                let held = entry.get_mut();
+                let mut forget = false;
+                for ((tx, change), slot) in batch.iter().zip(&changes).zip(&slots) {
+                    match (*change, *slot) {
+                        (Change::Set(tat), Some(i)) => held.buckets[i].tat = tat,
+                        (Change::Set(tat), None) => held.buckets.push(Bucket {
+                            field: tx.key().field().into(),
+                            tat,
+                        }),
+                        (Change::Forget, Some(_)) => forget = true,
+                        _ => {}
+                    }
+                }
+                shard.buckets += added;
+                if forget {
+                    let before = held.buckets.len();
+                    held.buckets.retain(|b| {
+                        !batch.iter().zip(&changes).any(|(tx, c)| {
+                            matches!(c, Change::Forget) && b.field == tx.key().field()
+                        })
+                    });
+                    shard.buckets -= before - held.buckets.len();
+                }
+                if held.buckets.is_empty() {
+                    entry.remove();
+                }
+            }
+            Err(absent) => {
+                let buckets: SmallVec<[Bucket; 1]> = batch
+                    .iter()
+                    .zip(&changes)
+                    .filter_map(|(tx, change)| match *change {
+                        Change::Set(tat) => Some(Bucket {
+                            field: tx.key().field().into(),
+                            tat,
+                        }),
+                        Change::Keep | Change::Forget => None,
+                    })
+                    .collect();
+                if !buckets.is_empty() {
+                    shard.buckets += buckets.len();
+                    absent.into_table().insert_unique(
+                        key.owner_hash(),
+                        Owner {
+                            owner: key.owner().into(),
+                            buckets,
+                        },
+                        rehash,
+                    );
+                }
+            }
+        }
+        BatchOutcome { decisions, allowed }
     }
 
     fn refund_now(&self, now: i64, batch: &[Transaction]) {
