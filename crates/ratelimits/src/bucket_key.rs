@@ -280,6 +280,17 @@ mod tests {
             "a:42",
             "z:*.example.com",
         );
+        // An IP identifier holds colons of its own.
+        let ip_pair = BucketId::AccountIdentifier {
+            account: 42,
+            identifier: "2001:db8::1".to_owned(),
+        };
+        round_trip(
+            LimitName::FailedValidationPerAccountIdentifier,
+            &ip_pair,
+            "a:42",
+            "f:2001:db8::1",
+        );
         assert!(BucketKey::new(LimitName::GlobalPerIp, &BucketId::Account(1)).is_err());
     }
 
