@@ -88,39 +88,11 @@ impl BucketId {
     }
 
     /// The full bucket key, `"<limit>:<id>"`; refuses an id of the wrong kind for the limit.
-    ///
-    /// Built once per bucket per request, so it is sized up front and account ids are written
-    /// without the formatting machinery.
+    /// This is the textual form operators and logs see; the request path works on
+    /// [`crate::bucket_key::BucketKey`], whose `Display` writes the same text.
     pub fn key(&self, limit: LimitName) -> Result<String> {
         self.check_kind(limit)?;
-        let name = limit.as_str();
-        let mut account_digits = itoa::Buffer::new();
-        let key = match self {
-            Self::Ip(_) => format!("{name}:{self}"),
-            Self::Account(account) => {
-                let account = account_digits.format(*account);
-                let mut key = String::with_capacity(name.len() + 1 + account.len());
-                key.push_str(name);
-                key.push(':');
-                key.push_str(account);
-                key
-            }
-            Self::AccountIdentifier {
-                account,
-                identifier,
-            } => {
-                let account = account_digits.format(*account);
-                let mut key =
-                    String::with_capacity(name.len() + account.len() + identifier.len() + 2);
-                key.push_str(name);
-                key.push(':');
-                key.push_str(account);
-                key.push(':');
-                key.push_str(identifier);
-                key
-            }
-        };
-        Ok(key)
+        Ok(format!("{limit}:{self}"))
     }
 
     /// Refuses an id of the wrong kind for `limit` (an IP for an account limit, say).

@@ -193,6 +193,17 @@ impl Policy {
         })
     }
 
+    /// The network a bucket is keyed by: IPv6 addresses (and longer prefixes) reduced to the
+    /// configured prefix, everything else as given.
+    fn key_net(&self, net: IpNet) -> IpNet {
+        match net {
+            IpNet::V6(v6) if v6.prefix_len() > self.ipv6_prefix => {
+                ip_bucket(IpAddr::V6(v6.addr()), self.ipv6_prefix)
+            }
+            _ => net,
+        }
+    }
+
     /// [`Policy::resolve`] for the request path: the keyed network only for address ids (other
     /// ids are keyed as given), so nothing is copied or wrapped.
     fn resolve_lean(&self, name: LimitName, id: &BucketId) -> Option<(Limit, Option<IpNet>)> {
@@ -202,12 +213,7 @@ impl Policy {
                 if self.whitelist.iter().any(|w| w.contains(net)) {
                     return None;
                 }
-                let keyed = match net {
-                    IpNet::V6(v6) if v6.prefix_len() > self.ipv6_prefix => {
-                        ip_bucket(IpAddr::V6(v6.addr()), self.ipv6_prefix)
-                    }
-                    _ => *net,
-                };
+                let keyed = self.key_net(*net);
                 let limit = self
                     .overrides
                     .for_net(name, keyed)
@@ -354,13 +360,12 @@ impl Limiter {
                         now_limit.burst() > before.burst()
                             || now_limit.emission_interval() < before.emission_interval()
                     });
-                if raised {
-                    keys.push(keyed.key(entry.limit)?);
+                let key = BucketKey::new(entry.limit, &keyed)?;
+                if raised && !keys.contains(&key) {
+                    keys.push(key);
                 }
             }
         }
-        keys.sort();
-        keys.dedup();
         if !keys.is_empty() {
             self.store.reset(&keys).await?;
         }
@@ -369,7 +374,7 @@ impl Limiter {
 
     /// The bucket id of a client address: IPv4 as is, IPv6 by the configured prefix.
     pub fn ip_id(&self, ip: IpAddr) -> BucketId {
-        BucketId::Ip(ip_bucket(ip, self.policy.load().ipv6_prefix))
+        BucketId::Ip(self.policy.load().key_net(IpNet::from(ip)))
     }
 
     /// Whether a client address bypasses the IP-based limits.
@@ -496,16 +501,13 @@ impl Limiter {
     /// Makes a bucket full (`certeasy admin ratelimit reset`, a successful validation resetting
     /// the zombie counter). Store errors are returned: an operator must know it did not happen.
     pub async fn reset(&self, limit: LimitName, id: &BucketId) -> Result<()> {
-        let keyed = match id {
-            BucketId::Ip(net) => match net {
-                IpNet::V6(v6) if v6.prefix_len() > self.policy.load().ipv6_prefix => {
-                    self.ip_id(IpAddr::V6(v6.addr()))
-                }
-                _ => id.clone(),
-            },
-            _ => id.clone(),
+        let key = match id {
+            BucketId::Ip(net) => {
+                BucketKey::new(limit, &BucketId::Ip(self.policy.load().key_net(*net)))?
+            }
+            _ => BucketKey::new(limit, id)?,
         };
-        self.store.reset(&[keyed.key(limit)?]).await
+        self.store.reset(&[key]).await
     }
 
     /// A bucket's state without spending (`certeasy admin ratelimit show`). None when the limit is
@@ -516,15 +518,15 @@ impl Limiter {
         limit: LimitName,
         id: &BucketId,
     ) -> Result<Option<BucketState>> {
-        id.key(limit)?;
+        id.check_kind(limit)?;
         let Some((resolved, keyed)) = self.policy.load().resolve(limit, id) else {
             return Ok(None);
         };
-        let key = keyed.key(limit)?;
+        let key = BucketKey::new(limit, &keyed)?;
         let now_ns = unix_nanos(now);
         let d = self.store.peek(now_ns, &key, &resolved).await?;
         Ok(Some(BucketState {
-            key,
+            key: key.to_string(),
             limit: resolved,
             remaining: d.remaining,
             reset_at: from_unix_nanos(now_ns.saturating_add(d.reset_in)),

@@ -13,6 +13,7 @@ pub use self::redis::REDIS_ERRORS;
 pub use self::redis::RedisStore;
 use crate::batch::BatchOutcome;
 use crate::batch::Transaction;
+use crate::bucket_key::BucketKey;
 use crate::config::RateLimitingConfig;
 use crate::error::Result;
 use crate::gcra::Decision;
@@ -43,10 +44,15 @@ pub trait Store: Send + Sync {
     fn refund<'a>(&'a self, now: i64, batch: &'a [Transaction]) -> StoreFuture<'a, ()>;
 
     /// Deletes buckets, which makes them full.
-    fn reset<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, ()>;
+    fn reset<'a>(&'a self, keys: &'a [BucketKey]) -> StoreFuture<'a, ()>;
 
     /// A bucket's state without spending: a cost-0 decision.
-    fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision>;
+    fn peek<'a>(
+        &'a self,
+        now: i64,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+    ) -> StoreFuture<'a, Decision>;
 }
 
 /// The store the configuration asks for: Redis if `redis:` is set, else memory. Must be called

@@ -151,20 +151,6 @@ fn changes<'b>(
         })
 }
 
-/// For each transaction, the first one of the batch with the same owner: owners are looked up
-/// once per batch, not once per bucket.
-fn leaders(batch: &[Transaction]) -> SmallVec<[usize; INLINE]> {
-    let mut leaders = SmallVec::with_capacity(batch.len());
-    for (i, tx) in batch.iter().enumerate() {
-        let leader = batch[..i]
-            .iter()
-            .position(|other| same_owner(other.key(), tx.key()))
-            .unwrap_or(i);
-        leaders.push(leader);
-    }
-    leaders
-}
-
 /// The shard of a hash. The table itself uses the low bits (slot) and the top seven (tag), so
 /// the shard takes bits from the middle: every shard still sees well-spread hashes.
 fn shard_of(hash: u64) -> usize {
@@ -407,30 +393,24 @@ impl MemoryStore {
             // one lookup.
             return Ok(self.spend_one_owner(now, batch));
         }
+        // Buckets of several owners (tests and tools; the server never builds such a batch):
+        // every shard involved stays locked from the first read to the last write.
         let mut locked = self.lock(batch.iter().map(Transaction::key));
-        let leaders = leaders(batch);
-        let mut raw: Tats = SmallVec::from_elem(None, batch.len());
-        for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
-            let shard = locked.shard(tx.key());
-            let Some(owner) = shard.owners.find(tx.key().owner_hash(), matches(tx.key())) else {
-                continue;
-            };
-            for (k, member) in batch.iter().enumerate().skip(i) {
-                if leaders[k] == i {
-                    raw[k] = owner.tat(member.key().field());
-                }
-            }
-        }
+        let raw: Tats = batch
+            .iter()
+            .map(|tx| locked.shard(tx.key()).tat(tx.key()))
+            .collect();
         let (decisions, allowed) = decide_all(now, batch, &raw);
-        for (i, tx) in batch.iter().enumerate().filter(|(i, _)| leaders[*i] == *i) {
-            let leaders = &leaders;
-            let members = changes(now, batch, &decisions, &raw, allowed)
-                .enumerate()
-                .filter(move |(k, _)| leaders[*k] == i)
-                .map(|(_, change)| change);
-            locked
-                .shard(tx.key())
-                .apply(tx.key(), members, now, self.max_per_shard);
+        for (tx, change) in batch
+            .iter()
+            .zip(changes(now, batch, &decisions, &raw, allowed))
+        {
+            locked.shard(tx.key()).apply(
+                tx.key(),
+                std::iter::once(change),
+                now,
+                self.max_per_shard,
+            );
         }
         Ok(BatchOutcome { decisions, allowed })
     }
@@ -553,16 +533,14 @@ impl MemoryStore {
         }
     }
 
-    fn peek_now(&self, now: i64, key: &str, limit: &Limit) -> Decision {
-        let key = BucketKey::parse(key);
-        let stored = self.shards[shard_of(key.owner_hash())].lock().tat(&key);
+    fn peek_now(&self, now: i64, key: &BucketKey, limit: &Limit) -> Decision {
+        let stored = self.shards[shard_of(key.owner_hash())].lock().tat(key);
         gcra::decide(now, stored, limit, 0)
     }
 
-    fn reset_now(&self, keys: &[String]) {
+    fn reset_now(&self, keys: &[BucketKey]) {
         for key in keys {
-            let key = BucketKey::parse(key);
-            self.shards[shard_of(key.owner_hash())].lock().remove(&key);
+            self.shards[shard_of(key.owner_hash())].lock().remove(key);
         }
     }
 }
@@ -591,12 +569,17 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn reset<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, ()> {
+    fn reset<'a>(&'a self, keys: &'a [BucketKey]) -> StoreFuture<'a, ()> {
         self.reset_now(keys);
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision> {
+    fn peek<'a>(
+        &'a self,
+        now: i64,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+    ) -> StoreFuture<'a, Decision> {
         Box::pin(std::future::ready(Ok(self.peek_now(now, key, limit))))
     }
 }
@@ -674,7 +657,7 @@ mod tests {
             .unwrap();
         assert!(!outcome.allowed);
         assert!(outcome.decisions[0].allowed);
-        assert_eq!(store.peek_now(now, "roomy", &roomy).remaining, 10);
+        assert_eq!(store.peek_now(now, &"roomy".into(), &roomy).remaining, 10);
     }
 
     #[test]
@@ -726,12 +709,14 @@ mod tests {
         assert_eq!(outcome.decisions[1].remaining, 4);
         assert_eq!(store.len(), 2);
         assert_eq!(
-            store.peek_now(later, "order-creation:7", &slow).remaining,
+            store
+                .peek_now(later, &"order-creation:7".into(), &slow)
+                .remaining,
             4
         );
 
         // A reset takes one bucket; the owner goes with its last one.
-        store.reset_now(&["order-creation:7".to_owned()]);
+        store.reset_now(&["order-creation:7".into()]);
         assert_eq!(store.len(), 1);
         let owners: usize = store.shards.iter().map(|s| s.lock().owners.len()).sum();
         assert_eq!(owners, 1);

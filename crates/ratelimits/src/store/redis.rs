@@ -321,16 +321,15 @@ impl RedisStore {
         results.into_iter().collect()
     }
 
-    async fn reset_inner(&self, keys: &[String]) -> Result<()> {
+    async fn reset_inner(&self, keys: &[BucketKey]) -> Result<()> {
         // One pipeline of HDELs per shard: a bucket is a field of its owner's hash.
         let mut per_shard: Vec<redis::Pipeline> = vec![redis::pipe(); self.shards.len()];
         let mut used = vec![false; self.shards.len()];
         for key in keys {
-            let key = BucketKey::parse(key);
-            let shard = self.shard_for(&key);
+            let shard = self.shard_for(key);
             per_shard[shard]
                 .cmd("HDEL")
-                .arg(self.owner_key(&key))
+                .arg(self.owner_key(key))
                 .arg(key.field())
                 .ignore();
             used[shard] = true;
@@ -344,10 +343,9 @@ impl RedisStore {
         Ok(())
     }
 
-    async fn peek_inner(&self, now: i64, key: &str, limit: &Limit) -> Result<Decision> {
-        let key = BucketKey::parse(key);
-        let mut con = self.shards[self.shard_for(&key)].clone();
-        let full_key = self.owner_key(&key);
+    async fn peek_inner(&self, now: i64, key: &BucketKey, limit: &Limit) -> Result<Decision> {
+        let mut con = self.shards[self.shard_for(key)].clone();
+        let full_key = self.owner_key(key);
         let raw: Option<String> = self
             .timed(async move {
                 redis::cmd("HGET")
@@ -402,11 +400,16 @@ impl Store for RedisStore {
         Box::pin(self.refund_inner(now, batch))
     }
 
-    fn reset<'a>(&'a self, keys: &'a [String]) -> StoreFuture<'a, ()> {
+    fn reset<'a>(&'a self, keys: &'a [BucketKey]) -> StoreFuture<'a, ()> {
         Box::pin(self.reset_inner(keys))
     }
 
-    fn peek<'a>(&'a self, now: i64, key: &'a str, limit: &'a Limit) -> StoreFuture<'a, Decision> {
+    fn peek<'a>(
+        &'a self,
+        now: i64,
+        key: &'a BucketKey,
+        limit: &'a Limit,
+    ) -> StoreFuture<'a, Decision> {
         Box::pin(self.peek_inner(now, key, limit))
     }
 }

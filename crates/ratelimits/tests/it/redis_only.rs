@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use ratelimits::BucketKey;
 use ratelimits::Kind;
 use ratelimits::Limit;
 use ratelimits::LimitName;
@@ -80,12 +81,17 @@ async fn two_shards_spread_keys_and_a_denied_batch_spends_nothing() {
     assert!(!out.allowed);
     for key in &keys {
         assert_eq!(
-            store.peek(now, key, &roomy).await.unwrap().remaining,
+            store
+                .peek(now, &key.as_str().into(), &roomy)
+                .await
+                .unwrap()
+                .remaining,
             9,
             "{key} must not be spent"
         );
     }
-    store.reset(&keys).await.unwrap();
+    let bucket_keys: Vec<BucketKey> = keys.iter().map(|k| k.as_str().into()).collect();
+    store.reset(&bucket_keys).await.unwrap();
     assert_eq!(
         keys_on(&a.url()).await.len() + keys_on(&b.url()).await.len(),
         1,
@@ -118,7 +124,7 @@ async fn keys_expire_when_full_again_plus_margin() {
         .unwrap();
     // Full again in 30 s, plus the 60 s margin.
     assert!((89_000..=90_000).contains(&ttl), "ttl {ttl}");
-    store.reset(&["e".to_owned()]).await.unwrap();
+    store.reset(&["e".into()]).await.unwrap();
 
     // An account's buckets are fields of one hash, whose TTL covers the longest-lived one.
     let short = Limit::new(
@@ -148,10 +154,7 @@ async fn keys_expire_when_full_again_plus_margin() {
         .unwrap();
     // san-budget is full again in 200 s, plus the margin.
     assert!((259_000..=260_000).contains(&ttl), "ttl {ttl}");
-    store
-        .reset(&["order-creation:42".to_owned()])
-        .await
-        .unwrap();
+    store.reset(&["order-creation:42".into()]).await.unwrap();
     let fields: i64 = redis::cmd("HLEN")
         .arg(format!("{prefix}a:42"))
         .query_async(&mut con)
@@ -161,7 +164,7 @@ async fn keys_expire_when_full_again_plus_margin() {
         fields, 1,
         "reset removes one bucket, not its owner's others"
     );
-    store.reset(&["san-budget:42".to_owned()]).await.unwrap();
+    store.reset(&["san-budget:42".into()]).await.unwrap();
 }
 
 /// 32 tasks hammer one bucket for about two seconds: the atomic script admits no more than the

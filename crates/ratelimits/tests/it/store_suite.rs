@@ -47,10 +47,17 @@ async fn spend_until_denied(store: &dyn Store) {
         (out.decisions[0].retry_in, out.decisions[0].reset_in),
         (S, 3 * S)
     );
-    assert_eq!(store.peek(T0, "a", &l).await.unwrap().remaining, 0);
+    assert_eq!(store.peek(T0, &"a".into(), &l).await.unwrap().remaining, 0);
     let out = store.spend_batch(T0 + S, &[spend("a", l)]).await.unwrap();
     assert!(out.allowed);
-    assert_eq!(store.peek(T0 + 10 * S, "a", &l).await.unwrap().remaining, 3);
+    assert_eq!(
+        store
+            .peek(T0 + 10 * S, &"a".into(), &l)
+            .await
+            .unwrap()
+            .remaining,
+        3
+    );
 }
 
 async fn batch_is_all_or_nothing(store: &dyn Store) {
@@ -70,7 +77,11 @@ async fn batch_is_all_or_nothing(store: &dyn Store) {
     assert!(!out.allowed);
     assert!(out.decisions[0].allowed && !out.decisions[1].allowed);
     assert_eq!(
-        store.peek(T0, "roomy", &roomy).await.unwrap().remaining,
+        store
+            .peek(T0, &"roomy".into(), &roomy)
+            .await
+            .unwrap()
+            .remaining,
         10,
         "nothing spent"
     );
@@ -84,7 +95,7 @@ async fn check_only_and_spend_only(store: &dyn Store) {
         .unwrap();
     assert!(out.allowed);
     assert_eq!(
-        store.peek(T0, "c", &l).await.unwrap().remaining,
+        store.peek(T0, &"c".into(), &l).await.unwrap().remaining,
         2,
         "check-only is never written"
     );
@@ -110,9 +121,12 @@ async fn check_only_and_spend_only(store: &dyn Store) {
         .unwrap();
     assert!(out.allowed, "a spend-only that does not fit never denies");
     assert!(!out.decisions[1].allowed);
-    assert_eq!(store.peek(T0, "main", &l).await.unwrap().remaining, 1);
     assert_eq!(
-        store.peek(T0, "fits", &l).await.unwrap().remaining,
+        store.peek(T0, &"main".into(), &l).await.unwrap().remaining,
+        1
+    );
+    assert_eq!(
+        store.peek(T0, &"fits".into(), &l).await.unwrap().remaining,
         1,
         "a spend-only that fits is spent"
     );
@@ -134,7 +148,7 @@ async fn shadow_never_denies(store: &dyn Store) {
         .unwrap();
     assert!(out.allowed);
     assert!(!out.decisions[0].allowed);
-    assert_eq!(store.peek(T0, "en", &l).await.unwrap().remaining, 4);
+    assert_eq!(store.peek(T0, &"en".into(), &l).await.unwrap().remaining, 4);
 }
 
 async fn refund_never_above_burst(store: &dyn Store) {
@@ -144,7 +158,7 @@ async fn refund_never_above_burst(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.peek(T0, "r", &l).await.unwrap().remaining,
+        store.peek(T0, &"r".into(), &l).await.unwrap().remaining,
         5,
         "refund on a full bucket"
     );
@@ -155,17 +169,17 @@ async fn refund_never_above_burst(store: &dyn Store) {
             .unwrap()
             .allowed
     );
-    assert_eq!(store.peek(T0, "r", &l).await.unwrap().remaining, 3);
+    assert_eq!(store.peek(T0, &"r".into(), &l).await.unwrap().remaining, 3);
     store
         .refund(T0, &[tx("r", l, 1, Kind::CheckAndSpend)])
         .await
         .unwrap();
-    assert_eq!(store.peek(T0, "r", &l).await.unwrap().remaining, 4);
+    assert_eq!(store.peek(T0, &"r".into(), &l).await.unwrap().remaining, 4);
     store
         .refund(T0, &[tx("r", l, 5, Kind::CheckAndSpend)])
         .await
         .unwrap();
-    assert_eq!(store.peek(T0, "r", &l).await.unwrap().remaining, 5);
+    assert_eq!(store.peek(T0, &"r".into(), &l).await.unwrap().remaining, 5);
     // A check-only transaction is never refunded (it never spent).
     assert!(
         store
@@ -178,7 +192,7 @@ async fn refund_never_above_burst(store: &dyn Store) {
         .refund(T0, &[tx("r", l, 5, Kind::CheckOnly)])
         .await
         .unwrap();
-    assert_eq!(store.peek(T0, "r", &l).await.unwrap().remaining, 0);
+    assert_eq!(store.peek(T0, &"r".into(), &l).await.unwrap().remaining, 0);
 }
 
 async fn reset_makes_full(store: &dyn Store) {
@@ -198,10 +212,10 @@ async fn reset_makes_full(store: &dyn Store) {
             .allowed
     );
     store
-        .reset(&["x".to_owned(), "never-existed".to_owned()])
+        .reset(&["x".into(), "never-existed".into()])
         .await
         .unwrap();
-    assert_eq!(store.peek(T0, "x", &l).await.unwrap().remaining, 2);
+    assert_eq!(store.peek(T0, &"x".into(), &l).await.unwrap().remaining, 2);
 }
 
 /// letsencrypt/boulder#8785 through a store: the clamped TAT is written back, so the raised limit
@@ -233,7 +247,7 @@ async fn raised_limit_applies_at_once(store: &dyn Store) {
     assert!(out.allowed, "{out:?}");
     assert_eq!(
         store
-            .peek(T0 + 11 * S, "o", &raised)
+            .peek(T0 + 11 * S, &"o".into(), &raised)
             .await
             .unwrap()
             .remaining,
