@@ -249,11 +249,7 @@ fn load_ca(
     };
     let settings = CaSettings {
         dir: data_dir.join("ca"),
-        key_algorithm: c
-            .key_algorithm
-            .as_str()
-            .parse()
-            .map_err(|e| anyhow::anyhow!("ca.key-algorithm: {e}"))?,
+        key_algorithm: c.key_algorithm,
         organization: c.organization.clone(),
         root_common_name: c.root_common_name.clone(),
         intermediate_common_name: c.intermediate_common_name.clone(),
@@ -301,9 +297,9 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         tls_alpn_port: v.tls_alpn_port,
         allow_loopback: v.allow_loopback,
         timeout: v.timeout.std(),
-        max_redirects: 10,
-        max_body_bytes: 64 * 1024,
         caa_identities: config.acme.caa_identities.clone(),
+        // Redirects and body size are not configurable: the validator's own limits.
+        ..ValidationSettings::default()
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use acme_core::duration::ConfigDuration;
 use acme_core::identifier::IdentifierPolicy;
 use ipnet::IpNet;
+pub use issuance::KeyAlgorithm;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
 use serde::Deserialize;
 
@@ -218,6 +219,7 @@ impl Default for DatabaseConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CaConfig {
+    #[serde(deserialize_with = "key_algorithm")]
     pub key_algorithm: KeyAlgorithm,
     pub organization: String,
     pub root_common_name: String,
@@ -242,33 +244,11 @@ impl Default for CaConfig {
     }
 }
 
-/// The key type of generated CA keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum KeyAlgorithm {
-    #[default]
-    #[serde(rename = "ecdsa-p256")]
-    EcdsaP256,
-    #[serde(rename = "ecdsa-p384")]
-    EcdsaP384,
-    #[serde(rename = "rsa-2048")]
-    Rsa2048,
-    #[serde(rename = "rsa-3072")]
-    Rsa3072,
-    #[serde(rename = "rsa-4096")]
-    Rsa4096,
-}
-
-impl KeyAlgorithm {
-    /// The spelling used in the configuration file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::EcdsaP256 => "ecdsa-p256",
-            Self::EcdsaP384 => "ecdsa-p384",
-            Self::Rsa2048 => "rsa-2048",
-            Self::Rsa3072 => "rsa-3072",
-            Self::Rsa4096 => "rsa-4096",
-        }
-    }
+/// `ca.key-algorithm`: read with issuance's own parser, so the configuration accepts exactly
+/// the algorithms the CA can generate, under the names the error message lists.
+fn key_algorithm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<KeyAlgorithm, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
 }
 
 /// `ca.existing:` paths of PEM files of a CA created elsewhere; all `None` means "create one".
