@@ -74,6 +74,21 @@ impl Authenticated {
 }
 
 /// Reads and verifies a JWS-signed POST.
+/// A request authenticated by an existing account (`kid`), as an extractor: the policy of every
+/// endpoint that acts on an account's objects. Takes the body, so it comes last.
+pub(crate) struct KidRequest(pub(crate) Authenticated);
+
+impl axum::extract::FromRequest<ApiState> for KidRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &ApiState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        authenticate(state, &parts.headers, &parts.uri, body, KeyPolicy::Kid)
+            .await
+            .map(Self)
+    }
+}
+
 pub(crate) async fn authenticate(
     state: &ApiState,
     headers: &HeaderMap,

@@ -26,6 +26,7 @@ use storage::model::NewAccount;
 
 use crate::auth::Authenticated;
 use crate::auth::KeyPolicy;
+use crate::auth::KidRequest;
 use crate::auth::authenticate;
 use crate::limits::ClientIp;
 use crate::limits::RateLimitInfo;
@@ -144,11 +145,8 @@ async fn charge_account_creation(
 pub(crate) async fn account(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     let account = own_account(&req, &id)?;
     if req.is_post_as_get() {
         return Ok(Resource::ok(account_json(&state, account)).into_response());
@@ -186,11 +184,8 @@ pub(crate) async fn orders(
     State(state): State<ApiState>,
     Path(id): Path<String>,
     Query(cursor): Query<Cursor>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     req.require_post_as_get()?;
     let account = own_account(&req, &id)?;
     let page = state.inner.settings.orders_per_page.max(1);
@@ -217,11 +212,8 @@ pub(crate) async fn orders(
 
 pub(crate) async fn key_change(
     State(state): State<ApiState>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     let account = req.account()?.clone();
     let inner = Jws::parse(req.jws.payload()).map_err(|e| {
         ApiError::malformed(format!(

@@ -5,17 +5,13 @@ use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
 use acme_core::status::AuthzStatus;
 use acme_core::status::ChallengeStatus;
-use axum::body::Body;
 use axum::extract::Path;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::http::Uri;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use storage::model::Authorization;
 
-use crate::auth::KeyPolicy;
-use crate::auth::authenticate;
+use crate::auth::KidRequest;
 use crate::problem::ApiError;
 use crate::response::Resource;
 use crate::state::ApiState;
@@ -28,11 +24,8 @@ type ApiResult = Result<Response, ApiError>;
 pub(crate) async fn authz(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     let account = req.account()?.id;
     let authz = own_authz(&state, account, &id).await?;
     if req.is_post_as_get() {
@@ -67,11 +60,8 @@ pub(crate) async fn authz(
 pub(crate) async fn challenge(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     let account = req.account()?.id;
     let challenge_id: ChallengeId = id.parse().map_err(|_| ApiError::not_found("challenge"))?;
     let storage = &state.inner.storage;

@@ -20,6 +20,7 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
 use crate::auth::KeyPolicy;
+use crate::auth::KidRequest;
 use crate::auth::authenticate;
 use crate::problem::ApiError;
 use crate::state::ApiState;
@@ -30,11 +31,8 @@ type ApiResult = Result<Response, ApiError>;
 pub(crate) async fn certificate(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
+    KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Kid).await?;
     req.require_post_as_get()?;
     let account = req.account()?.id;
     let id: CertificateId = id.parse().map_err(|_| ApiError::not_found("certificate"))?;
