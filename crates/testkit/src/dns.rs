@@ -259,6 +259,11 @@ impl TestDnsServer {
         self.records.update(name, |e| e.aaaa = vec![ip]);
     }
 
+    /// Replaces the A records of `name` with all of `ips`, answered in this order.
+    pub fn set_a_records(&self, name: &str, ips: &[Ipv4Addr]) {
+        self.records.update(name, |e| e.a = ips.to_vec());
+    }
+
     /// Adds a TXT record (one character-string) to `name`.
     pub fn add_txt(&self, name: &str, value: &str) {
         self.records.update(name, |e| e.txt.push(value.to_owned()));

@@ -4,18 +4,22 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
 use acme_core::identifier::{Identifier, IdentifierKind};
 use acme_core::problem::{Problem, ProblemType};
 use reqwest::redirect;
 use url::Host;
 
-use crate::address_policy;
+use crate::address_policy::AddressPolicy;
 use crate::resolver::{PolicyResolver, ResolveProblem};
 use crate::validator::Inner;
 
-/// How much of a wrong body is quoted back in the problem detail.
-const QUOTED_BODY_BYTES: usize = 128;
+/// How much of a wrong body is quoted back in the problem detail, in bytes, before escaping.
+/// Enough to recognise a wrong token or an error page, too little to carry anything of value
+/// (Boulder reads at most 128 bytes).
+const QUOTED_BODY_BYTES: usize = 64;
 
 pub(crate) async fn validate(
     inner: &Inner,
@@ -36,12 +40,7 @@ pub(crate) async fn validate(
         }
         IdentifierKind::Ip => {
             let ip = ip_of(identifier)?;
-            if let Some(why) = address_policy::refusal(ip, inner.dns.allow_loopback()) {
-                return Err(Problem::new(
-                    ProblemType::RejectedIdentifier,
-                    format!("{ip} is {why}; this CA does not validate it"),
-                ));
-            }
+            inner.policy.check_identifier(ip)?;
             let host = match ip {
                 IpAddr::V4(v4) => v4.to_string(),
                 IpAddr::V6(v6) => format!("[{v6}]"),
@@ -50,12 +49,15 @@ pub(crate) async fn validate(
         }
     };
     let url = url_for(&host, settings.http_port, token);
+    let connect_budget = settings.connect_budget();
 
+    // No overall reqwest timeout: the caller bounds the whole attempt. The connect timeout is
+    // shared among a name's addresses (hyper gives each an equal part), so a silent first address
+    // leaves time for the next.
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(redirect_policy(inner, identifier.kind()))
-        .timeout(settings.timeout)
-        .connect_timeout(settings.timeout)
+        .connect_timeout(connect_budget)
         .tls_danger_accept_invalid_certs(true)
         .user_agent(concat!("Certeasy-validation/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(PolicyResolver::new(inner.dns.clone()));
@@ -76,8 +78,11 @@ pub(crate) async fn validate(
         .get(&url)
         .send()
         .await
-        .map_err(|e| request_problem(&url, &e, settings.timeout))?;
+        .map_err(|e| request_problem(&url, &e, connect_budget))?;
     let final_url = response.url().to_string();
+    // Content served by another host than the identifier's (after a redirect) is never quoted:
+    // the redirect could have led anywhere the subscriber may not read.
+    let same_host = response.url().host_str() == Some(host.as_str());
     let status = response.status();
     if status != reqwest::StatusCode::OK {
         return Err(Problem::new(
@@ -112,25 +117,37 @@ pub(crate) async fn validate(
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => break,
-            Err(e) => return Err(request_problem(&final_url, &e, settings.timeout)),
+            Err(e) => return Err(request_problem(&final_url, &e, connect_budget)),
         }
     }
     let trimmed = body.trim_ascii_end();
     if trimmed == key_authorization.as_bytes() {
         return Ok(());
     }
-    let shown = String::from_utf8_lossy(&trimmed[..trimmed.len().min(QUOTED_BODY_BYTES)]);
-    let ellipsis = if trimmed.len() > QUOTED_BODY_BYTES {
-        "..."
+    let got = if same_host {
+        format!("got {}", quote_prefix(trimmed))
     } else {
-        ""
+        "the response came from another host after a redirect, so it is not shown".to_owned()
     };
     Err(Problem::new(
         ProblemType::IncorrectResponse,
         format!(
-            "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, got {shown:?}{ellipsis}"
+            "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, {got}"
         ),
     ))
+}
+
+/// At most [`QUOTED_BODY_BYTES`] of `body`, quoted, with every byte outside printable ASCII (and
+/// `"`, `\\`) escaped as by [`<[u8]>::escape_ascii`], so a problem detail stays one short line
+/// of plain text whatever was served. `...` follows when the body was longer.
+fn quote_prefix(body: &[u8]) -> String {
+    let shown = &body[..body.len().min(QUOTED_BODY_BYTES)];
+    let ellipsis = if body.len() > QUOTED_BODY_BYTES {
+        "..."
+    } else {
+        ""
+    };
+    format!("\"{}\"{ellipsis}", shown.escape_ascii())
 }
 
 fn url_for(host: &str, port: u16, token: &str) -> String {
@@ -163,21 +180,18 @@ impl fmt::Display for RedirectRefused {
 
 impl StdError for RedirectRefused {}
 
-/// Follows at most `max_redirects` redirects, only over http/https to the configured ports, and
-/// to IP literals only when validating an IP identifier (and then under the address policy).
+/// Follows at most `max_redirects` redirects, only over http/https to the configured ports, never
+/// to an address the policy refuses, and to IP literals only when validating an IP identifier.
+/// Names in redirects are held to the policy by the resolver.
 fn redirect_policy(inner: &Inner, kind: IdentifierKind) -> redirect::Policy {
-    let max = inner.settings.max_redirects;
-    let http_port = inner.settings.http_port;
-    let https_port = inner.settings.tls_alpn_port;
-    let allow_loopback = inner.dns.allow_loopback();
+    let rules = RedirectRules {
+        max: inner.settings.max_redirects,
+        http_port: inner.settings.http_port,
+        https_port: inner.settings.tls_alpn_port,
+        policy: Arc::clone(&inner.policy),
+        kind,
+    };
     redirect::Policy::custom(move |attempt| {
-        let rules = RedirectRules {
-            max,
-            http_port,
-            https_port,
-            allow_loopback,
-            kind,
-        };
         match rules.refusal(attempt.url(), attempt.previous().len()) {
             Some(why) => attempt.error(RedirectRefused(why)),
             None => attempt.follow(),
@@ -190,20 +204,18 @@ struct RedirectRules {
     max: usize,
     http_port: u16,
     https_port: u16,
-    allow_loopback: bool,
+    policy: Arc<AddressPolicy>,
     kind: IdentifierKind,
 }
 
 impl RedirectRules {
     /// Why the redirect to `url` (after `previous` requests) must not be followed, if it must not.
+    ///
+    /// The address policy is checked before the port, so a redirect to a refused address is
+    /// reported as such whatever port it names.
     fn refusal(&self, url: &url::Url, previous: usize) -> Option<String> {
-        let Self {
-            max,
-            http_port,
-            https_port,
-            allow_loopback,
-            kind,
-        } = *self;
+        let max = self.max;
+        let (http_port, https_port) = (self.http_port, self.https_port);
         if previous > max {
             return Some(format!(
                 "too many redirects (more than {max}); the last pointed to {url}"
@@ -218,29 +230,34 @@ impl RedirectRules {
                 ));
             }
         };
+        let ip = match url.host() {
+            Some(Host::Domain(_)) => None,
+            Some(Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+            None => return Some(format!("redirect to {url} refused: no host")),
+        };
+        if let Some(ip) = ip
+            && let Some(why) = self.policy.refusal(ip)
+        {
+            return Some(format!("redirect to {url} refused: {ip} is {why}"));
+        }
         if url.port_or_known_default() != Some(expected_port) {
             return Some(format!(
                 "redirect to {url} refused: only port {http_port} (http) and port {https_port} (https) are followed"
             ));
         }
-        let ip = match url.host() {
-            Some(Host::Domain(_)) => return None,
-            Some(Host::Ipv4(v4)) => IpAddr::V4(v4),
-            Some(Host::Ipv6(v6)) => IpAddr::V6(v6),
-            None => return Some(format!("redirect to {url} refused: no host")),
-        };
-        if kind != IdentifierKind::Ip {
+        if ip.is_some() && self.kind != IdentifierKind::Ip {
             return Some(format!(
                 "redirect to {url} refused: redirects to bare IP addresses are only followed for IP identifiers"
             ));
         }
-        address_policy::refusal(ip, allow_loopback)
-            .map(|why| format!("redirect to {url} refused: {ip} is {why}"))
+        None
     }
 }
 
-/// Turns a reqwest failure into the problem the subscriber can act on.
-fn request_problem(url: &str, error: &reqwest::Error, timeout: std::time::Duration) -> Problem {
+/// Turns a reqwest failure into the problem the subscriber can act on. Only connecting has a
+/// reqwest timeout (`connect_budget`); the attempt as a whole is bounded by the caller.
+fn request_problem(url: &str, error: &reqwest::Error, connect_budget: Duration) -> Problem {
     let url = error
         .url()
         .map_or_else(|| url.to_owned(), ToString::to_string);
@@ -268,7 +285,10 @@ fn request_problem(url: &str, error: &reqwest::Error, timeout: std::time::Durati
         source = cause.source();
     }
     let detail = if error.is_timeout() {
-        format!("Fetching {url}: timed out after {}s", timeout.as_secs_f64())
+        format!(
+            "Fetching {url}: connecting timed out after {}s",
+            connect_budget.as_secs_f64()
+        )
     } else {
         let why = innermost.unwrap_or_else(|| error.to_string());
         format!("Fetching {url}: {why}")
@@ -280,18 +300,18 @@ fn request_problem(url: &str, error: &reqwest::Error, timeout: std::time::Durati
 mod tests {
     use super::*;
 
-    fn rules(kind: IdentifierKind) -> RedirectRules {
+    fn rules(kind: IdentifierKind, policy: AddressPolicy) -> RedirectRules {
         RedirectRules {
             max: 10,
             http_port: 80,
             https_port: 443,
-            allow_loopback: false,
+            policy: Arc::new(policy),
             kind,
         }
     }
 
     fn refusal(kind: IdentifierKind, url: &str, previous: usize) -> Option<String> {
-        rules(kind).refusal(&url.parse().unwrap(), previous)
+        rules(kind, AddressPolicy::new(false, Vec::new())).refusal(&url.parse().unwrap(), previous)
     }
 
     #[test]
@@ -330,6 +350,72 @@ mod tests {
             refusal(Ip, "http://[::1]/x", 1)
                 .unwrap()
                 .contains("loopback")
+        );
+    }
+
+    #[test]
+    fn redirects_to_refused_addresses_are_refused_before_port_and_kind_rules() {
+        use IdentifierKind::{Dns, Ip};
+        let cases = [
+            ("http://169.254.169.254/latest/meta-data/", "cloud metadata"),
+            ("http://169.254.169.254:8080/", "cloud metadata"),
+            ("http://[fd00:ec2::254]/", "cloud metadata"),
+            (
+                "http://[::ffff:169.254.169.254]/",
+                "IPv4-mapped form of 169.254.169.254",
+            ),
+            (
+                "http://[::ffff:127.0.0.1]/",
+                "IPv4-mapped form of 127.0.0.1",
+            ),
+            ("http://[::127.0.0.1]/", "IPv4-compatible form of 127.0.0.1"),
+            ("http://[64:ff9b::a9fe:a9fe]/", "NAT64"),
+            ("http://[2002:a9fe:a9fe::1]/", "6to4"),
+            ("http://[fe80::1]/", "link-local"),
+            ("http://169.254.1.2/", "link-local"),
+            ("https://224.0.0.1/", "multicast"),
+            ("http://255.255.255.255/", "broadcast"),
+            ("http://0.0.0.0/", "unspecified"),
+            ("http://0.1.2.3/", "0.0.0.0/8"),
+            ("http://127.0.0.1/", "loopback"),
+            ("http://[::1]/", "loopback"),
+        ];
+        for kind in [Dns, Ip] {
+            for (url, why) in cases {
+                let refused = refusal(kind, url, 1).unwrap_or_else(|| panic!("{url} followed"));
+                assert!(refused.contains(why), "{url}: {refused}");
+            }
+        }
+    }
+
+    #[test]
+    fn denied_networks_apply_to_redirects_even_with_loopback_allowed() {
+        let deny = vec!["127.0.0.0/8".parse().unwrap()];
+        let rules = rules(IdentifierKind::Ip, AddressPolicy::new(true, deny));
+        for url in ["http://127.0.0.1/", "http://[::ffff:127.0.0.2]/"] {
+            let why = rules.refusal(&url.parse().unwrap(), 1).unwrap();
+            assert!(why.contains("127.0.0.0/8"), "{url}: {why}");
+        }
+        assert_eq!(rules.refusal(&"http://[::1]/".parse().unwrap(), 1), None);
+    }
+
+    #[test]
+    fn quoted_bodies_are_short_escaped_prefixes() {
+        assert_eq!(quote_prefix(b"tok3n.other"), "\"tok3n.other\"");
+        assert_eq!(
+            quote_prefix(b"a\x1b[31mred\r\nb\"c\\\x00\xff"),
+            "\"a\\x1b[31mred\\r\\nb\\\"c\\\\\\x00\\xff\""
+        );
+        let long = "x".repeat(1000);
+        let quoted = quote_prefix(long.as_bytes());
+        assert_eq!(quoted, format!("\"{}\"...", "x".repeat(QUOTED_BODY_BYTES)));
+        // Escaping never lets the quote grow beyond four characters per byte.
+        let controls = vec![0x07_u8; 1000];
+        assert!(quote_prefix(&controls).len() <= 4 * QUOTED_BODY_BYTES + 5);
+        assert!(
+            quote_prefix(&controls)
+                .chars()
+                .all(|c| c.is_ascii_graphic())
         );
     }
 }

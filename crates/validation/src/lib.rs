@@ -6,9 +6,14 @@
 //! whose detail names what was fetched or queried and what was found, because that text is what the
 //! subscriber sees in their client's output.
 //!
-//! All network access goes through one DNS resolver that never caches and refuses loopback targets
-//! unless configured otherwise, so redirects and CNAMEs cannot steer the validator to addresses a
-//! direct request could not reach.
+//! All network access goes through one DNS resolver that never caches, and every address the
+//! validator connects to (resolved names, redirect targets, IP identifiers) is held to one
+//! target-address policy (`address_policy`), so redirects and CNAMEs cannot steer the validator to
+//! link-local, metadata or other refused addresses. One attempt is bounded as a whole by
+//! `timeout`, and at most [`MAX_ADDRESSES_PER_NAME`] addresses of a name are tried.
+//!
+//! Problem details never quote what another host served after a redirect, and quote at most a
+//! short, escaped prefix of what the identifier's own host served.
 
 mod address_policy;
 mod caa;
@@ -23,5 +28,6 @@ mod tls_verifier;
 mod validator;
 
 pub use error::Error;
+pub use resolver::MAX_ADDRESSES_PER_NAME;
 pub use settings::ValidationSettings;
 pub use validator::Validator;

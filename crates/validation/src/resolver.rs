@@ -1,5 +1,8 @@
 //! The validator's DNS client: uncached lookups, answers classified for problem details, and the
 //! address policy applied to every A/AAAA answer (including those reqwest asks for on redirects).
+//!
+//! At most [`MAX_ADDRESSES_PER_NAME`] allowed addresses of a name are ever returned, so a name
+//! with many silent addresses costs at most that many connection attempts.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -15,7 +18,7 @@ use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use hickory_resolver::{Resolver, TokioResolver};
 
-use crate::address_policy;
+use crate::address_policy::AddressPolicy;
 use crate::error::Error;
 use crate::settings::ValidationSettings;
 
@@ -24,6 +27,12 @@ const MAX_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many CNAME-only answers are chased by re-querying the target.
 const MAX_CNAME_HOPS: usize = 8;
+
+/// How many addresses of one name are tried: the first allowed IPv6 and the first allowed IPv4
+/// address (IPv6 first), or the first two of the only family present. One of each family covers
+/// the common broken-IPv6 case as Boulder does; more would let one name multiply the work of an
+/// attempt, since addresses are tried one after the other.
+pub const MAX_ADDRESSES_PER_NAME: usize = 2;
 
 /// The outcome of one query, in the terms problem details need.
 #[derive(Debug, Clone)]
@@ -38,23 +47,26 @@ pub(crate) enum Answer {
     Failed(String),
 }
 
-/// An uncached DNS resolver with the loopback policy.
+/// An uncached DNS resolver with the target-address policy.
 #[derive(Clone)]
 pub(crate) struct DnsClient {
     resolver: TokioResolver,
-    allow_loopback: bool,
+    policy: Arc<AddressPolicy>,
 }
 
 impl fmt::Debug for DnsClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DnsClient")
-            .field("allow_loopback", &self.allow_loopback)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
 impl DnsClient {
-    pub(crate) fn new(settings: &ValidationSettings) -> Result<Self, Error> {
+    pub(crate) fn new(
+        settings: &ValidationSettings,
+        policy: Arc<AddressPolicy>,
+    ) -> Result<Self, Error> {
         let mut opts = ResolverOpts::default();
         // Validation must see the zone as it is now: a cached NXDOMAIN from a first, premature
         // attempt would otherwise fail every retry.
@@ -62,7 +74,9 @@ impl DnsClient {
         opts.positive_max_ttl = Some(Duration::ZERO);
         opts.negative_max_ttl = Some(Duration::ZERO);
         opts.use_hosts_file = ResolveHosts::Never;
-        opts.timeout = settings.timeout.min(MAX_QUERY_TIMEOUT);
+        // A quarter of the attempt per query (two attempts each), so a dead nameserver is
+        // reported as a DNS problem before the attempt's own deadline ends everything.
+        opts.timeout = (settings.timeout / 4).min(MAX_QUERY_TIMEOUT);
         opts.attempts = 2;
         opts.try_tcp_on_error = true;
         opts.preserve_intermediates = true;
@@ -90,10 +104,7 @@ impl DnsClient {
             .with_options(opts)
             .build()
             .map_err(Error::Resolver)?;
-        Ok(Self {
-            resolver,
-            allow_loopback: settings.allow_loopback,
-        })
+        Ok(Self { resolver, policy })
     }
 
     /// Queries `name` (absolute; a trailing dot is optional) for `record_type`.
@@ -128,7 +139,11 @@ impl DnsClient {
         Answer::Failed(format!("more than {MAX_CNAME_HOPS} CNAME hops"))
     }
 
-    /// Resolves A and AAAA for `name` and keeps the addresses the policy allows, IPv6 first.
+    /// Resolves A and AAAA for `name` and keeps at most [`MAX_ADDRESSES_PER_NAME`] of the
+    /// addresses the policy allows, IPv6 first.
+    ///
+    /// A name that resolves only to refused addresses is a `connection` problem (the CA will not
+    /// connect there), not a `dns` one: DNS worked.
     pub(crate) async fn lookup_ips(&self, name: &str) -> Result<Vec<IpAddr>, Problem> {
         let (v4, v6) = tokio::join!(
             self.query(name, RecordType::A),
@@ -157,33 +172,43 @@ impl DnsClient {
             };
             return Err(Problem::new(ProblemType::Dns, detail));
         }
-        let (allowed, refused): (Vec<IpAddr>, Vec<IpAddr>) = found
-            .into_iter()
-            .partition(|ip| address_policy::refusal(*ip, self.allow_loopback).is_none());
+        let mut allowed = Vec::new();
+        let mut refused = Vec::new();
+        for ip in found {
+            match self.policy.refusal(ip) {
+                None => allowed.push(ip),
+                Some(why) => refused.push(format!("{ip} ({why})")),
+            }
+        }
         if allowed.is_empty() {
-            let list: Vec<String> = refused
-                .iter()
-                .map(|ip| {
-                    format!(
-                        "{ip} ({})",
-                        address_policy::refusal(*ip, self.allow_loopback).unwrap_or("refused")
-                    )
-                })
-                .collect();
             return Err(Problem::new(
-                ProblemType::Dns,
+                ProblemType::Connection,
                 format!(
                     "{name} resolves only to addresses this CA does not connect to: {}; publish a public address for it",
-                    list.join(", ")
+                    refused.join(", ")
                 ),
             ));
         }
-        Ok(allowed)
+        Ok(select(allowed))
     }
+}
 
-    pub(crate) fn allow_loopback(&self) -> bool {
-        self.allow_loopback
-    }
+/// Picks the addresses to try from `allowed` (IPv6 first, answer order within a family): one of
+/// each family first, then the rest, up to [`MAX_ADDRESSES_PER_NAME`].
+fn select(allowed: Vec<IpAddr>) -> Vec<IpAddr> {
+    let first_v6 = allowed.iter().position(IpAddr::is_ipv6);
+    let first_v4 = allowed.iter().position(IpAddr::is_ipv4);
+    let firsts: Vec<usize> = first_v6.into_iter().chain(first_v4).collect();
+    let rest = (0..allowed.len()).filter(|i| !firsts.contains(i));
+    let mut picked: Vec<IpAddr> = firsts
+        .iter()
+        .copied()
+        .chain(rest)
+        .take(MAX_ADDRESSES_PER_NAME)
+        .map(|i| allowed[i])
+        .collect();
+    picked.sort_by_key(IpAddr::is_ipv4);
+    picked
 }
 
 fn absolute(name: &str) -> String {
@@ -247,5 +272,44 @@ impl reqwest::dns::Resolve for PolicyResolver {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|ip| ip.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn one_address_of_each_family_is_preferred() {
+        assert_eq!(
+            select(ips(&[
+                "2001:db8::1",
+                "2001:db8::2",
+                "192.0.2.1",
+                "192.0.2.2"
+            ])),
+            ips(&["2001:db8::1", "192.0.2.1"])
+        );
+        assert_eq!(
+            select(ips(&["2001:db8::1", "192.0.2.1"])),
+            ips(&["2001:db8::1", "192.0.2.1"])
+        );
+    }
+
+    #[test]
+    fn a_single_family_gives_its_first_addresses() {
+        let many: Vec<String> = (2..12).map(|i| format!("127.0.0.{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(select(ips(&many)), ips(&["127.0.0.2", "127.0.0.3"]));
+        assert_eq!(
+            select(ips(&["2001:db8::1", "2001:db8::2", "2001:db8::3"])),
+            ips(&["2001:db8::1", "2001:db8::2"])
+        );
+        assert_eq!(select(ips(&["192.0.2.1"])), ips(&["192.0.2.1"]));
+        const { assert!(MAX_ADDRESSES_PER_NAME >= 2) };
     }
 }

@@ -3,6 +3,17 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ipnet::IpNet;
+
+/// How long after `timeout` a cancelled attempt may still take to return: dropping the attempt's
+/// futures closes its sockets at once, so this only covers scheduling delays on a loaded host.
+const ATTEMPT_GRACE: Duration = Duration::from_secs(2);
+
+/// The share of `timeout` that connecting (all addresses of one name together) may use, as a
+/// divisor: with two addresses per name each gets a quarter, so a silent first address leaves time
+/// for the second and still half of the attempt for the exchange itself.
+const CONNECT_SHARE_DIVISOR: u32 = 2;
+
 /// How validation attempts reach the outside world.
 ///
 /// The defaults are production values: ports 80 and 443, loopback refused. Tests point
@@ -18,8 +29,12 @@ pub struct ValidationSettings {
     pub tls_alpn_port: u16,
     /// Whether targets on loopback addresses may be contacted. Only tests should set this.
     pub allow_loopback: bool,
-    /// Time limit of one attempt's HTTP exchange (including redirects), TCP connect plus TLS
-    /// handshake, and each DNS query.
+    /// Networks never connected to, on top of the built-in refusals (link-local, metadata,
+    /// multicast, …; see the crate docs). Judged also against the IPv4 address carried by an
+    /// IPv4-mapped, IPv4-compatible, NAT64 or 6to4 IPv6 address.
+    pub deny_target_cidrs: Vec<IpNet>,
+    /// Time limit of one whole attempt: every DNS query, address, redirect and the CAA check.
+    /// Connecting gets a share of it (see [`ValidationSettings::connect_budget`]).
     pub timeout: Duration,
     /// Redirects followed by http-01 before giving up.
     pub max_redirects: usize,
@@ -36,10 +51,38 @@ impl Default for ValidationSettings {
             http_port: 80,
             tls_alpn_port: 443,
             allow_loopback: false,
+            deny_target_cidrs: Vec::new(),
             timeout: Duration::from_secs(10),
             max_redirects: 10,
             max_body_bytes: 64 * 1024,
             caa_identities: Vec::new(),
         }
+    }
+}
+
+impl ValidationSettings {
+    /// The longest one [`Validator::validate`](crate::Validator::validate) call can take:
+    /// `timeout` plus a small grace for cancellation. A job lease must outlast it.
+    pub fn worst_case_attempt(&self) -> Duration {
+        self.timeout.saturating_add(ATTEMPT_GRACE)
+    }
+
+    /// How long connecting to one name may take, all its addresses together (at most
+    /// [`MAX_ADDRESSES_PER_NAME`](crate::MAX_ADDRESSES_PER_NAME), each getting an equal part).
+    pub(crate) fn connect_budget(&self) -> Duration {
+        self.timeout / CONNECT_SHARE_DIVISOR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_case_covers_the_timeout_and_connecting_leaves_room() {
+        let settings = ValidationSettings::default();
+        assert!(settings.worst_case_attempt() > settings.timeout);
+        assert!(settings.worst_case_attempt() <= settings.timeout + Duration::from_secs(5));
+        assert!(settings.connect_budget() < settings.timeout);
     }
 }

@@ -15,7 +15,6 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use x509_parser::extensions::GeneralName;
 
-use crate::address_policy;
 use crate::error::Error;
 use crate::key_authorization;
 use crate::tls_verifier::AcceptAnyCertificate;
@@ -64,12 +63,7 @@ pub(crate) async fn validate(
                     format!("{} is not an IP address", identifier.value()),
                 ));
             };
-            if let Some(why) = address_policy::refusal(ip, inner.dns.allow_loopback()) {
-                return Err(Problem::new(
-                    ProblemType::RejectedIdentifier,
-                    format!("{ip} is {why}; this CA does not validate it"),
-                ));
-            }
+            inner.policy.check_identifier(ip)?;
             (vec![ip], reverse_dns_name(ip))
         }
     };
@@ -79,11 +73,13 @@ pub(crate) async fn validate(
             format!("{sni:?} cannot be sent as TLS SNI: {e}"),
         )
     })?;
-    let timeout = inner.settings.timeout;
-    let (stream, addr) = connect_first(&addresses, port, timeout, identifier).await?;
+    // Connecting and the handshake each get a share of the attempt, so a silent address or peer is
+    // reported as such before the attempt's own deadline cuts everything off.
+    let budget = inner.settings.connect_budget();
+    let (stream, addr) = connect_first(&addresses, port, budget, identifier).await?;
 
     let connector = TlsConnector::from(Arc::clone(&inner.tls));
-    let handshake = tokio::time::timeout(timeout, connector.connect(server_name, stream)).await;
+    let handshake = tokio::time::timeout(budget, connector.connect(server_name, stream)).await;
     let tls = match handshake {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
@@ -99,7 +95,7 @@ pub(crate) async fn validate(
                 ProblemType::Connection,
                 format!(
                     "TLS handshake with {addr} for {identifier} timed out after {}s",
-                    timeout.as_secs_f64()
+                    budget.as_secs_f64()
                 ),
             ));
         }
@@ -130,13 +126,16 @@ pub(crate) async fn validate(
         .map_err(|why| Problem::new(ProblemType::IncorrectResponse, format!("Incorrect validation certificate for tls-alpn-01 challenge from {addr} (SNI {sni}): {why}")))
 }
 
-/// Connects to the addresses in order and returns the first connection.
+/// Connects to the addresses in order and returns the first connection. `budget` is shared
+/// equally, so every address gets its turn within it (the resolver returns only a few).
 async fn connect_first(
     addresses: &[IpAddr],
     port: u16,
-    timeout: Duration,
+    budget: Duration,
     identifier: &Identifier,
 ) -> Result<(TcpStream, SocketAddr), Problem> {
+    let share = u32::try_from(addresses.len()).unwrap_or(u32::MAX).max(1);
+    let timeout = budget / share;
     let mut failures = Vec::new();
     for ip in addresses {
         let addr = SocketAddr::new(*ip, port);

@@ -6,6 +6,7 @@ use acme_core::identifier::{Identifier, IdentifierKind};
 use acme_core::problem::{Problem, ProblemType};
 use acme_core::status::ChallengeType;
 
+use crate::address_policy::AddressPolicy;
 use crate::error::Error;
 use crate::resolver::DnsClient;
 use crate::settings::ValidationSettings;
@@ -21,6 +22,8 @@ pub struct Validator {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) settings: ValidationSettings,
+    /// The target-address policy; `dns` holds the same one for the names it resolves.
+    pub(crate) policy: Arc<AddressPolicy>,
     pub(crate) dns: DnsClient,
     pub(crate) tls: Arc<rustls::ClientConfig>,
     /// `caa_identities`, lower-cased and without trailing dots, for comparison.
@@ -56,11 +59,16 @@ impl Validator {
             }
             caa_identities.push(normalised);
         }
-        let dns = DnsClient::new(&settings)?;
+        let policy = Arc::new(AddressPolicy::new(
+            settings.allow_loopback,
+            settings.deny_target_cidrs.clone(),
+        ));
+        let dns = DnsClient::new(&settings, Arc::clone(&policy))?;
         let tls = tls_alpn01::client_config()?;
         Ok(Self {
             inner: Arc::new(Inner {
                 settings,
+                policy,
                 dns,
                 tls,
                 caa_identities,
@@ -76,6 +84,10 @@ impl Validator {
     /// `rejectedIdentifier`) and whose detail tells the subscriber what was found.
     ///
     /// For a wildcard identifier the base name is validated, and only dns-01 is accepted.
+    ///
+    /// The whole attempt (every query, address and redirect, and CAA) is bounded by
+    /// `settings.timeout`; past it the attempt is dropped and a `connection` problem returned, so
+    /// a call never takes longer than [`ValidationSettings::worst_case_attempt`].
     pub async fn validate(
         &self,
         identifier: &Identifier,
@@ -111,9 +123,24 @@ impl Validator {
         };
         // Both run concurrently; a failed challenge is reported first because it is what the
         // subscriber is working on.
-        let (challenge_result, caa_result) = tokio::join!(challenge_check, caa_check);
-        challenge_result?;
-        caa_result
+        let both = async {
+            let (challenge_result, caa_result) = tokio::join!(challenge_check, caa_check);
+            challenge_result?;
+            caa_result
+        };
+        let limit = inner.settings.timeout;
+        match tokio::time::timeout(limit, both).await {
+            Ok(result) => result,
+            Err(_) => Err(Problem::new(
+                ProblemType::Connection,
+                format!(
+                    "The {} validation attempt for {} exceeded the time limit of {}s and was abandoned",
+                    challenge.as_str(),
+                    identifier.value(),
+                    limit.as_secs_f64()
+                ),
+            )),
+        }
     }
 }
 

@@ -133,7 +133,7 @@ async fn loopback_is_refused_unless_allowed() {
         .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH)
         .await
         .unwrap_err();
-    assert_eq!(problem.kind, ProblemType::Dns);
+    assert_eq!(problem.kind, ProblemType::Connection);
     assert!(
         problem.detail.contains("127.0.0.1 (a loopback address)"),
         "{}",

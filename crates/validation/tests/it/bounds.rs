@@ -1,0 +1,159 @@
+//! Bounded work: one attempt ends within `timeout` whatever the targets do, and a name's extra
+//! addresses are never tried.
+
+use std::time::{Duration, Instant};
+
+use acme_core::problem::ProblemType;
+use acme_core::status::ChallengeType::{Http01, TlsAlpn01};
+use validation::MAX_ADDRESSES_PER_NAME;
+
+use crate::common::{Env, KEY_AUTH, dns};
+use crate::hosts::{bind_same_port, loopback, ok, serve, silent, unresponsive};
+
+const TOKEN: &str = "tok3n";
+
+/// Scheduling slack on a loaded 2-core machine, on top of the documented worst case.
+const SLACK: Duration = Duration::from_secs(3);
+
+#[tokio::test]
+async fn many_silent_addresses_end_within_the_attempt_timeout() {
+    let env = Env::start().await;
+    let ips: Vec<_> = (2..=11).map(loopback).collect();
+    env.dns.set_a_records("many.test", &ips);
+    let (port, sockets) = bind_same_port(&ips);
+    let targets: Vec<_> = sockets.into_iter().map(silent).collect();
+    let timeout = Duration::from_secs(2);
+    let mut settings = env.settings();
+    settings.http_port = port;
+    settings.tls_alpn_port = port;
+    settings.timeout = timeout;
+    let worst = settings.worst_case_attempt();
+    assert!(worst >= timeout);
+    let validator = validation::Validator::new(settings).unwrap();
+
+    for challenge in [Http01, TlsAlpn01] {
+        let started = Instant::now();
+        let problem = validator
+            .validate(&dns("many.test"), challenge, TOKEN, KEY_AUTH)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(problem.kind, ProblemType::Connection, "{problem:?}");
+        assert!(took < worst + SLACK, "{challenge:?} took {took:?}");
+        // Every target accepts at once, so only the first is ever needed; the cap is proven below.
+        assert!(
+            problem.detail.contains("timed out") || problem.detail.contains("exceeded"),
+            "{}",
+            problem.detail
+        );
+    }
+    let contacted: Vec<_> = targets.iter().map(|t| t.count()).collect();
+    assert!(
+        contacted
+            .iter()
+            .skip(MAX_ADDRESSES_PER_NAME)
+            .all(|&n| n == 0),
+        "{contacted:?}"
+    );
+    assert!(contacted[0] >= 1, "{contacted:?}");
+}
+
+#[tokio::test]
+async fn a_silent_http_peer_is_cut_off_by_the_attempt_deadline() {
+    let env = Env::start().await;
+    let (port, mut sockets) = bind_same_port(&[loopback(2)]);
+    env.dns.set_a("slow.test", loopback(2));
+    let target = silent(sockets.remove(0));
+    let validator = env.validator_with(|s| {
+        s.http_port = port;
+        s.timeout = Duration::from_secs(1);
+    });
+    let started = Instant::now();
+    let problem = validator
+        .validate(&dns("slow.test"), Http01, TOKEN, KEY_AUTH)
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1) + SLACK);
+    assert_eq!(problem.kind, ProblemType::Connection);
+    assert_eq!(
+        problem.detail,
+        "The http-01 validation attempt for slow.test exceeded the time limit of 1s and was abandoned"
+    );
+    assert_eq!(target.count(), 1);
+}
+
+#[tokio::test]
+async fn addresses_beyond_the_cap_are_never_tried() {
+    let env = Env::start().await;
+    let ips: Vec<_> = (2..=11).map(loopback).collect();
+    env.dns.set_a_records("capped.test", &ips);
+    // The first MAX_ADDRESSES_PER_NAME addresses refuse connections (bound, not listening); every
+    // later one would answer correctly, so trying any of them would make the attempt succeed.
+    let (port, mut sockets) = bind_same_port(&ips);
+    let answering = sockets.split_off(MAX_ADDRESSES_PER_NAME);
+    let later: Vec<_> = answering
+        .into_iter()
+        .map(|socket| serve(socket, ok(KEY_AUTH)))
+        .collect();
+    let validator = env.validator_with(|s| {
+        s.http_port = port;
+        s.tls_alpn_port = port;
+    });
+    for challenge in [Http01, TlsAlpn01] {
+        let problem = validator
+            .validate(&dns("capped.test"), challenge, TOKEN, KEY_AUTH)
+            .await
+            .unwrap_err();
+        assert_eq!(problem.kind, ProblemType::Connection, "{problem:?}");
+        assert!(
+            problem.detail.contains("connection refused"),
+            "{}",
+            problem.detail
+        );
+    }
+    let contacted: Vec<_> = later.iter().map(|t| t.count()).collect();
+    assert!(contacted.iter().all(|&n| n == 0), "{contacted:?}");
+    drop(sockets);
+}
+
+#[tokio::test]
+async fn a_refused_first_address_falls_back_to_the_second() {
+    let env = Env::start().await;
+    let (port, mut sockets) = bind_same_port(&[loopback(2), loopback(3)]);
+    env.dns
+        .set_a_records("fallback.test", &[loopback(2), loopback(3)]);
+    let second = serve(sockets.remove(1), ok(KEY_AUTH));
+    let validator = env.validator_with(|s| s.http_port = port);
+    validator
+        .validate(&dns("fallback.test"), Http01, TOKEN, KEY_AUTH)
+        .await
+        .unwrap();
+    assert_eq!(second.count(), 1);
+    drop(sockets);
+}
+
+#[tokio::test]
+async fn an_unresponsive_first_address_leaves_time_for_the_second() {
+    let env = Env::start().await;
+    let (port, mut sockets) = bind_same_port(&[loopback(2), loopback(3)]);
+    env.dns
+        .set_a_records("blackhole.test", &[loopback(2), loopback(3)]);
+    let second = serve(sockets.remove(1), ok(KEY_AUTH));
+    let _first = unresponsive(sockets.remove(0)).await;
+    let timeout = Duration::from_secs(4);
+    let validator = env.validator_with(|s| {
+        s.http_port = port;
+        s.timeout = timeout;
+    });
+    let started = Instant::now();
+    validator
+        .validate(&dns("blackhole.test"), Http01, TOKEN, KEY_AUTH)
+        .await
+        .unwrap();
+    // The first address was tried (and waited for) but got only its share of the connect
+    // budget, not the whole attempt.
+    let took = started.elapsed();
+    assert!(took >= timeout / 8, "{took:?}");
+    assert!(took < timeout, "{took:?}");
+    assert_eq!(second.count(), 1);
+}
