@@ -296,6 +296,7 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         http_port: v.http_port,
         tls_alpn_port: v.tls_alpn_port,
         allow_loopback: v.allow_loopback,
+        deny_target_cidrs: v.deny_target_cidrs.clone(),
         timeout: v.timeout.std(),
         caa_identities: config.acme.caa_identities.clone(),
         // Redirects and body size are not configurable: the validator's own limits.

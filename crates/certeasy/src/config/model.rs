@@ -376,6 +376,9 @@ pub struct ValidationConfig {
     pub tls_alpn_port: u16,
     /// Whether challenge targets may resolve to loopback addresses (tests and labs only).
     pub allow_loopback: bool,
+    /// Networks the validator never connects to, on top of the built-in refusals.
+    #[serde(deserialize_with = "deserialize_cidrs")]
+    pub deny_target_cidrs: Vec<IpNet>,
     pub timeout: ConfigDuration,
     pub workers: usize,
     /// Attempts per job before giving up.
@@ -391,6 +394,7 @@ impl Default for ValidationConfig {
             http_port: 80,
             tls_alpn_port: 443,
             allow_loopback: false,
+            deny_target_cidrs: Vec::new(),
             timeout: ConfigDuration::from_secs(10),
             workers: 4,
             max_attempts: 3,

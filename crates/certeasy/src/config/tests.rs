@@ -527,3 +527,28 @@ fn window_limits_accept_partial_blocks() {
         ConfigDuration::from_secs(24 * 3600)
     );
 }
+
+#[test]
+fn deny_target_cidrs_parse_strictly_and_reach_the_validator() {
+    let config = from_str(
+        "validation:\n  deny-target-cidrs: [\"10.0.0.0/8\", \"2001:db8::/32\", \"192.0.2.7\"]\n",
+        "v.yaml",
+    )
+    .unwrap();
+    let expected: Vec<IpNet> = ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7/32"]
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(config.validation.deny_target_cidrs, expected);
+    assert!(Config::default().validation.deny_target_cidrs.is_empty());
+
+    let problem =
+        only_problem("validation:\n  deny-target-cidrs:\n    - 10.0.0.0/8\n    - 10.0.0.0/33\n");
+    assert_eq!(problem.key_path, "validation.deny-target-cidrs[1]");
+    assert_eq!(problem.line, Some(4));
+    assert!(
+        problem.message.contains("10.0.0.0/33"),
+        "{}",
+        problem.message
+    );
+}
