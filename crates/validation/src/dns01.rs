@@ -6,6 +6,7 @@ use acme_core::problem::{Problem, ProblemType};
 use hickory_resolver::proto::rr::{RData, RecordType};
 
 use crate::key_authorization;
+use crate::quote::quote_prefix;
 use crate::resolver::Answer;
 use crate::validator::Inner;
 
@@ -61,7 +62,7 @@ pub(crate) async fn validate(
     let quoted: Vec<String> = values
         .iter()
         .take(QUOTED_VALUES)
-        .map(|v| format!("{v:?}"))
+        .map(|v| quote_prefix(v.as_bytes()))
         .collect();
     let more = if values.len() > QUOTED_VALUES {
         format!(" (and {} more)", values.len() - QUOTED_VALUES)

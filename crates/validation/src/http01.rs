@@ -13,13 +13,9 @@ use reqwest::redirect;
 use url::Host;
 
 use crate::address_policy::AddressPolicy;
+use crate::quote::quote_prefix;
 use crate::resolver::{PolicyResolver, ResolveProblem};
 use crate::validator::Inner;
-
-/// How much of a wrong body is quoted back in the problem detail, in bytes, before escaping.
-/// Enough to recognise a wrong token or an error page, too little to carry anything of value
-/// (Boulder reads at most 128 bytes).
-const QUOTED_BODY_BYTES: usize = 64;
 
 pub(crate) async fn validate(
     inner: &Inner,
@@ -135,19 +131,6 @@ pub(crate) async fn validate(
             "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, {got}"
         ),
     ))
-}
-
-/// At most [`QUOTED_BODY_BYTES`] of `body`, quoted, with every byte outside printable ASCII (and
-/// `"`, `\\`) escaped as by [`<[u8]>::escape_ascii`], so a problem detail stays one short line
-/// of plain text whatever was served. `...` follows when the body was longer.
-fn quote_prefix(body: &[u8]) -> String {
-    let shown = &body[..body.len().min(QUOTED_BODY_BYTES)];
-    let ellipsis = if body.len() > QUOTED_BODY_BYTES {
-        "..."
-    } else {
-        ""
-    };
-    format!("\"{}\"{ellipsis}", shown.escape_ascii())
 }
 
 fn url_for(host: &str, port: u16, token: &str) -> String {
@@ -397,25 +380,5 @@ mod tests {
             assert!(why.contains("127.0.0.0/8"), "{url}: {why}");
         }
         assert_eq!(rules.refusal(&"http://[::1]/".parse().unwrap(), 1), None);
-    }
-
-    #[test]
-    fn quoted_bodies_are_short_escaped_prefixes() {
-        assert_eq!(quote_prefix(b"tok3n.other"), "\"tok3n.other\"");
-        assert_eq!(
-            quote_prefix(b"a\x1b[31mred\r\nb\"c\\\x00\xff"),
-            "\"a\\x1b[31mred\\r\\nb\\\"c\\\\\\x00\\xff\""
-        );
-        let long = "x".repeat(1000);
-        let quoted = quote_prefix(long.as_bytes());
-        assert_eq!(quoted, format!("\"{}\"...", "x".repeat(QUOTED_BODY_BYTES)));
-        // Escaping never lets the quote grow beyond four characters per byte.
-        let controls = vec![0x07_u8; 1000];
-        assert!(quote_prefix(&controls).len() <= 4 * QUOTED_BODY_BYTES + 5);
-        assert!(
-            quote_prefix(&controls)
-                .chars()
-                .all(|c| c.is_ascii_graphic())
-        );
     }
 }

@@ -21,6 +21,7 @@ mod dns01;
 mod error;
 mod http01;
 mod key_authorization;
+mod quote;
 mod resolver;
 mod settings;
 mod tls_alpn01;

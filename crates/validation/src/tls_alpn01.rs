@@ -17,6 +17,7 @@ use x509_parser::extensions::GeneralName;
 
 use crate::error::Error;
 use crate::key_authorization;
+use crate::quote::quote_prefix;
 use crate::tls_verifier::AcceptAnyCertificate;
 use crate::validator::Inner;
 
@@ -233,7 +234,7 @@ fn ip_bytes(ip: IpAddr) -> Vec<u8> {
 
 fn describe_name(name: &GeneralName<'_>) -> String {
     match name {
-        GeneralName::DNSName(dns) => format!("dNSName {dns:?}"),
+        GeneralName::DNSName(dns) => format!("dNSName {}", quote_prefix(dns.as_bytes())),
         GeneralName::IPAddress(bytes) => match bytes.len() {
             4 => {
                 let octets: [u8; 4] = [bytes[0], bytes[1], bytes[2], bytes[3]];
@@ -246,7 +247,7 @@ fn describe_name(name: &GeneralName<'_>) -> String {
             }
             _ => "a malformed iPAddress".to_owned(),
         },
-        other => format!("{other}"),
+        other => quote_prefix(other.to_string().as_bytes()),
     }
 }
 
