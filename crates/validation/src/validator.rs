@@ -122,11 +122,21 @@ impl Validator {
             }
         };
         // Both run concurrently; a failed challenge is reported first because it is what the
-        // subscriber is working on.
+        // subscriber is working on, and as soon as it fails: a slow CAA lookup must not delay it.
         let both = async {
-            let (challenge_result, caa_result) = tokio::join!(challenge_check, caa_check);
+            tokio::pin!(challenge_check, caa_check);
+            let mut caa_result = None;
+            let challenge_result = loop {
+                tokio::select! {
+                    result = &mut challenge_check => break result,
+                    result = &mut caa_check, if caa_result.is_none() => caa_result = Some(result),
+                }
+            };
             challenge_result?;
-            caa_result
+            match caa_result {
+                Some(result) => result,
+                None => caa_check.await,
+            }
         };
         let limit = inner.settings.timeout;
         match tokio::time::timeout(limit, both).await {
