@@ -22,7 +22,7 @@ async fn many_silent_addresses_end_within_the_attempt_timeout() {
     env.dns.set_a_records("many.test", &ips);
     let (port, sockets) = bind_same_port(&ips);
     let targets: Vec<_> = sockets.into_iter().map(silent).collect();
-    let timeout = Duration::from_secs(2);
+    let timeout = Duration::from_secs(3);
     let mut settings = env.settings();
     settings.http_port = port;
     settings.tls_alpn_port = port;
@@ -66,18 +66,20 @@ async fn a_silent_http_peer_is_cut_off_by_the_attempt_deadline() {
     let target = silent(sockets.remove(0));
     let validator = env.validator_with(|s| {
         s.http_port = port;
-        s.timeout = Duration::from_secs(1);
+        s.timeout = Duration::from_secs(2);
     });
     let started = Instant::now();
     let problem = validator
         .validate(&dns("slow.test"), Http01, TOKEN, KEY_AUTH)
         .await
         .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(1) + SLACK);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert!(took < Duration::from_secs(2) + SLACK, "{took:?}");
     assert_eq!(problem.kind, ProblemType::Connection);
     assert_eq!(
         problem.detail,
-        "The http-01 validation attempt for slow.test exceeded the time limit of 1s and was abandoned"
+        "The http-01 validation attempt for slow.test exceeded the time limit of 2s and was abandoned"
     );
     assert_eq!(target.count(), 1);
 }
