@@ -76,6 +76,13 @@ impl Validator {
         })
     }
 
+    /// The longest one [`Validator::validate`] call can take
+    /// ([`ValidationSettings::worst_case_attempt`] of this validator's settings): a job that runs
+    /// an attempt must hold its lease at least this long.
+    pub fn worst_case_attempt(&self) -> std::time::Duration {
+        self.inner.settings.worst_case_attempt()
+    }
+
     /// Performs one validation attempt.
     ///
     /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities

@@ -30,6 +30,7 @@ async fn many_silent_addresses_end_within_the_attempt_timeout() {
     let worst = settings.worst_case_attempt();
     assert!(worst >= timeout);
     let validator = validation::Validator::new(settings).unwrap();
+    assert_eq!(validator.worst_case_attempt(), worst);
 
     for challenge in [Http01, TlsAlpn01] {
         let started = Instant::now();
