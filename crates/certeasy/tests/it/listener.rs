@@ -275,6 +275,44 @@ async fn silent_clients_are_dropped_by_the_handshake_and_idle_timeouts() {
     );
 }
 
+#[tokio::test]
+async fn idle_http2_connections_are_closed_after_the_idle_timeout() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    server_keys(
+        &mut env,
+        "  idle-timeout: 2s\n  http2-keep-alive-interval: 500ms\n",
+    );
+    env.start().await;
+    let mut config = (*tls_config(&env.root_pem())).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = connect(acme_addr(&env), &Arc::new(config)).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = hyper::Request::get(format!("{}/directory", env.base_url()))
+        .body(String::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    // The server's PINGs are answered, so only the idle timeout can end the connection.
+    let served = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(30), connection)
+        .await
+        .expect("an idle HTTP/2 connection was still open after 30 s");
+    let after = served.elapsed();
+    assert!(ended.is_ok(), "{ended:?}");
+    assert!(
+        after >= Duration::from_millis(1500) && after < Duration::from_secs(20),
+        "closed after {after:?}, expected about 2 s"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_self_issued_certificate_is_renewed_under_live_connections() {
     let mut env = TestEnv::new(Db::Sqlite).await;
