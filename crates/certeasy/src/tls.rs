@@ -138,6 +138,7 @@ pub async fn serve_tls(
         // A `[::]` listener sees IPv4 clients as `::ffff:a.b.c.d`; everything downstream (limits,
         // whitelist, trusted proxies, logs) knows them by their IPv4 address.
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+        let slot = Slot::taken(slot);
         let acceptor = acceptor.clone();
         let router = router.clone();
         let shutdown = shutdown.clone();
@@ -155,6 +156,7 @@ pub async fn serve_tls(
                 }
                 Err(_) => {
                     tracing::debug!(%peer, "TLS handshake timed out");
+                    closed("handshake_timeout");
                     return;
                 }
             };
@@ -169,6 +171,30 @@ pub async fn serve_tls(
             .await;
         });
     }
+}
+
+/// A taken connection slot; `certeasy_acme_connections` counts them, so operators see how close
+/// the listener is to `max-connections`.
+struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Slot {
+    fn taken(permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        metrics::gauge!("certeasy_acme_connections").increment(1.0);
+        Self { _permit: permit }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!("certeasy_acme_connections").decrement(1.0);
+    }
+}
+
+/// Counts a connection the listener closed because of one of its limits.
+fn closed(reason: &'static str) {
+    metrics::counter!("certeasy_acme_connections_closed_total", "reason" => reason).increment(1);
 }
 
 /// What the idle timer of one connection watches: requests in flight, and how many have started.
@@ -241,12 +267,18 @@ async fn serve_connection<I>(
     let why = tokio::select! {
         result = conn.as_mut() => {
             if let Err(e) = result {
+                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+                    closed("header_timeout");
+                }
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             return;
         }
         () = shutdown.cancelled() => "shutdown",
-        () = idle_for(&activity, idle_timeout) => "idle timeout",
+        () = idle_for(&activity, idle_timeout) => {
+            closed("idle_timeout");
+            "idle timeout"
+        }
     };
     tracing::debug!(%peer, why, "closing connection");
     conn.as_mut().graceful_shutdown();

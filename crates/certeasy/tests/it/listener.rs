@@ -199,6 +199,23 @@ async fn slow_header_clients_are_closed_and_normal_clients_are_served_meanwhile(
         closed += 1;
     }
     assert_eq!(closed, 300);
+    // Operators see it: the recorder is shared by the tests of this process, so at least ours.
+    let metrics = reqwest::get(format!("http://{}/metrics", env.admin_addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("certeasy_acme_connections_closed_total{reason=\"header_timeout\"} ")
+        })
+        .unwrap_or_else(|| panic!("no header_timeout counter:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(counted >= 300.0, "{counted} header timeouts counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
