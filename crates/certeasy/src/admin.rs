@@ -2,7 +2,6 @@
 //! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
 //! listener. `certeasy admin ...` is a client of this API.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::OnceLock;
 
@@ -51,7 +50,6 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 pub struct AdminContext {
     pub storage: Storage,
     pub limits: Arc<RateLimits>,
-    pub config_path: Option<PathBuf>,
     pub clock: SharedClock,
     /// Limits, overrides and the listener certificate, as SIGHUP reloads them.
     pub reloader: crate::reload::Reloader,

@@ -201,7 +201,6 @@ pub async fn start(
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         limits: Arc::clone(&limits),
-        config_path: config_path.map(PathBuf::from),
         clock: Arc::clone(&clock),
         reloader: reloader.clone(),
     });
