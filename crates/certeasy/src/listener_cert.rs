@@ -4,7 +4,9 @@
 //! renewed after two thirds of its lifetime; an operator's certificate files are read again on
 //! reload (SIGHUP, `certeasy admin reload`). rustls asks [`ListenerCert`] for the certificate at
 //! every handshake, so a swap reaches every new connection at once, and connections already open
-//! keep the certificate they were made with.
+//! keep the certificate they were made with. The injected clock dates each certificate, but the
+//! wait until renewal is real (tokio) time: clients check the certificate against their own
+//! clocks, so renewal must follow the wall clock even when a test moves a fake one.
 
 use std::net::IpAddr;
 use std::path::Path;
