@@ -3,6 +3,7 @@
 //! `acme-core` types.
 
 mod auth;
+mod client_ip;
 mod handlers;
 mod headers;
 pub mod limits;

@@ -60,7 +60,7 @@ impl RateLimits {
         Self {
             limiter,
             config: RwLock::new(Arc::new(config)),
-            trusted_proxies,
+            trusted_proxies: crate::client_ip::canonical_nets(trusted_proxies),
         }
     }
 
@@ -86,26 +86,9 @@ impl RateLimits {
     }
 
     /// The client address: the peer, or the nearest untrusted hop of `X-Forwarded-For` when the
-    /// peer is a trusted proxy. A client can prepend anything to that header, so it is read from
-    /// the right, skipping trusted proxies.
+    /// peer is a trusted proxy (see [`crate::client_ip`]).
     pub(crate) fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        let trusted = |ip: &IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
-        if !trusted(&peer) {
-            return peer;
-        }
-        let hops: Vec<IpAddr> = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
-            .collect();
-        hops.iter()
-            .rev()
-            .find(|ip| !trusted(ip))
-            .copied()
-            .or_else(|| hops.first().copied())
-            .unwrap_or(peer)
+        crate::client_ip::client_ip(peer, headers, &self.trusted_proxies)
     }
 }
 

@@ -2,7 +2,6 @@
 //! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
 //! listener. `certeasy admin ...` is a client of this API.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::OnceLock;
 
@@ -51,8 +50,9 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 pub struct AdminContext {
     pub storage: Storage,
     pub limits: Arc<RateLimits>,
-    pub config_path: Option<PathBuf>,
     pub clock: SharedClock,
+    /// Limits, overrides and the listener certificate, as SIGHUP reloads them.
+    pub reloader: crate::reload::Reloader,
 }
 
 #[derive(Clone)]
@@ -104,19 +104,19 @@ async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
 }
 
 async fn reload(State(state): State<AdminState>) -> (StatusCode, String) {
-    match crate::serve::reload_limits(&state.ctx.limits, state.ctx.config_path.as_deref()).await {
+    match state.ctx.reloader.reload().await {
         Ok(()) => {
-            tracing::info!("rate limits reloaded");
+            tracing::info!("rate limits, overrides and listener certificate reloaded");
             (
                 StatusCode::OK,
-                "rate limits and overrides reloaded\n".to_owned(),
+                "rate limits, overrides and listener certificate reloaded\n".to_owned(),
             )
         }
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "reload refused; the previous limits stay in force");
+            tracing::error!(error = %format!("{e:#}"), "reload refused");
             (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                format!("reload refused; the previous limits stay in force:\n{e:#}\n"),
+                format!("reload refused:\n{e:#}\n"),
             )
         }
     }

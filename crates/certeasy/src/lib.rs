@@ -3,5 +3,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod listener_cert;
+pub mod reload;
 pub mod serve;
 pub mod tls;

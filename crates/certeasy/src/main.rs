@@ -53,8 +53,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum AdminCommand {
-    /// Reload rate limits and overrides from the configuration file (same as SIGHUP). An invalid
-    /// file is refused and the limits in force stay.
+    /// Reload rate limits and overrides from the configuration file, and the listener's
+    /// certificate files (same as SIGHUP). An invalid file is refused and what is in force stays.
     Reload,
     /// Inspect or reset rate-limit buckets.
     Ratelimit {
@@ -212,8 +212,7 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
         "  Metrics, health:  http://{}/metrics  /healthz  /readyz",
         server.admin_addr
     );
-    let limits = Arc::clone(&server.limits);
-    let reload_path = config_path.clone();
+    let reloader = server.reloader();
     tokio::spawn(async move {
         #[cfg(unix)]
         {
@@ -223,10 +222,12 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
                 return;
             };
             while hangups.recv().await.is_some() {
-                match certeasy::serve::reload_limits(&limits, reload_path.as_deref()).await {
-                    Ok(()) => tracing::info!("SIGHUP: rate limits and overrides reloaded"),
+                match reloader.reload().await {
+                    Ok(()) => tracing::info!(
+                        "SIGHUP: rate limits, overrides and listener certificate reloaded"
+                    ),
                     Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused; the previous limits stay in force")
+                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused")
                     }
                 }
             }

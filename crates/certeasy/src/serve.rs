@@ -1,6 +1,5 @@
 //! `certeasy serve`: builds every part from the configuration and runs the listeners.
 
-use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,9 +18,6 @@ use ratelimits::Overrides;
 use ratelimits::RedisStore;
 use ratelimits::Store;
 use ratelimits::limiter::Limiter;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::PrivateKeyDer;
-use rustls_pki_types::pem::PemObject;
 use storage::Storage;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -37,6 +33,8 @@ use workers::hooks::ZombieHook;
 use workers::settings::WorkerSettings;
 
 use crate::config::Config;
+use crate::listener_cert::ListenerCert;
+use crate::reload::Reloader;
 
 /// A started server: where it listens and how to stop it.
 pub struct RunningServer {
@@ -52,7 +50,7 @@ pub struct RunningServer {
     pub directory_url: String,
     /// The limiter chain, for reloads.
     pub limits: Arc<RateLimits>,
-    config_path: Option<PathBuf>,
+    reloader: Reloader,
     shutdown: CancellationToken,
     workers: Workers,
     tasks: JoinSet<()>,
@@ -72,10 +70,16 @@ impl RunningServer {
         self.workers.shutdown().await;
     }
 
-    /// Re-reads the rate limits and overrides from the configuration file (SIGHUP). On any error
-    /// the limits in force stay, and the error is returned for logging.
+    /// Re-reads the rate limits and overrides from the configuration file, and the operator's
+    /// listener certificate files (SIGHUP). On any error what is in force stays, and the error is
+    /// returned for logging.
     pub async fn reload(&self) -> anyhow::Result<()> {
-        reload_limits(&self.limits, self.config_path.as_deref()).await
+        self.reloader.reload().await
+    }
+
+    /// What SIGHUP and `certeasy admin reload` run.
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// Cancelling this token stops the server.
@@ -107,8 +111,16 @@ pub async fn start(
 
     let ca = Arc::new(load_ca(config, &data_dir, clock.now())?);
 
-    let (chain, key) = listener_identity(config, &ca, clock.now())?;
-    let tls = crate::tls::server_config(chain, key)?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let listener_cert = ListenerCert::load(
+        &config.server,
+        Arc::clone(&ca),
+        Arc::clone(&clock),
+        Arc::clone(&provider),
+    )?;
+    let certificates: Arc<dyn rustls::server::ResolvesServerCert> =
+        Arc::<ListenerCert>::clone(&listener_cert);
+    let tls = crate::tls::server_config(provider, certificates)?;
 
     let limits = Arc::new(build_limits(config, &clock)?);
 
@@ -177,13 +189,20 @@ pub async fn start(
         acme_listener,
         tls,
         router,
+        crate::tls::ListenerLimits::from_config(&config.server),
         shutdown.clone(),
     ));
+    tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
+    let reloader = Reloader::new(
+        Arc::clone(&limits),
+        listener_cert,
+        config_path.map(PathBuf::from),
+    );
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         limits: Arc::clone(&limits),
-        config_path: config_path.map(PathBuf::from),
         clock: Arc::clone(&clock),
+        reloader: reloader.clone(),
     });
     if let Some(handle) = crate::admin::prometheus() {
         // Histogram samples wait in the recorder until upkeep folds them into buckets. A scrape
@@ -216,7 +235,7 @@ pub async fn start(
         root_path: ca.root_path().map(PathBuf::from),
         directory_url,
         limits,
-        config_path: config_path.map(PathBuf::from),
+        reloader,
         shutdown,
         workers,
         tasks,
@@ -258,35 +277,6 @@ fn load_ca(
         existing,
     };
     Ca::load_or_create(&settings, now).context("loading or creating the CA")
-}
-
-fn listener_identity(
-    config: &Config,
-    ca: &Ca,
-    now: time::OffsetDateTime,
-) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
-    let s = &config.server;
-    if let (Some(cert_path), Some(key_path)) = (&s.tls_certificate, &s.tls_private_key) {
-        let chain = CertificateDer::pem_file_iter(cert_path)
-            .with_context(|| format!("reading server.tls-certificate {}", cert_path.display()))?
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("parsing server.tls-certificate {}", cert_path.display()))?;
-        let key = PrivateKeyDer::from_pem_file(key_path)
-            .with_context(|| format!("reading server.tls-private-key {}", key_path.display()))?;
-        return Ok((chain, key));
-    }
-    let mut names = Vec::new();
-    let mut ips = Vec::new();
-    for n in &s.tls_names {
-        match n.parse::<IpAddr>() {
-            Ok(ip) => ips.push(ip),
-            Err(_) => names.push(n.clone()),
-        }
-    }
-    let identity = ca
-        .issue_server_tls(&names, &ips, now, time::Duration::days(30))
-        .context("issuing the listener's TLS certificate")?;
-    Ok((identity.cert_chain, PrivateKeyDer::Pkcs8(identity.key)))
 }
 
 fn validation_settings(config: &Config) -> ValidationSettings {

@@ -173,6 +173,30 @@ pub struct ServerConfig {
     /// IPv6 clients are keyed by this prefix in per-IP limits, since one host usually owns a
     /// whole /64 and could otherwise rotate addresses to escape its bucket.
     pub ipv6_prefix_length: u8,
+    /// Lifetime of the self-issued listener certificate; it is renewed after two thirds of it,
+    /// so a server that runs for years never serves an expired certificate.
+    pub tls_certificate_lifetime: ConfigDuration,
+    /// A client that has not finished its TLS handshake by then is dropped, so silent
+    /// connections cannot hold connection slots.
+    pub tls_handshake_timeout: ConfigDuration,
+    /// An HTTP/1.1 client must send a complete request head within this time, counted from when
+    /// the connection waits for a request; this is what ends slow-header ("slowloris") clients
+    /// and idle HTTP/1.1 keep-alive connections.
+    pub header_read_timeout: ConfigDuration,
+    /// A connection with no request in flight for this long is closed gracefully (mostly for
+    /// HTTP/2, whose connections have no header timer).
+    pub idle_timeout: ConfigDuration,
+    /// Connections served at once; further clients wait in the kernel's accept queue until a
+    /// slot frees, which the timeouts above guarantee happens.
+    pub max_connections: usize,
+    /// Streams one HTTP/2 connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 PING interval, so dead peers are noticed and their slots freed.
+    pub http2_keep_alive_interval: ConfigDuration,
+    /// An HTTP/2 connection whose PING is not answered within this time is closed.
+    pub http2_keep_alive_timeout: ConfigDuration,
+    /// Largest decoded header list of one HTTP/2 request, in bytes.
+    pub http2_max_header_list_size: u32,
 }
 
 impl Default for ServerConfig {
@@ -192,6 +216,15 @@ impl Default for ServerConfig {
             max_body_bytes: 65_536,
             request_timeout: ConfigDuration::from_secs(30),
             ipv6_prefix_length: 64,
+            tls_certificate_lifetime: ConfigDuration::from_secs(30 * 86_400),
+            tls_handshake_timeout: ConfigDuration::from_secs(10),
+            header_read_timeout: ConfigDuration::from_secs(10),
+            idle_timeout: ConfigDuration::from_secs(60),
+            max_connections: 4096,
+            http2_max_concurrent_streams: 100,
+            http2_keep_alive_interval: ConfigDuration::from_secs(30),
+            http2_keep_alive_timeout: ConfigDuration::from_secs(20),
+            http2_max_header_list_size: 16_384,
         }
     }
 }

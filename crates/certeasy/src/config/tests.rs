@@ -552,3 +552,54 @@ fn deny_target_cidrs_parse_strictly_and_reach_the_validator() {
         problem.message
     );
 }
+
+#[test]
+fn listener_limits_are_checked() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "server:\n  tls-certificate-lifetime: 0s\n",
+            "server.tls-certificate-lifetime",
+        ),
+        (
+            "server:\n  tls-handshake-timeout: 0s\n",
+            "server.tls-handshake-timeout",
+        ),
+        (
+            "server:\n  header-read-timeout: 0s\n",
+            "server.header-read-timeout",
+        ),
+        ("server:\n  idle-timeout: 0s\n", "server.idle-timeout"),
+        ("server:\n  max-connections: 0\n", "server.max-connections"),
+        (
+            "server:\n  http2-max-concurrent-streams: 0\n",
+            "server.http2-max-concurrent-streams",
+        ),
+        (
+            "server:\n  http2-keep-alive-interval: 0s\n",
+            "server.http2-keep-alive-interval",
+        ),
+        (
+            "server:\n  http2-keep-alive-timeout: 0s\n",
+            "server.http2-keep-alive-timeout",
+        ),
+        (
+            "server:\n  http2-max-header-list-size: 100\n",
+            "server.http2-max-header-list-size",
+        ),
+    ];
+    for (text, path) in cases {
+        let problem = only_problem(text);
+        assert_eq!(problem.key_path, *path, "{text}");
+        assert!(problem.line.is_some(), "{problem}");
+    }
+    let config = from_str(
+        "server:\n  tls-certificate-lifetime: 5s\n  max-connections: 1\n",
+        "certeasy.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        config.server.tls_certificate_lifetime,
+        ConfigDuration::from_secs(5)
+    );
+    assert_eq!(config.server.max_connections, 1);
+}

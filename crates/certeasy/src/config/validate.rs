@@ -191,12 +191,50 @@ impl Checker {
             );
         }
         self.positive_duration("server.request-timeout", server.request_timeout);
+        self.listener_limits(server);
         if !(1..=128).contains(&server.ipv6_prefix_length) {
             self.fail(
                 "server.ipv6-prefix-length",
                 format!(
                     "{} is not a prefix length between 1 and 128",
                     server.ipv6_prefix_length
+                ),
+            );
+        }
+    }
+
+    /// The connection limits of the ACME listener (see `tls.rs`).
+    fn listener_limits(&mut self, server: &super::model::ServerConfig) {
+        for (path, value) in [
+            (
+                "server.tls-certificate-lifetime",
+                server.tls_certificate_lifetime,
+            ),
+            ("server.tls-handshake-timeout", server.tls_handshake_timeout),
+            ("server.header-read-timeout", server.header_read_timeout),
+            ("server.idle-timeout", server.idle_timeout),
+            (
+                "server.http2-keep-alive-interval",
+                server.http2_keep_alive_interval,
+            ),
+            (
+                "server.http2-keep-alive-timeout",
+                server.http2_keep_alive_timeout,
+            ),
+        ] {
+            self.positive_duration(path, value);
+        }
+        self.at_least_one("server.max-connections", server.max_connections as u64);
+        self.at_least_one(
+            "server.http2-max-concurrent-streams",
+            u64::from(server.http2_max_concurrent_streams),
+        );
+        if server.http2_max_header_list_size < 1024 {
+            self.fail(
+                "server.http2-max-header-list-size",
+                format!(
+                    "{} is too small: at least 1024 bytes",
+                    server.http2_max_header_list_size
                 ),
             );
         }

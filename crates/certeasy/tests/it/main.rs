@@ -10,6 +10,7 @@ mod e2e_lego;
 mod flow;
 mod harness;
 mod hostile;
+mod listener;
 mod ratelimit;
 mod raw;
 mod restart;

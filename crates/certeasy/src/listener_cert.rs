@@ -1,0 +1,234 @@
+//! The ACME listener's certificate, swapped while the server runs.
+//!
+//! A server lives for years and its self-issued certificate for weeks, so the certificate is
+//! renewed after two thirds of its lifetime; an operator's certificate files are read again on
+//! reload (SIGHUP, `certeasy admin reload`). rustls asks [`ListenerCert`] for the certificate at
+//! every handshake, so a swap reaches every new connection at once, and connections already open
+//! keep the certificate they were made with. The injected clock dates each certificate, but the
+//! wait until renewal is real (tokio) time: clients check the certificate against their own
+//! clocks, so renewal must follow the wall clock even when a test moves a fake one.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use acme_core::clock::SharedClock;
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use issuance::Ca;
+use rustls::crypto::CryptoProvider;
+use rustls::server::ClientHello;
+use rustls::server::ResolvesServerCert;
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::PrivateKeyDer;
+use rustls_pki_types::pem::PemObject;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServerConfig;
+
+/// Shortest wait between two renewals, so a certificate cut short by the CA's own expiry cannot
+/// make renewal spin.
+const MIN_RENEWAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Longest wait before a failed renewal is tried again.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// Where the certificate comes from.
+enum Source {
+    /// Issued by our own CA for `server.tls-names`, renewed in the background.
+    SelfIssued {
+        ca: Arc<Ca>,
+        names: Vec<String>,
+        ips: Vec<IpAddr>,
+        lifetime: time::Duration,
+        clock: SharedClock,
+    },
+    /// `server.tls-certificate` and `server.tls-private-key`, read again on reload.
+    Files {
+        certificate: PathBuf,
+        private_key: PathBuf,
+    },
+}
+
+/// The certificate rustls serves, and how to replace it.
+pub struct ListenerCert {
+    current: ArcSwap<CertifiedKey>,
+    source: Source,
+    provider: Arc<CryptoProvider>,
+    /// How long the first self-issued certificate is served before it is renewed.
+    first_renewal: Option<Duration>,
+}
+
+impl std::fmt::Debug for ListenerCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            Source::SelfIssued { .. } => "self-issued".to_owned(),
+            Source::Files { certificate, .. } => certificate.display().to_string(),
+        };
+        f.debug_struct("ListenerCert")
+            .field("source", &source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for ListenerCert {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+impl ListenerCert {
+    /// The operator's files when `server.tls-certificate` is set, else a certificate from `ca`.
+    pub fn load(
+        server: &ServerConfig,
+        ca: Arc<Ca>,
+        clock: SharedClock,
+        provider: Arc<CryptoProvider>,
+    ) -> anyhow::Result<Arc<Self>> {
+        if let (Some(certificate), Some(private_key)) =
+            (&server.tls_certificate, &server.tls_private_key)
+        {
+            let key = read_files(certificate, private_key, &provider)?;
+            return Ok(Arc::new(Self {
+                current: ArcSwap::from_pointee(key),
+                source: Source::Files {
+                    certificate: certificate.clone(),
+                    private_key: private_key.clone(),
+                },
+                provider,
+                first_renewal: None,
+            }));
+        }
+        let mut names = Vec::new();
+        let mut ips = Vec::new();
+        for n in &server.tls_names {
+            match n.parse::<IpAddr>() {
+                Ok(ip) => ips.push(ip),
+                Err(_) => names.push(n.clone()),
+            }
+        }
+        let source = Source::SelfIssued {
+            ca,
+            names,
+            ips,
+            lifetime: server.tls_certificate_lifetime.time(),
+            clock,
+        };
+        let (key, renew_in) = issue(&source, &provider)?;
+        Ok(Arc::new(Self {
+            current: ArcSwap::from_pointee(key),
+            source,
+            provider,
+            first_renewal: Some(renew_in),
+        }))
+    }
+
+    /// Reads the operator's files again and serves them to new connections. On any error the
+    /// certificate in use stays. A self-issued certificate renews itself; this leaves it alone.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let Source::Files {
+            certificate,
+            private_key,
+        } = &self.source
+        else {
+            return Ok(());
+        };
+        let key = read_files(certificate, private_key, &self.provider)?;
+        self.current.store(Arc::new(key));
+        tracing::info!(certificate = %certificate.display(), "listener certificate reloaded");
+        Ok(())
+    }
+
+    /// Renews a self-issued certificate after two thirds of its lifetime, again and again, until
+    /// `shutdown`. Returns at once for an operator's certificate.
+    pub async fn renew_until(self: Arc<Self>, shutdown: CancellationToken) {
+        let (Some(mut wait), Source::SelfIssued { lifetime, .. }) =
+            (self.first_renewal, &self.source)
+        else {
+            return;
+        };
+        let retry =
+            Duration::try_from(*lifetime / 3_i32).map_or(MAX_RETRY_WAIT, |d| d.min(MAX_RETRY_WAIT));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.cancelled() => return,
+            }
+            match issue(&self.source, &self.provider) {
+                Ok((key, renew_in)) => {
+                    self.current.store(Arc::new(key));
+                    tracing::info!(
+                        next_renewal_in = ?renew_in,
+                        "listener certificate renewed"
+                    );
+                    wait = renew_in;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %format!("{e:#}"),
+                        retry_in = ?retry,
+                        "renewing the listener certificate failed; the current one stays"
+                    );
+                    wait = retry.max(MIN_RENEWAL_WAIT);
+                }
+            }
+        }
+    }
+}
+
+/// A fresh certificate from our CA, and how long to serve it before renewing.
+fn issue(source: &Source, provider: &CryptoProvider) -> anyhow::Result<(CertifiedKey, Duration)> {
+    let Source::SelfIssued {
+        ca,
+        names,
+        ips,
+        lifetime,
+        clock,
+    } = source
+    else {
+        anyhow::bail!("the listener certificate is the operator's, not ours to issue");
+    };
+    let now = clock.now();
+    let identity = ca
+        .issue_server_tls(names, ips, now, *lifetime)
+        .context("issuing the listener's TLS certificate")?;
+    // Renewal is timed from now, not from notBefore, which is backdated for clock skew.
+    let valid_for = Duration::try_from(identity.not_after - now).unwrap_or(Duration::ZERO);
+    let key = CertifiedKey::from_der(
+        identity.cert_chain,
+        PrivateKeyDer::Pkcs8(identity.key),
+        provider,
+    )
+    .context("loading the listener's TLS key")?;
+    Ok((key, (valid_for * 2 / 3).max(MIN_RENEWAL_WAIT)))
+}
+
+/// The operator's chain and key, checked to belong together.
+fn read_files(
+    certificate: &Path,
+    private_key: &Path,
+    provider: &CryptoProvider,
+) -> anyhow::Result<CertifiedKey> {
+    let chain = CertificateDer::pem_file_iter(certificate)
+        .with_context(|| format!("reading server.tls-certificate {}", certificate.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing server.tls-certificate {}", certificate.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!(
+            "server.tls-certificate {} holds no PEM certificate",
+            certificate.display()
+        );
+    }
+    let key = PrivateKeyDer::from_pem_file(private_key)
+        .with_context(|| format!("reading server.tls-private-key {}", private_key.display()))?;
+    CertifiedKey::from_der(chain, key, provider).with_context(|| {
+        format!(
+            "server.tls-private-key {} does not fit server.tls-certificate {}",
+            private_key.display(),
+            certificate.display()
+        )
+    })
+}
