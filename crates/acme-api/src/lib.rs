@@ -6,6 +6,7 @@ mod auth;
 mod handlers;
 mod headers;
 pub mod limits;
+mod methods;
 pub mod nonce;
 mod problem;
 mod response;

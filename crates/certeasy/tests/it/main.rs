@@ -13,4 +13,5 @@ mod hostile;
 mod ratelimit;
 mod raw;
 mod restart;
+mod rfc_answers;
 mod zombie;
