@@ -11,8 +11,9 @@ use axum::response::Response;
 
 use crate::problem::ApiError;
 
-/// Turns the router's bare 405 into a problem document, keeping the `Allow` it computed. Runs
-/// inside `acme_headers`, so the answer also carries a fresh nonce.
+/// Turns the router's bare 405 into a problem document. The router sets `Allow` on the way out
+/// (only when the response has none yet), and this runs inside `acme_headers`, so the answer
+/// also carries a fresh nonce.
 pub(crate) async fn method_not_allowed(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let response = next.run(request).await;
@@ -21,11 +22,5 @@ pub(crate) async fn method_not_allowed(request: Request, next: Next) -> Response
     {
         return response;
     }
-    let allow = response
-        .headers()
-        .get(header::ALLOW)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("POST")
-        .to_owned();
-    ApiError::method_not_allowed(method.as_str(), &allow).into_response()
+    ApiError::method_not_allowed(method.as_str()).into_response()
 }

@@ -86,18 +86,14 @@ impl ApiError {
     }
 
     /// A wrong HTTP method on an ACME resource (RFC 8555 §6.3: resources other than the directory
-    /// and newNonce are read with POST-as-GET). `allow` is the `Allow` header the router computed.
-    pub(crate) fn method_not_allowed(method: &str, allow: &str) -> Self {
-        let detail = if allow.split(',').map(str::trim).any(|m| m == "POST") && method == "GET" {
-            format!(
-                "this resource is read with POST-as-GET (RFC 8555 §6.3), not GET; allowed methods: {allow}"
-            )
+    /// and newNonce are read with POST-as-GET). The router adds the `Allow` header it computed.
+    pub(crate) fn method_not_allowed(method: &str) -> Self {
+        let detail = if method == "GET" {
+            "GET is not allowed here: ACME resources other than the directory and newNonce are read with POST-as-GET (RFC 8555 §6.3); see the Allow header".to_owned()
         } else {
-            format!("method {method} is not allowed here; allowed methods: {allow}")
+            format!("method {method} is not allowed here; see the Allow header")
         };
-        Self::malformed(detail)
-            .with_status(StatusCode::METHOD_NOT_ALLOWED)
-            .with_header(header::ALLOW, allow)
+        Self::malformed(detail).with_status(StatusCode::METHOD_NOT_ALLOWED)
     }
 
     /// An internal failure: logged in full, answered without internals.

@@ -55,7 +55,7 @@ fn assert_problem(r: &Reply, status: u16, kind: &str, what: &str) {
     );
 }
 
-async fn wait_for_status(raw: &Raw, url: &str, want: &str, env: &TestEnv) -> Value {
+async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
     for _ in 0..300 {
         let r = raw.post(url, None).await;
         if r.body["status"] == want {
@@ -86,7 +86,7 @@ async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
         .post(ch["url"].as_str().unwrap(), Some(&json!({})))
         .await;
     assert_eq!(started.status, 200, "{started:?}");
-    let body = wait_for_status(raw, &order_url, "ready", env).await;
+    let body = wait_for_status(raw, &order_url, "ready").await;
     (order_url, body)
 }
 
@@ -128,7 +128,7 @@ async fn a_deactivated_account_is_unauthorized_everywhere(db: Db) {
         .post(&finalize, Some(&json!({"csr": csr(&[&name], &cert_key)})))
         .await;
     assert_eq!(r.status, 200, "{r:?}");
-    let order = wait_for_status(&raw, &order_url, "valid", &env).await;
+    let order = wait_for_status(&raw, &order_url, "valid").await;
     let cert_url = order["certificate"].as_str().unwrap().to_owned();
     let authz = raw.post(&authz_url, None).await;
     let chall_url = authz.body["challenges"][0]["url"]
@@ -519,7 +519,7 @@ async fn unacceptable_csr_keys_and_account_keys_are_bad_csrs() {
         .post(&finalize, Some(&json!({"csr": csr(&[&name], &good)})))
         .await;
     assert_eq!(r.status, 200, "{r:?}");
-    wait_for_status(&raw, &order_url, "valid", &env).await;
+    wait_for_status(&raw, &order_url, "valid").await;
 }
 
 // ---- §7.1.6: valid authorizations expire, and orders with them ----
