@@ -316,7 +316,10 @@ pub(crate) async fn begin_finalize(
         .fetch_all(&mut *tx)
         .await?;
         for authz in authz_ids {
-            state::expire_authz(&mut tx, acme_core::ids::AuthzId(authz), now_s).await?;
+            let authz = acme_core::ids::AuthzId(authz);
+            // Orders before the authorization, as every other path takes them.
+            state::lock_orders_holding(&mut tx, s.backend, authz).await?;
+            state::expire_authz(&mut tx, authz, now_s).await?;
         }
         state::expire_order(&mut tx, id, now_s).await?;
     }
