@@ -169,13 +169,12 @@ pub(crate) async fn authenticate(
             ApiError::new(ProblemType::BadNonce, detail)
         })?;
 
+    // The one place every kid-signed request passes (RFC 8555 §7.3.6): checked after the
+    // signature, so only the key holder learns the account's status.
     if let Some(account) = &account
         && account.status != AccountStatus::Valid
     {
-        return Err(ApiError::unauthorized(format!(
-            "the account is {}",
-            account.status.as_str()
-        )));
+        return Err(ApiError::account_not_valid(account.status));
     }
     Ok(Authenticated { jws, account, jwk })
 }

@@ -7,6 +7,7 @@ mod client_ip;
 mod handlers;
 mod headers;
 pub mod limits;
+mod methods;
 pub mod nonce;
 mod problem;
 mod response;

@@ -23,6 +23,9 @@ pub(crate) struct ApiErrorParts {
     pub(crate) headers: Vec<(header::HeaderName, HeaderValue)>,
     /// The binding limit, for `RateLimit` headers on 429s.
     pub(crate) rate_limit: Option<crate::limits::RateLimitInfo>,
+    /// The `alg` values this server verifies, sent with `badSignatureAlgorithm` (RFC 8555 §6.2)
+    /// so a client can pick another one without guessing.
+    pub(crate) algorithms: Option<Vec<&'static str>>,
 }
 
 impl ApiError {
@@ -33,6 +36,7 @@ impl ApiError {
             problem,
             headers: Vec::new(),
             rate_limit: None,
+            algorithms: None,
         }))
     }
 
@@ -42,6 +46,7 @@ impl ApiError {
             problem,
             headers: Vec::new(),
             rate_limit: None,
+            algorithms: None,
         }))
     }
 
@@ -68,6 +73,27 @@ impl ApiError {
 
     pub(crate) fn unauthorized(detail: impl Into<String>) -> Self {
         Self::new(ProblemType::Unauthorized, detail)
+    }
+
+    /// A request signed by a deactivated (or revoked) account: 401 `unauthorized`, as RFC 8555
+    /// §7.3.6 prescribes, whatever the endpoint.
+    pub(crate) fn account_not_valid(status: acme_core::status::AccountStatus) -> Self {
+        Self::unauthorized(format!(
+            "the account is {}; it can no longer be used",
+            status.as_str()
+        ))
+        .with_status(StatusCode::UNAUTHORIZED)
+    }
+
+    /// A wrong HTTP method on an ACME resource (RFC 8555 §6.3: resources other than the directory
+    /// and newNonce are read with POST-as-GET). The router adds the `Allow` header it computed.
+    pub(crate) fn method_not_allowed(method: &str) -> Self {
+        let detail = if method == "GET" {
+            "GET is not allowed here: ACME resources other than the directory and newNonce are read with POST-as-GET (RFC 8555 §6.3); see the Allow header".to_owned()
+        } else {
+            format!("method {method} is not allowed here; see the Allow header")
+        };
+        Self::malformed(detail).with_status(StatusCode::METHOD_NOT_ALLOWED)
     }
 
     /// An internal failure: logged in full, answered without internals.
@@ -128,7 +154,10 @@ impl std::ops::DerefMut for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let parts = *self.0;
-        let body = wire::problem_json(&parts.problem, parts.status.as_u16());
+        let mut body = wire::problem_json(&parts.problem, parts.status.as_u16());
+        if let Some(algorithms) = &parts.algorithms {
+            body["algorithms"] = serde_json::json!(algorithms);
+        }
         let mut response = (parts.status, body.to_string()).into_response();
         let headers = response.headers_mut();
         headers.insert(
@@ -175,7 +204,16 @@ impl From<acme_jose::Error> for ApiError {
             E::BadPublicKey(_) => ProblemType::BadPublicKey,
             _ => ProblemType::Malformed,
         };
-        Self::new(kind, e.to_string())
+        let mut error = Self::new(kind, e.to_string());
+        if kind == ProblemType::BadSignatureAlgorithm {
+            error.algorithms = Some(
+                acme_jose::Algorithm::ALL
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect(),
+            );
+        }
+        error
     }
 }
 
@@ -184,7 +222,6 @@ impl From<issuance::Error> for ApiError {
         use issuance::Error as E;
         match e {
             E::BadCsr(d) => Self::new(ProblemType::BadCsr, d),
-            E::BadPublicKey(d) => Self::new(ProblemType::BadPublicKey, d),
             other => Self::internal("issuance failed", &other),
         }
     }

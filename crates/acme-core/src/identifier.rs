@@ -254,7 +254,12 @@ pub fn canonical_set_hash(identifiers: &[Identifier]) -> String {
 /// The operator's allow/deny list of domains and CIDRs.
 ///
 /// A deny entry always wins. When any allow entry of a kind exists, identifiers of that kind must
-/// match one. A domain entry matches the domain itself and every name below it.
+/// match one. A domain entry matches the domain itself and every name below it. A wildcard
+/// `*.example.com` is refused when example.com is denied or lies below a denied domain, and also
+/// when any denied domain lies below example.com: a certificate for the wildcard would be valid
+/// for `secret.example.com` even though that name could never be ordered on its own. (A denied
+/// `a.b.example.com` refuses `*.example.com` too, although the wildcard does not cover it: the
+/// operator's intent "nothing under there" is kept rather than reasoning about label depth.)
 #[derive(Debug, Clone, Default)]
 pub struct IdentifierPolicy {
     /// Domains that may be issued for (empty: any).
@@ -274,9 +279,16 @@ impl IdentifierPolicy {
         match id.kind() {
             IdentifierKind::Dns => {
                 let name = id.base_name();
-                if self.deny_domains.iter().any(|d| domain_matches(name, d)) {
+                if self
+                    .deny_domains
+                    .iter()
+                    .any(|d| domain_matches(name, d) || (id.is_wildcard() && below(d, name)))
+                {
                     return Err(forbidden());
                 }
+                // A wildcard's base name must itself be allowed: `*.example.com` covers every
+                // name one label below example.com, which an allow entry `www.example.com`
+                // does not.
                 if !self.allow_domains.is_empty()
                     && !self.allow_domains.iter().any(|d| domain_matches(name, d))
                 {
@@ -297,6 +309,14 @@ impl IdentifierPolicy {
         }
         Ok(())
     }
+}
+
+/// True when the policy entry `domain` lies strictly below `name`.
+fn below(domain: &str, name: &str) -> bool {
+    let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+    domain
+        .strip_suffix(name)
+        .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
 }
 
 fn domain_matches(name: &str, domain: &str) -> bool {
@@ -396,7 +416,7 @@ mod tests {
         );
         assert!(
             policy
-                .check(&Identifier::dns("*.example.com").unwrap())
+                .check(&Identifier::dns("*.other.example.com").unwrap())
                 .is_ok()
         );
         assert!(
@@ -417,5 +437,67 @@ mod tests {
         assert!(policy.check(&Identifier::ip("10.1.2.3").unwrap()).is_ok());
         assert!(policy.check(&Identifier::ip("10.9.2.3").unwrap()).is_err());
         assert!(policy.check(&Identifier::ip("192.0.2.1").unwrap()).is_err());
+    }
+
+    fn allowed(policy: &IdentifierPolicy, name: &str) -> bool {
+        policy.check(&Identifier::dns(name).unwrap()).is_ok()
+    }
+
+    fn deny(domains: &[&str]) -> IdentifierPolicy {
+        IdentifierPolicy {
+            deny_domains: domains.iter().map(|d| (*d).to_owned()).collect(),
+            ..IdentifierPolicy::default()
+        }
+    }
+
+    #[test]
+    fn a_wildcard_cannot_cover_a_denied_name() {
+        // The denied name lies under the wildcard's base: the wildcard would cover it.
+        let policy = deny(&["secret.example.com"]);
+        assert!(!allowed(&policy, "secret.example.com"));
+        assert!(!allowed(&policy, "*.secret.example.com"));
+        assert!(!allowed(&policy, "*.example.com"));
+        assert!(!allowed(&policy, "*.EXAMPLE.com"));
+        assert!(allowed(&policy, "www.example.com"));
+        assert!(allowed(&policy, "example.com"));
+        assert!(allowed(&policy, "*.www.example.com"));
+        assert!(allowed(&policy, "*.notsecret.example.com"));
+        // Deeper below the base counts too (see the type's documentation).
+        assert!(!allowed(&deny(&["a.b.example.com"]), "*.example.com"));
+        // Denying the base itself, or a parent of it.
+        for entry in ["example.com", "Example.COM.", "com"] {
+            let policy = deny(&[entry]);
+            assert!(!allowed(&policy, "*.example.com"), "{entry}");
+            assert!(!allowed(&policy, "example.com"), "{entry}");
+        }
+        // A sibling whose name merely ends in the same letters is unrelated.
+        let policy = deny(&["notexample.com"]);
+        assert!(allowed(&policy, "*.example.com"));
+        let policy = deny(&["secret.example.com"]);
+        assert!(allowed(&policy, "*.ample.com"));
+    }
+
+    #[test]
+    fn a_wildcard_needs_its_base_name_allowed() {
+        let policy = IdentifierPolicy {
+            allow_domains: vec!["www.example.com".into(), "example.org".into()],
+            ..IdentifierPolicy::default()
+        };
+        // `*.example.com` would also cover names outside www.example.com.
+        assert!(!allowed(&policy, "*.example.com"));
+        assert!(allowed(&policy, "*.www.example.com"));
+        assert!(allowed(&policy, "www.example.com"));
+        assert!(allowed(&policy, "*.example.org"));
+        assert!(allowed(&policy, "*.a.example.org"));
+        assert!(!allowed(&policy, "*.other.org"));
+        // Allowed and denied at once: the deny below the base wins for the wildcard.
+        let policy = IdentifierPolicy {
+            allow_domains: vec!["example.org".into()],
+            deny_domains: vec!["secret.example.org".into()],
+            ..IdentifierPolicy::default()
+        };
+        assert!(!allowed(&policy, "*.example.org"));
+        assert!(allowed(&policy, "www.example.org"));
+        assert!(allowed(&policy, "*.www.example.org"));
     }
 }

@@ -107,7 +107,8 @@ pub async fn start(
     let database_url = config.database_url();
     let storage = Storage::connect(&database_url)
         .await
-        .with_context(|| format!("opening the database {}", redact(&database_url)))?;
+        .with_context(|| format!("opening the database {}", redact(&database_url)))?
+        .with_valid_authorization_lifetime(config.acme.valid_authorization_lifetime.time());
 
     let ca = Arc::new(load_ca(config, &data_dir, clock.now())?);
 
@@ -315,7 +316,6 @@ fn api_settings(config: &Config) -> ApiSettings {
         caa_identities: a.caa_identities.clone(),
         order_lifetime: a.order_lifetime.time(),
         authorization_lifetime: a.authorization_lifetime.time(),
-        valid_authorization_lifetime: a.valid_authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,
         orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
         max_identifiers_per_order: a.max_identifiers_per_order,

@@ -59,7 +59,8 @@ impl CheckedCsr {
 /// Parses `der` and checks it against the order's `identifiers` (RFC 8555 §7.4).
 ///
 /// The signature must verify with the CSR's own key; the key must be RSA 2048/3072/4096 or
-/// ECDSA P-256/P-384 (otherwise [`Error::BadPublicKey`]); the SAN dNSName and iPAddress entries
+/// ECDSA P-256/P-384 with an odd exponent of at least 65537 for RSA (otherwise [`Error::BadCsr`]:
+/// RFC 8555 keeps `badPublicKey` for JWS keys, and a CSR's key is part of the CSR); the SAN dNSName and iPAddress entries
 /// plus the subject common name (which must be one of them) must be exactly the identifiers:
 /// both missing and extra names are refused with [`Error::BadCsr`], naming them.
 pub fn check_csr(der: &[u8], identifiers: &[Identifier]) -> Result<CheckedCsr, Error> {
@@ -85,9 +86,8 @@ pub fn check_csr(der: &[u8], identifiers: &[Identifier]) -> Result<CheckedCsr, E
     })?;
     let requested = requested_names(&csr)?;
     compare_names(&requested, identifiers)?;
-    let key = rcgen::SubjectPublicKeyInfo::from_der(spki.raw).map_err(|e| {
-        Error::BadPublicKey(format!("the CSR's public key cannot be certified: {e}"))
-    })?;
+    let key = rcgen::SubjectPublicKeyInfo::from_der(spki.raw)
+        .map_err(|e| Error::BadCsr(format!("the CSR's public key cannot be certified: {e}")))?;
     Ok(CheckedCsr {
         spki_der: spki.raw.to_vec(),
         key,
@@ -100,19 +100,19 @@ fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<SubjectKeyKind, E
     let alg = &spki.algorithm.algorithm;
     if *alg == OID_PKCS1_RSAENCRYPTION {
         let Ok(PublicKey::RSA(rsa)) = spki.parsed() else {
-            return Err(Error::BadPublicKey(
+            return Err(Error::BadCsr(
                 "the RSA public key cannot be parsed".to_owned(),
             ));
         };
         let bits = bit_length(rsa.modulus);
         if !RSA_SIZES.contains(&bits) {
-            return Err(Error::BadPublicKey(format!(
+            return Err(Error::BadCsr(format!(
                 "RSA keys must be 2048, 3072 or 4096 bits; this one has {bits}"
             )));
         }
         let exponent = rsa.try_exponent().unwrap_or(0);
         if exponent < 65537 || exponent % 2 == 0 {
-            return Err(Error::BadPublicKey(
+            return Err(Error::BadCsr(
                 "the RSA public exponent must be odd and at least 65537".to_owned(),
             ));
         }
@@ -132,20 +132,20 @@ fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<SubjectKeyKind, E
                 if point.len() == 1 + 2 * coordinate && point[0] == 0x04 {
                     Ok(SubjectKeyKind::Ecdsa)
                 } else {
-                    Err(Error::BadPublicKey(
+                    Err(Error::BadCsr(
                         "the EC public key must be an uncompressed point".to_owned(),
                     ))
                 }
             }
-            Some(c) => Err(Error::BadPublicKey(format!(
+            Some(c) => Err(Error::BadCsr(format!(
                 "EC keys must be on P-256 or P-384; curve {c} is not accepted"
             ))),
-            None => Err(Error::BadPublicKey(
+            None => Err(Error::BadCsr(
                 "the EC key does not name its curve".to_owned(),
             )),
         };
     }
-    Err(Error::BadPublicKey(format!(
+    Err(Error::BadCsr(format!(
         "key algorithm {alg} is not accepted; use RSA (2048, 3072, 4096 bits) or ECDSA (P-256, P-384)"
     )))
 }

@@ -4,16 +4,15 @@ use std::path::PathBuf;
 
 /// Why a CA could not be loaded or a certificate, CSR or CRL could not be handled.
 ///
-/// `BadCsr` and `BadPublicKey` are the client's fault and map to the ACME problem types of the
-/// same names; everything else is the operator's or the server's.
+/// `BadCsr` is the client's fault and maps to the ACME problem type of the same name (an
+/// unacceptable CSR key included: `badPublicKey` is for JWS keys); everything else is the
+/// operator's or the server's.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The CSR is malformed, badly signed, or names the wrong identifiers.
+    /// The CSR is malformed, badly signed, names the wrong identifiers, or holds a key of a type
+    /// or size this CA does not certify.
     #[error("{0}")]
     BadCsr(String),
-    /// The CSR's public key is of a type or size this CA does not certify.
-    #[error("{0}")]
-    BadPublicKey(String),
     /// A CA file could not be read or written.
     #[error("{path}: {source}")]
     Io {

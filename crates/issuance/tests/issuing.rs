@@ -298,18 +298,32 @@ fn a_broken_signature_is_refused() {
 }
 
 #[test]
-fn unsupported_keys_are_refused() {
+fn unsupported_keys_are_bad_csrs() {
     let order = ids(&["a.example.com"]);
     for (alg, what) in [
         (&rcgen::PKCS_ECDSA_P521_SHA512, "curve"),
         (&rcgen::PKCS_ED25519, "key algorithm"),
     ] {
         let der = csr(alg, &["a.example.com"]);
-        match check_csr(&der, &order) {
-            Err(Error::BadPublicKey(detail)) => assert!(detail.contains(what), "{detail}"),
-            other => panic!("expected BadPublicKey, got {other:?}"),
-        }
+        let detail = bad_csr_detail(check_csr(&der, &order));
+        assert!(detail.contains(what), "{detail}");
     }
+    // RSA keys the CA refuses: too small, and a public exponent of 3. The key is checked before
+    // the signature, so a CSR carrying such a key with a dummy signature is enough.
+    for (bits, exponent, what) in [
+        (1024, 65537, "1024"),
+        (2048, 3, "exponent"),
+        (2048, 65536 + 1024, "exponent"),
+    ] {
+        let der = common::rsa_csr_with_fake_signature(bits, exponent, "a.example.com");
+        let detail = bad_csr_detail(check_csr(&der, &order));
+        assert!(detail.contains(what), "{bits}/{exponent}: {detail}");
+    }
+    // The same construction with an acceptable key is refused only for its dummy signature, so
+    // the refusals above are about the key.
+    let der = common::rsa_csr_with_fake_signature(2048, 65537, "a.example.com");
+    let detail = bad_csr_detail(check_csr(&der, &order));
+    assert!(detail.contains("signature"), "{detail}");
 }
 
 #[test]

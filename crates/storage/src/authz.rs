@@ -189,7 +189,9 @@ pub(crate) async fn record_validation(
                 .bind(now_s)
                 .execute(&mut *tx)
                 .await?;
-            if decide_authz(&mut tx, authz_id, AuthzStatus::Valid).await? {
+            let expires = codec::unix(now + s.valid_authz_lifetime);
+            if decide_authz(&mut tx, authz_id, AuthzStatus::Valid, Some(expires)).await? {
+                state::cap_orders_expiry(&mut tx, authz_id, expires).await?;
                 state::promote_orders_holding(&mut tx, authz_id, now_s).await?;
             }
             ChallengeStatus::Valid
@@ -202,7 +204,7 @@ pub(crate) async fn record_validation(
                 .bind(error_detail)
                 .execute(&mut *tx)
                 .await?;
-            if decide_authz(&mut tx, authz_id, AuthzStatus::Invalid).await? {
+            if decide_authz(&mut tx, authz_id, AuthzStatus::Invalid, None).await? {
                 state::invalidate_orders_holding(&mut tx, authz_id, now_s, Some(problem)).await?;
             }
             ChallengeStatus::Invalid
@@ -212,17 +214,25 @@ pub(crate) async fn record_validation(
     Ok(recorded(status, true))
 }
 
-/// pending → `to`; false when the authorization had already left pending.
-async fn decide_authz(conn: &mut AnyConnection, id: AuthzId, to: AuthzStatus) -> Result<bool> {
-    Ok(
-        sqlx::query("UPDATE authorizations SET status = $2 WHERE id = $1 AND status = 'pending'")
-            .bind(id.0)
-            .bind(to.as_str())
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-            > 0,
+/// pending → `to` (with a new expiry when given); false when the authorization had already left
+/// pending.
+async fn decide_authz(
+    conn: &mut AnyConnection,
+    id: AuthzId,
+    to: AuthzStatus,
+    expires: Option<i64>,
+) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE authorizations SET status = $2, expires_at = COALESCE($3, expires_at) \
+         WHERE id = $1 AND status = 'pending'",
     )
+    .bind(id.0)
+    .bind(to.as_str())
+    .bind(expires)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0)
 }
 
 pub(crate) async fn deactivate(

@@ -56,7 +56,11 @@ pub(crate) async fn connect(url: &str) -> Result<Storage> {
         Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
     }
-    Ok(Storage { pool, backend })
+    Ok(Storage {
+        pool,
+        backend,
+        valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
+    })
 }
 
 fn backend_of(url: &str) -> Result<Backend> {

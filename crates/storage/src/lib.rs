@@ -59,11 +59,22 @@ pub enum Backend {
     Sqlite,
 }
 
+/// How long a valid authorization lives unless the binary says otherwise: the default of
+/// `acme.valid-authorization-lifetime`.
+pub const DEFAULT_VALID_AUTHORIZATION_LIFETIME: Duration = Duration::days(30);
+
+/// A valid authorization is reused only while it still has this long to live (Boulder uses the
+/// same day), or half its lifetime when that is shorter: an order made of an authorization
+/// about to expire would expire with it before the client could finalize.
+const REUSE_MARGIN: Duration = Duration::days(1);
+
 /// Handle to the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Storage {
     pool: AnyPool,
     backend: Backend,
+    /// Recording a successful validation sets the authorization's expiry this far ahead.
+    valid_authz_lifetime: Duration,
 }
 
 impl Storage {
@@ -71,6 +82,20 @@ impl Storage {
     /// applies the migrations of `migrations/<backend>/`.
     pub async fn connect(url: &str) -> Result<Self> {
         connect::connect(url).await
+    }
+
+    /// Sets `acme.valid-authorization-lifetime`: a validated authorization expires this long
+    /// after its validation, and is reused only while it has a margin left (a day, or half this
+    /// lifetime when that is shorter). Set it before handing clones to the API and the workers.
+    #[must_use]
+    pub fn with_valid_authorization_lifetime(mut self, lifetime: Duration) -> Self {
+        self.valid_authz_lifetime = lifetime;
+        self
+    }
+
+    /// How long before its expiry a valid authorization stops being reused.
+    pub(crate) fn reuse_margin(&self) -> Duration {
+        REUSE_MARGIN.min(self.valid_authz_lifetime / 2)
     }
 
     /// The backend in use.
@@ -122,7 +147,9 @@ impl Storage {
 
     /// Creates an order with its authorizations and challenges in one transaction, after the
     /// guards (pending-authorization cap, duplicate certificates) pass inside that transaction.
-    /// The order is `ready` at once when every authorization was reused and valid.
+    /// The order is `ready` at once when every authorization was reused and valid. Only valid
+    /// authorizations with the reuse margin left are reused, and the order's expiry is cut to
+    /// the earliest expiry of its authorizations: an order never outlives them.
     pub async fn create_order(
         &self,
         new: NewOrder,
@@ -165,7 +192,9 @@ impl Storage {
     }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
-    /// all its authorizations are valid, invalid with the problem when one is invalid).
+    /// all its authorizations are valid, invalid with the problem when one is invalid). A valid
+    /// authorization expires the valid-authorization lifetime after `now`, and the unfinished
+    /// orders holding it expire no later.
     pub async fn record_validation(
         &self,
         id: ChallengeId,
@@ -187,8 +216,8 @@ impl Storage {
     // ---- finalization and certificates ----
 
     /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
-    /// `Error::OrderNotReady(status)` when the order is not ready (an expired one is first made
-    /// invalid).
+    /// `Error::OrderNotReady(status)` when the order is not ready (an expired one, or one with an
+    /// expired authorization, is first made invalid).
     pub async fn begin_finalize(
         &self,
         id: OrderId,

@@ -49,7 +49,11 @@ pub(crate) async fn create(
         return Err(Error::WrongState(format!("account is {status}")));
     }
 
+    let reuse_until = codec::unix(now + s.reuse_margin());
     let mut reused = Vec::with_capacity(new.authorizations.len());
+    // The order expires no later than any of its authorizations (RFC 8555 §7.1.6: an order
+    // whose authorization expires becomes invalid, so a later `expires` would be untrue).
+    let mut expires_at = codec::unix(new.expires_at);
     for authz in &new.authorizations {
         let existing = if new.reuse_valid_authz {
             reusable_authz(
@@ -57,13 +61,18 @@ pub(crate) async fn create(
                 new.account_id,
                 authz.identifier.kind().as_str(),
                 authz.identifier.value(),
-                now_s,
+                reuse_until,
             )
             .await?
         } else {
             None
         };
-        reused.push(existing);
+        let authz_expires = match existing {
+            Some((_, reused_expiry)) => reused_expiry,
+            None => codec::unix(authz.expires_at),
+        };
+        expires_at = expires_at.min(authz_expires);
+        reused.push(existing.map(|(id, _)| id));
     }
     let fresh = reused.iter().filter(|r| r.is_none()).count();
     check_pending_authz(&mut tx, new.account_id, guards, fresh, now, now_s).await?;
@@ -84,7 +93,7 @@ pub(crate) async fn create(
     .bind(&new.set_hash)
     .bind(new.not_before.map(codec::unix))
     .bind(new.not_after.map(codec::unix))
-    .bind(codec::unix(new.expires_at))
+    .bind(expires_at)
     .bind(now_s)
     .fetch_one(&mut *tx)
     .await?;
@@ -113,24 +122,28 @@ pub(crate) async fn create(
     Ok(order)
 }
 
+/// The account's valid authorization for the identifier that lives longest, if it is still
+/// valid at `until`: its id and expiry.
 async fn reusable_authz(
     conn: &mut AnyConnection,
     account: AccountId,
     kind: &str,
     value: &str,
-    now: i64,
-) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar::<_, i64>(
-        "SELECT id FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
+    until: i64,
+) -> Result<Option<(i64, i64)>> {
+    let row = sqlx::query(
+        "SELECT id, expires_at FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
          AND identifier_value = $3 AND status = 'valid' AND expires_at > $4 \
          ORDER BY expires_at DESC, id DESC LIMIT 1",
     )
     .bind(account.0)
     .bind(kind)
     .bind(value)
-    .bind(now)
+    .bind(until)
     .fetch_optional(&mut *conn)
-    .await?)
+    .await?;
+    row.map(|r| Ok((r.try_get("id")?, r.try_get("expires_at")?)))
+        .transpose()
 }
 
 async fn insert_authz(
@@ -274,10 +287,15 @@ pub(crate) async fn begin_finalize(
 ) -> Result<Order> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
-    // Conditional update: of two concurrent finalizations only one can see `ready`.
+    // Conditional update: of two concurrent finalizations only one can see `ready`, and an
+    // order whose authorization is no longer valid (expired since it became ready) is not
+    // finalized even if its own expiry has not come yet.
     let moved = sqlx::query(
         "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
-         WHERE id = $1 AND status = 'ready' AND expires_at > $3",
+         WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
+         AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
+             JOIN authorizations a ON a.id = oa.authz_id \
+             WHERE oa.order_id = orders.id AND (a.status <> 'valid' OR a.expires_at <= $3))",
     )
     .bind(id.0)
     .bind(csr_der)
@@ -289,6 +307,20 @@ pub(crate) async fn begin_finalize(
     if moved {
         state::enqueue_job(&mut tx, state::JOB_FINALIZE, id.0, now_s).await?;
     } else {
+        // Persist why it is not ready: expired authorizations expire (and invalidate the order),
+        // then the order's own expiry.
+        let authz_ids = sqlx::query_scalar::<_, i64>(
+            "SELECT authz_id FROM order_authorizations WHERE order_id = $1",
+        )
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        for authz in authz_ids {
+            let authz = acme_core::ids::AuthzId(authz);
+            // Orders before the authorization, as every other path takes them.
+            state::lock_orders_holding(&mut tx, s.backend, authz).await?;
+            state::expire_authz(&mut tx, authz, now_s).await?;
+        }
         state::expire_order(&mut tx, id, now_s).await?;
     }
     let order = rows::load_order(&mut tx, id).await?;

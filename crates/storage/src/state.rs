@@ -64,6 +64,25 @@ pub(crate) async fn invalidate_orders_holding(
     Ok(())
 }
 
+/// Unfinished orders holding the authorization expire no later than `expires` (unix seconds):
+/// an order never outlives its authorizations.
+pub(crate) async fn cap_orders_expiry(
+    conn: &mut AnyConnection,
+    authz: AuthzId,
+    expires: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE orders SET expires_at = $2 \
+         WHERE status IN ('pending', 'ready') AND expires_at > $2 \
+         AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1)",
+    )
+    .bind(authz.0)
+    .bind(expires)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Pending, unexpired orders holding the authorization become ready once all their
 /// authorizations are valid.
 pub(crate) async fn promote_orders_holding(

@@ -3,6 +3,7 @@
 use acme_core::ids::AccountId;
 use acme_core::ids::OrderId;
 use acme_core::problem::ProblemType;
+use acme_core::status::AccountStatus;
 use acme_jose::Jwk;
 use acme_jose::Jws;
 use acme_jose::KeyRef;
@@ -56,6 +57,9 @@ pub(crate) async fn new_account(
     let storage = &state.inner.storage;
 
     if let Some(existing) = storage.account_by_thumbprint(&thumbprint).await? {
+        if existing.status != AccountStatus::Valid {
+            return Err(ApiError::account_not_valid(existing.status));
+        }
         let url = state.url(&format!("/acme/acct/{}", existing.id));
         return Ok(Resource::ok(account_json(&state, &existing))
             .location(&url)

@@ -13,6 +13,7 @@ use axum::routing::post;
 
 use crate::headers::acme_headers;
 use crate::limits::global_limit;
+use crate::methods::method_not_allowed;
 use crate::state::ApiState;
 
 /// The ACME router. Admin functions are never mounted here.
@@ -36,6 +37,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/acme/chall/{id}", post(authz::challenge))
         .route("/acme/cert/{id}", post(certificate::certificate))
         .route("/acme/revoke-cert", post(certificate::revoke))
+        .layer(middleware::from_fn(method_not_allowed))
         .layer(middleware::from_fn_with_state(state.clone(), global_limit))
         .layer(middleware::from_fn_with_state(state.clone(), acme_headers))
         .route("/docs/rate-limits", get(directory::rate_limit_docs))

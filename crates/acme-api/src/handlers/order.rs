@@ -293,18 +293,7 @@ pub(crate) async fn finalize(
         .decode(payload.csr.trim_end_matches('='))
         .map_err(|_| ApiError::new(ProblemType::BadCsr, "\"csr\" is not base64url-encoded DER"))?;
     let checked = issuance::check_csr(&csr, &order.identifiers)?;
-    let csr_key = Jwk::from_spki_der(checked.spki_der()).map_err(|e| {
-        ApiError::new(
-            ProblemType::BadPublicKey,
-            format!("the CSR's public key is not supported: {e}"),
-        )
-    })?;
-    if csr_key.thumbprint() == account.thumbprint {
-        return Err(ApiError::new(
-            ProblemType::BadCsr,
-            "the CSR's public key must not be the account key",
-        ));
-    }
+    refuse_account_key(&state, &account, checked.spki_der()).await?;
     let updated = state
         .inner
         .storage
@@ -313,6 +302,45 @@ pub(crate) async fn finalize(
     state.inner.workers.wake();
     tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
     Ok(order_resource(&state, &updated).into_response())
+}
+
+/// A certificate must not carry the key of any ACME account, the requester's or another's: the
+/// key would then both control an account and be presented by a TLS server (RFC 8555 §11.1 keeps
+/// the two apart). Accounts are found by the RFC 7638 thumbprint of the CSR key, the same unique
+/// key under which they are stored, so one indexed lookup covers deactivated accounts too.
+async fn refuse_account_key(
+    state: &ApiState,
+    account: &storage::model::Account,
+    spki_der: &[u8],
+) -> Result<(), ApiError> {
+    let csr_key = Jwk::from_spki_der(spki_der).map_err(|e| {
+        ApiError::new(
+            ProblemType::BadCsr,
+            format!("the CSR's public key is not supported: {e}"),
+        )
+    })?;
+    let thumbprint = csr_key.thumbprint();
+    let holder = if thumbprint == account.thumbprint {
+        Some(account.id)
+    } else {
+        state
+            .inner
+            .storage
+            .account_by_thumbprint(&thumbprint)
+            .await?
+            .map(|a| a.id)
+    };
+    match holder {
+        None => Ok(()),
+        Some(id) if id == account.id => Err(ApiError::new(
+            ProblemType::BadCsr,
+            "the CSR's public key is this account's key; use a separate key for the certificate",
+        )),
+        Some(_) => Err(ApiError::new(
+            ProblemType::BadCsr,
+            "the CSR's public key is the key of an ACME account; use a separate key for the certificate",
+        )),
+    }
 }
 
 fn order_resource(state: &ApiState, order: &Order) -> Resource {

@@ -14,4 +14,5 @@ mod listener;
 mod ratelimit;
 mod raw;
 mod restart;
+mod rfc_answers;
 mod zombie;

@@ -130,3 +130,64 @@ pub fn is_ca(cert: &X509Certificate<'_>) -> bool {
         .unwrap()
         .is_some_and(|bc| bc.value.ca)
 }
+
+/// An RSA "key" that only has a public half: rcgen builds the CSR around it and the signature is
+/// a dummy. Enough to exercise the key checks, which run before the signature is verified, with
+/// keys no sane library will generate (1024 bits, exponent 3).
+struct PublicOnlyRsa(Vec<u8>);
+
+impl rcgen::PublicKeyData for PublicOnlyRsa {
+    fn der_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        &rcgen::PKCS_RSA_SHA256
+    }
+}
+
+impl rcgen::SigningKey for PublicOnlyRsa {
+    fn sign(&self, _msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
+        Ok(vec![0x5a; 256])
+    }
+}
+
+/// DER of an INTEGER holding the big-endian unsigned `bytes`.
+fn der_uint(bytes: &[u8]) -> Vec<u8> {
+    let mut content = bytes.to_vec();
+    if content.first().is_some_and(|b| b & 0x80 != 0) {
+        content.insert(0, 0);
+    }
+    let mut out = vec![0x02];
+    out.extend(der_len(content.len()));
+    out.extend(content);
+    out
+}
+
+fn der_len(len: usize) -> Vec<u8> {
+    match len {
+        0..0x80 => vec![u8::try_from(len).unwrap()],
+        0x80..0x100 => vec![0x81, u8::try_from(len).unwrap()],
+        _ => vec![0x82, u8::try_from(len >> 8).unwrap(), (len & 0xff) as u8],
+    }
+}
+
+/// A CSR for `name` whose RSA key has a `bits`-bit modulus and the given public exponent, with a
+/// signature that does not verify.
+pub fn rsa_csr_with_fake_signature(bits: usize, exponent: u64, name: &str) -> Vec<u8> {
+    let mut modulus = vec![0xc3_u8; bits / 8];
+    modulus[0] = 0xd5;
+    let e = exponent.to_be_bytes();
+    let e = &e[e.iter().position(|b| *b != 0).unwrap_or(7)..];
+    let mut body = der_uint(&modulus);
+    body.extend(der_uint(e));
+    let mut rsa_public_key = vec![0x30];
+    rsa_public_key.extend(der_len(body.len()));
+    rsa_public_key.extend(body);
+    let params = csr_params(&[name], Some(name));
+    params
+        .serialize_request(&PublicOnlyRsa(rsa_public_key))
+        .unwrap()
+        .der()
+        .to_vec()
+}

@@ -7,6 +7,7 @@
 mod harness;
 
 mod accounts;
+mod authz_lifetimes;
 mod certificates;
 mod connect;
 mod guards;

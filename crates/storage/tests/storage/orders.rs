@@ -295,8 +295,8 @@ async fn authz_reuse(s: &Storage) {
         .unwrap();
     assert_eq!(theirs.status, OrderStatus::Pending);
 
-    // Nor an expired one.
-    let late = now + Duration::days(8);
+    // Nor an expired one: a valid authorization lives the valid lifetime from its validation.
+    let late = now + storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME;
     let after_expiry = s
         .create_order(
             harness::new_order(acct.id, &["a.example.com"], late, true),
@@ -486,7 +486,10 @@ async fn order_and_authz_expiry(s: &Storage) {
     s.start_challenge(authz.challenges[0].id, now)
         .await
         .unwrap();
-    s.record_validation(authz.challenges[0].id, Ok(()), now)
+    // The valid lifetime (not the pending one) decides when a valid authorization expires.
+    s.clone()
+        .with_valid_authorization_lifetime(Duration::hours(3))
+        .record_validation(authz.challenges[0].id, Ok(()), now)
         .await
         .unwrap();
     assert_eq!(
