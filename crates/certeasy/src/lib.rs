@@ -2,6 +2,8 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_token;
 pub mod config;
+pub mod data_dir;
 pub mod serve;
 pub mod tls;

@@ -110,6 +110,14 @@ impl Config {
         }
     }
 
+    /// The admin API's token file: `server.admin-token-file`, or `<data-dir>/admin.token`.
+    pub fn admin_token_path(&self) -> PathBuf {
+        self.server
+            .admin_token_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(crate::admin_token::DEFAULT_FILE_NAME))
+    }
+
     /// The `ratelimits` settings with the keys this file keeps elsewhere filled in:
     /// `redis:` (shared with other users of Redis), `server.ipv6-prefix-length` and
     /// `rate-limit-overrides`. Redis buckets are kept under `<redis.key-prefix>rl:`.
@@ -173,6 +181,9 @@ pub struct ServerConfig {
     /// IPv6 clients are keyed by this prefix in per-IP limits, since one host usually owns a
     /// whole /64 and could otherwise rotate addresses to escape its bucket.
     pub ipv6_prefix_length: u8,
+    /// Bearer token of `/admin/*`; empty = `<data-dir>/admin.token`, created on first start.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -192,6 +203,7 @@ impl Default for ServerConfig {
             max_body_bytes: 65_536,
             request_timeout: ConfigDuration::from_secs(30),
             ipv6_prefix_length: 64,
+            admin_token_file: None,
         }
     }
 }
@@ -203,6 +215,7 @@ pub struct DatabaseConfig {
     /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
     /// (see [`Config::database_url`]).
     pub url: String,
+    /// Size of the connection pool (both backends).
     pub max_connections: u32,
 }
 
@@ -210,7 +223,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: String::new(),
-            max_connections: 16,
+            max_connections: storage::PoolSettings::default().max_connections,
         }
     }
 }
