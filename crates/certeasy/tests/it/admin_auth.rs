@@ -32,10 +32,7 @@ async fn status(request: reqwest::RequestBuilder) -> u16 {
 async fn admin_api_needs_the_token_and_refuses_browsers() {
     let mut env = TestEnv::new(Db::Sqlite).await;
     env.start().await;
-    let token = std::fs::read_to_string(token_path(&env))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let token = env.admin_token();
     assert_eq!(token.len(), 64, "32 random bytes, hex");
     let http = client();
     let admin_addr = env.admin_addr();
@@ -109,8 +106,7 @@ async fn admin_api_needs_the_token_and_refuses_browsers() {
     assert_eq!(mode(&token_path(&env)), 0o600);
     env.server.take().unwrap().shutdown().await;
     env.start().await;
-    let again = std::fs::read_to_string(token_path(&env)).unwrap();
-    assert_eq!(again.trim(), token);
+    assert_eq!(env.admin_token(), token);
     let ok = http
         .get(url("/admin/pauses"))
         .header("authorization", &bearer);

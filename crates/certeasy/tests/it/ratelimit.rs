@@ -764,7 +764,10 @@ async fn redis_outage_fails_open_and_limits_resume() {
         }
         assert_eq!(r.status, 200, "fail open: {r:?}");
     }
-    assert!(bad_nonces <= 1, "{bad_nonces} nonces refused during the outage");
+    assert!(
+        bad_nonces <= 1,
+        "{bad_nonces} nonces refused during the outage"
+    );
     let _redis = PrivateRedis::start_on(port);
     let mut limited = false;
     for _ in 0..100 {
