@@ -66,6 +66,22 @@ pub enum NonceError {
     LedgerUnavailable,
 }
 
+impl NonceError {
+    /// The `reason` label of [`NONCES_REFUSED`].
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Expired => "expired",
+            Self::Reused => "reused",
+            Self::OtherInstance => "other_instance",
+            Self::LedgerUnavailable => "ledger_unavailable",
+        }
+    }
+}
+
+/// Metric: refused nonces by reason; `ledger_unavailable` counts refusals during Redis outages.
+pub const NONCES_REFUSED: &str = "certeasy_nonces_refused_total";
+
 /// What the ledger answered to a redemption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Redemption {
@@ -274,6 +290,14 @@ impl NonceService {
 
     /// Accepts a nonce once, across every instance.
     pub async fn redeem(&self, nonce: &str, now: OffsetDateTime) -> Result<(), NonceError> {
+        let verdict = self.check(nonce, now).await;
+        if let Err(e) = verdict {
+            metrics::counter!(NONCES_REFUSED, "reason" => e.label()).increment(1);
+        }
+        verdict
+    }
+
+    async fn check(&self, nonce: &str, now: OffsetDateTime) -> Result<(), NonceError> {
         let raw = URL_SAFE_NO_PAD
             .decode(nonce)
             .map_err(|_| NonceError::Unknown)?;
