@@ -11,6 +11,7 @@ mod e2e_lego;
 mod flow;
 mod harness;
 mod hostile;
+mod nonce_instances;
 mod ratelimit;
 mod raw;
 mod restart;

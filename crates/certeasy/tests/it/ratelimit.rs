@@ -672,12 +672,12 @@ async fn overrides_raise_one_account_only() {
 }
 
 /// A private redis-server on a free port, killed on drop.
-struct PrivateRedis {
+pub(crate) struct PrivateRedis {
     child: std::process::Child,
 }
 
 impl PrivateRedis {
-    fn start_on(port: u16) -> Self {
+    pub(crate) fn start_on(port: u16) -> Self {
         let child = StdCommand::new("redis-server")
             .args([
                 "--port",
