@@ -165,6 +165,12 @@ pub(crate) async fn authenticate(
                 }
                 NonceError::Expired => "the nonce has expired; fetch a new one from newNonce",
                 NonceError::Reused => "the nonce was already used; fetch a new one from newNonce",
+                NonceError::OtherInstance => {
+                    "the nonce was issued by another instance while the shared nonce ledger was unreachable and is valid only there; retry with the nonce of this response"
+                }
+                NonceError::LedgerUnavailable => {
+                    "the shared nonce ledger is unreachable, so a shared nonce cannot be checked; retry with the nonce of this response"
+                }
             };
             ApiError::new(ProblemType::BadNonce, detail)
         })?;

@@ -1,6 +1,12 @@
 //! The admin listener: metrics, health, and admin functions (reload, rate-limit buckets). It is a
 //! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
 //! listener. `certeasy admin ...` is a client of this API.
+//!
+//! `/admin/*` changes state, so it needs the bearer token of [`crate::admin_token`]: loopback is
+//! not a boundary (every local user and process shares it). Requests a browser sends (any
+//! `Origin`, or `Sec-Fetch-Site` other than `none`) are refused even with the token, so a web
+//! page cannot drive the API through a browser that holds it. `/metrics`, `/healthz` and
+//! `/readyz` stay open: they change nothing and scrapers and probes carry no secrets.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -13,8 +19,14 @@ use axum::Json;
 use axum::Router;
 use axum::extract::Path;
 use axum::extract::Query;
+use axum::extract::Request;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use axum::response::Response;
 use axum::routing::get;
 use axum::routing::post;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -23,6 +35,8 @@ use ratelimits::BucketId;
 use ratelimits::LimitName;
 use serde::Deserialize;
 use storage::Storage;
+
+use crate::admin_token::AdminToken;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -53,6 +67,8 @@ pub struct AdminContext {
     pub clock: SharedClock,
     /// Limits, overrides and the listener certificate, as SIGHUP reloads them.
     pub reloader: crate::reload::Reloader,
+    /// What `Authorization: Bearer` must carry on `/admin/*`.
+    pub token: AdminToken,
 }
 
 #[derive(Clone)]
@@ -67,17 +83,62 @@ pub fn router(ctx: AdminContext) -> Router {
         ctx,
         metrics: prometheus(),
     };
-    Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
+    let admin = Router::new()
         .route("/admin/reload", post(reload))
         .route("/admin/ratelimit/{limit}/{id}", get(show_bucket))
         .route("/admin/ratelimit/{limit}/{id}/reset", post(reset_bucket))
         .route("/admin/pauses", get(list_pauses))
         .route("/admin/pause", post(pause))
         .route("/admin/unpause", post(unpause))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ));
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .merge(admin)
         .with_state(state)
+}
+
+/// 403 for anything a browser sent, 401 without the right bearer token.
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if from_browser(headers) {
+        return (
+            StatusCode::FORBIDDEN,
+            "the admin API refuses requests sent by browsers (Origin or Sec-Fetch-Site)\n",
+        )
+            .into_response();
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match presented {
+        Some(token) if state.ctx.token.matches(token) => next.run(request).await,
+        _ => {
+            tracing::warn!(path = %request.uri().path(), "admin request without a valid token refused");
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"certeasy-admin\"")],
+                "the admin API needs Authorization: Bearer <token> (server.admin-token-file, default <data-dir>/admin.token)\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Browsers add `Origin` to cross-origin and most same-origin requests, and `Sec-Fetch-Site`
+/// to every request; `none` means the user typed the URL, which is no attack.
+fn from_browser(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ORIGIN)
+        || headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"none"))
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> (StatusCode, String) {

@@ -2,8 +2,10 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_token;
 pub mod config;
 pub mod listener_cert;
 pub mod reload;
+pub mod data_dir;
 pub mod serve;
 pub mod tls;

@@ -43,9 +43,13 @@ enum Command {
         /// or http://127.0.0.1:14001.
         #[arg(long, env = "CERTEASY_ADMIN_URL")]
         admin_url: Option<String>,
-        /// Configuration file to take the admin address from.
+        /// Configuration file to take the admin address and the token file from.
         #[arg(long, short, env = "CERTEASY_CONFIG")]
         config: Option<PathBuf>,
+        /// File holding the admin token; defaults to server.admin-token-file of --config, or
+        /// <data-dir>/admin.token.
+        #[arg(long, env = "CERTEASY_ADMIN_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
         #[command(subcommand)]
         command: AdminCommand,
     },
@@ -149,8 +153,9 @@ fn main() -> ExitCode {
         Command::Admin {
             admin_url,
             config: config_file,
+            token_file,
             command,
-        } => admin(admin_url, config_file, command),
+        } => admin(admin_url, config_file, token_file, command),
         Command::Serve { config: path } => {
             let config = match &path {
                 Some(p) => match config::load(p) {
@@ -276,22 +281,29 @@ fn init_logging(config: &config::Config) {
 fn admin(
     admin_url: Option<String>,
     config_file: Option<PathBuf>,
+    token_file: Option<PathBuf>,
     command: AdminCommand,
 ) -> ExitCode {
+    let config = match &config_file {
+        Some(p) => match config::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => config::Config::default(),
+    };
     let base = match admin_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
-        None => {
-            let config = match &config_file {
-                Some(p) => match config::load(p) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return ExitCode::from(2);
-                    }
-                },
-                None => config::Config::default(),
-            };
-            format!("http://{}", config.server.admin_listen)
+        None => format!("http://{}", config.server.admin_listen),
+    };
+    let token_path = token_file.unwrap_or_else(|| config.admin_token_path());
+    let token = match certeasy::admin_token::read(&token_path) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("{e:#} (pass --config or --token-file)");
+            return ExitCode::from(2);
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -304,7 +316,7 @@ fn admin(
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(admin_command(&base, command)) {
+    match runtime.block_on(admin_command(&base, &token, command)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -315,9 +327,18 @@ fn admin(
 }
 
 /// Runs one admin command; `Ok(false)` when the server refused it (its answer is printed).
-async fn admin_command(base: &str, command: AdminCommand) -> anyhow::Result<bool> {
+async fn admin_command(
+    base: &str,
+    token: &certeasy::admin_token::AdminToken,
+    command: AdminCommand,
+) -> anyhow::Result<bool> {
+    let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.as_str()))?;
+    auth.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, auth);
     let client = reqwest::Client::builder()
         .no_proxy()
+        .default_headers(headers)
         .timeout(std::time::Duration::from_secs(120))
         .build()?;
     let simple = |method: &str, path: String| (method.to_owned(), path);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use acme_api::ApiState;
 use acme_api::limits::RateLimits;
 use acme_api::nonce::NonceService;
+use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
 use acme_core::clock::SharedClock;
 use anyhow::Context;
@@ -51,6 +52,8 @@ pub struct RunningServer {
     /// The limiter chain, for reloads.
     pub limits: Arc<RateLimits>,
     reloader: Reloader,
+    /// The database, for operators' tools and tests.
+    pub storage: Storage,
     shutdown: CancellationToken,
     workers: Workers,
     tasks: JoinSet<()>,
@@ -101,11 +104,14 @@ pub async fn start(
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
     let data_dir = PathBuf::from(&config.data_dir);
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating data directory {}", data_dir.display()))?;
+    crate::data_dir::create_private(&data_dir)?;
+    let admin_token = crate::admin_token::load_or_create(&config.admin_token_path())?;
 
     let database_url = config.database_url();
-    let storage = Storage::connect(&database_url)
+    let pool = storage::PoolSettings {
+        max_connections: config.database.max_connections,
+    };
+    let storage = Storage::connect_with(&database_url, pool)
         .await
         .with_context(|| format!("opening the database {}", redact(&database_url)))?
         .with_valid_authorization_lifetime(config.acme.valid_authorization_lifetime.time());
@@ -204,6 +210,7 @@ pub async fn start(
         limits: Arc::clone(&limits),
         clock: Arc::clone(&clock),
         reloader: reloader.clone(),
+        token: admin_token,
     });
     if let Some(handle) = crate::admin::prometheus() {
         // Histogram samples wait in the recorder until upkeep folds them into buckets. A scrape
@@ -237,6 +244,7 @@ pub async fn start(
         directory_url,
         limits,
         reloader,
+        storage,
         shutdown,
         workers,
         tasks,
@@ -415,8 +423,9 @@ fn unpause_settings(
     })
 }
 
-/// Nonces: per instance by default; with Redis, every instance shares the HMAC key (the first to
-/// start sets it) and a ledger of redeemed nonces, so any instance accepts any nonce, once.
+/// Nonces: local to this instance without Redis. With Redis, nonces are shared (any instance
+/// accepts one, once, through Redis) while Redis answers, and local to their issuer while it
+/// does not (see `acme_api::nonce`).
 async fn nonce_service(config: &Config) -> NonceService {
     let lifetime = config.acme.nonce_lifetime.time();
     if config.redis.shards.is_empty() {
@@ -428,39 +437,14 @@ async fn nonce_service(config: &Config) -> NonceService {
         timeout: config.redis.timeout,
         ..ratelimits::config::RedisConfig::default()
     };
-    let store = match RedisStore::new(&redis) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            tracing::warn!(error = %e, "nonces stay per instance: Redis is not usable");
-            return NonceService::new(lifetime);
+    match RedisStore::new(&redis) {
+        Ok(store) => {
+            NonceService::with_ledger(lifetime, Arc::new(RedisNonceLedger::new(store))).await
         }
-    };
-    let mut proposal = [0_u8; 32];
-    if aws_lc_rs::rand::SecureRandom::fill(&aws_lc_rs::rand::SystemRandom::new(), &mut proposal)
-        .is_err()
-    {
-        return NonceService::new(lifetime);
-    }
-    let proposal = hex::encode(proposal);
-    match store.shared_secret("key", &proposal).await {
-        Ok(key) => NonceService::with_key(key.as_bytes(), lifetime)
-            .with_ledger(Arc::new(RedisNonces(store))),
         Err(e) => {
-            tracing::warn!(error = %e, "nonces stay per instance until restart: Redis did not answer at start-up");
+            tracing::warn!(error = %e, "nonces stay local to this instance: Redis is not usable");
             NonceService::new(lifetime)
         }
-    }
-}
-
-struct RedisNonces(Arc<RedisStore>);
-
-impl acme_api::nonce::NonceLedger for RedisNonces {
-    fn redeem_once<'a>(
-        &'a self,
-        id: &'a str,
-        ttl: std::time::Duration,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
-        Box::pin(async move { self.0.insert_once(id, ttl).await.map_err(|e| e.to_string()) })
     }
 }
 

@@ -13,25 +13,44 @@ use crate::error::Error;
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// Enough for the API and the workers of one instance; SQLite writers queue on the file lock
-/// anyway, so more connections there would only add waiting.
-const POSTGRES_MAX_CONNECTIONS: u32 = 16;
-const SQLITE_MAX_CONNECTIONS: u32 = 8;
+/// How the pool is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The most connections open at once (API and workers of one instance share them).
+    pub max_connections: u32,
+}
 
-pub(crate) async fn connect(url: &str) -> Result<Storage> {
+impl Default for PoolSettings {
+    /// Enough for the API and the workers of one instance; SQLite writers queue on the file lock
+    /// anyway, and PostgreSQL pays memory per connection, so more would mostly add waiting.
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+        }
+    }
+}
+
+pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage> {
     sqlx::any::install_default_drivers();
     let backend = backend_of(url)?;
+    let max = settings.max_connections.max(1);
     let pool = match backend {
         Backend::Postgres => {
             AnyPoolOptions::new()
-                .max_connections(POSTGRES_MAX_CONNECTIONS)
+                .max_connections(max)
                 .acquire_timeout(Duration::from_secs(10))
                 .connect(url)
                 .await?
         }
         Backend::Sqlite => {
-            AnyPoolOptions::new()
-                .max_connections(SQLITE_MAX_CONNECTIONS)
+            // The file holds account keys and EAB keys: it is created 0600 before SQLite opens
+            // it, and SQLite gives its -wal and -shm files the mode of the database file.
+            let file = crate::private_file::sqlite_path(url);
+            if let Some(path) = &file {
+                crate::private_file::create_private(path)?;
+            }
+            let pool = AnyPoolOptions::new()
+                .max_connections(max)
                 .acquire_timeout(Duration::from_secs(10))
                 .after_connect(|conn, _meta| {
                     Box::pin(async move {
@@ -49,7 +68,11 @@ pub(crate) async fn connect(url: &str) -> Result<Storage> {
                     })
                 })
                 .connect(&with_create_mode(url))
-                .await?
+                .await?;
+            if let Some(path) = &file {
+                crate::private_file::restrict_sqlite_files(path);
+            }
+            pool
         }
     };
     match backend {

@@ -39,6 +39,12 @@ pub enum Error {
         /// When the soonest pending authorization expires.
         retry_at: OffsetDateTime,
     },
+    /// The SQLite file could not be created or made private (carries the path).
+    #[error("database file {path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
     /// The database URL names a backend Certeasy does not support (carries the scheme).
     #[error("unsupported database URL scheme {0:?}; use sqlite: or postgres:")]
     UnsupportedUrl(String),

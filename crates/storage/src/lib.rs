@@ -15,6 +15,7 @@ mod jobs;
 pub mod model;
 mod orders;
 mod pauses;
+mod private_file;
 mod rows;
 mod state;
 
@@ -52,6 +53,8 @@ use crate::model::ValidationRecorded;
 /// `Result` with this crate's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+pub use crate::connect::PoolSettings;
+
 /// Which database is behind the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -81,7 +84,17 @@ impl Storage {
     /// Connects (`sqlite://path` or `postgres://...`), creating a SQLite file if missing, and
     /// applies the migrations of `migrations/<backend>/`.
     pub async fn connect(url: &str) -> Result<Self> {
-        connect::connect(url).await
+        connect::connect(url, PoolSettings::default()).await
+    }
+
+    /// [`Storage::connect`] with a pool sized by `settings` (`database.max-connections`).
+    pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<Self> {
+        connect::connect(url, settings).await
+    }
+
+    /// The most connections the pool opens.
+    pub fn max_connections(&self) -> u32 {
+        self.pool.options().get_max_connections()
     }
 
     /// Sets `acme.valid-authorization-lifetime`: a validated authorization expires this long

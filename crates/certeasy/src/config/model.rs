@@ -110,6 +110,14 @@ impl Config {
         }
     }
 
+    /// The admin API's token file: `server.admin-token-file`, or `<data-dir>/admin.token`.
+    pub fn admin_token_path(&self) -> PathBuf {
+        self.server
+            .admin_token_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(crate::admin_token::DEFAULT_FILE_NAME))
+    }
+
     /// The `ratelimits` settings with the keys this file keeps elsewhere filled in:
     /// `redis:` (shared with other users of Redis), `server.ipv6-prefix-length` and
     /// `rate-limit-overrides`. Redis buckets are kept under `<redis.key-prefix>rl:`.
@@ -197,6 +205,9 @@ pub struct ServerConfig {
     pub http2_keep_alive_timeout: ConfigDuration,
     /// Largest decoded header list of one HTTP/2 request, in bytes.
     pub http2_max_header_list_size: u32,
+    /// Bearer token of `/admin/*`; empty = `<data-dir>/admin.token`, created on first start.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -225,6 +236,7 @@ impl Default for ServerConfig {
             http2_keep_alive_interval: ConfigDuration::from_secs(30),
             http2_keep_alive_timeout: ConfigDuration::from_secs(20),
             http2_max_header_list_size: 16_384,
+            admin_token_file: None,
         }
     }
 }
@@ -236,6 +248,7 @@ pub struct DatabaseConfig {
     /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
     /// (see [`Config::database_url`]).
     pub url: String,
+    /// Size of the connection pool (both backends).
     pub max_connections: u32,
 }
 
@@ -243,7 +256,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: String::new(),
-            max_connections: 16,
+            max_connections: storage::PoolSettings::default().max_connections,
         }
     }
 }

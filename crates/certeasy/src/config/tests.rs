@@ -603,3 +603,24 @@ fn listener_limits_are_checked() {
     );
     assert_eq!(config.server.max_connections, 1);
 }
+
+#[test]
+fn scale_config_shares_the_unpause_key_and_admin_token_it_mounts() {
+    let scale = from_str(
+        include_str!("../../../../config/scale.yaml"),
+        "config/scale.yaml",
+    )
+    .unwrap();
+    let compose = include_str!("../../../../docker-compose.yml");
+    let shared = [
+        scale.zombie_pausing.unpause_key_file.clone(),
+        scale.server.admin_token_file.clone(),
+    ];
+    for file in shared {
+        // Outside the per-instance data directory, in a directory every instance mounts.
+        let file = file.expect("set in config/scale.yaml");
+        assert!(!file.starts_with(&scale.data_dir), "{}", file.display());
+        let dir = file.parent().unwrap().display().to_string();
+        assert!(compose.contains(&format!(":{dir}:ro")), "{dir} not mounted");
+    }
+}

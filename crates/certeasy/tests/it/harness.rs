@@ -322,6 +322,15 @@ impl TestEnv {
     pub fn admin_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.admin_port))
     }
+
+    /// The admin API's bearer token (created by the server on first start in its data dir);
+    /// tests calling `/admin/*` over HTTP send `Authorization: Bearer <this>`.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("data/admin.token"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
 }
 
 impl Drop for TestEnv {

@@ -3,6 +3,7 @@
 //! certbot. One test binary, so linking is paid once.
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
+mod admin_auth;
 mod browser;
 mod certcheck;
 mod e2e_certbot;
@@ -11,6 +12,7 @@ mod flow;
 mod harness;
 mod hostile;
 mod listener;
+mod nonce_instances;
 mod ratelimit;
 mod raw;
 mod restart;

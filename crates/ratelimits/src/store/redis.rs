@@ -44,6 +44,7 @@ pub struct RedisStore {
     margin_ms: i64,
     spend: Script,
     refund: Script,
+    insert_guarded: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -97,6 +98,7 @@ impl RedisStore {
             margin_ms: i64::try_from(config.expiry_margin.std().as_millis()).unwrap_or(i64::MAX),
             spend: Script::new(include_str!("spend.lua")),
             refund: Script::new(include_str!("refund.lua")),
+            insert_guarded: Script::new(include_str!("insert_guarded.lua")),
         })
     }
 
@@ -137,6 +139,43 @@ impl RedisStore {
             redis::cmd("GET").arg(&full).query_async(&mut con).await
         })
         .await
+    }
+
+    /// Records `key` once, expiring after `ttl`, but only while `guard` still holds `expected`:
+    /// `Some(true)` the first time, `Some(false)` when already recorded, `None` when `guard`
+    /// holds something else (or nothing). One script on `guard`'s shard, so the check and the
+    /// write are atomic and every key of this ledger lives next to its guard: a Redis that
+    /// restarted empty has lost both the guard and what it guarded, and says so instead of
+    /// accepting a value it forgot it had seen.
+    pub async fn insert_once_guarded(
+        &self,
+        guard: &str,
+        expected: &str,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<Option<bool>> {
+        let guard_key = format!("{}{guard}", self.prefix);
+        let full = format!("{}{key}", self.prefix);
+        let mut con = self.shards[self.shard_for(&BucketKey::parse(guard))].clone();
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let script = &self.insert_guarded;
+        let expected = expected.to_owned();
+        let verdict: i64 = self
+            .timed(async move {
+                script
+                    .key(&guard_key)
+                    .key(&full)
+                    .arg(&expected)
+                    .arg(ms)
+                    .invoke_async(&mut con)
+                    .await
+            })
+            .await?;
+        Ok(match verdict {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        })
     }
 
     /// Checks that every shard answers, for health endpoints and startup logs.

@@ -35,3 +35,47 @@ async fn unsupported_url_is_refused() {
         matches!(Storage::connect("mysql://127.0.0.1/db").await, Err(Error::UnsupportedUrl(s)) if s == "mysql")
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_sqlite_database_and_its_wal_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("private.db");
+    let s = Storage::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    harness::account(&s, t0()).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = dir.path().join(format!("private.db{suffix}"));
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+    }
+    s.close().await;
+
+    // A file an older version left world-readable is made private when opened.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let s = Storage::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn pool_settings_size_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("pool.db").display());
+    let s = Storage::connect(&url).await.unwrap();
+    assert_eq!(
+        s.max_connections(),
+        storage::PoolSettings::default().max_connections
+    );
+    s.close().await;
+    let s = Storage::connect_with(&url, storage::PoolSettings { max_connections: 3 })
+        .await
+        .unwrap();
+    assert_eq!(s.max_connections(), 3);
+    s.close().await;
+}
