@@ -102,6 +102,22 @@ pub struct BindingLimit {
 
 impl BindingLimit {
     fn new(tx: &Transaction, d: &Decision) -> Self {
+        // An allowed check-only bucket is never written, so clients must see what it holds, not
+        // what it would hold had the cost been spent: a fresh failed-validation pair is full.
+        // `remaining + cost` is exact: the decision's span is the bucket's minus cost × interval.
+        let (remaining, reset_in) = if tx.kind() == Kind::CheckOnly && d.allowed {
+            let unspent = i64::try_from(tx.cost())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(tx.limit().emission_interval());
+            (
+                d.remaining
+                    .saturating_add(tx.cost())
+                    .min(tx.limit().burst()),
+                d.reset_in.saturating_sub(unspent).max(0),
+            )
+        } else {
+            (d.remaining, d.reset_in)
+        };
         Self {
             name: tx.name(),
             key: tx.key().clone(),
@@ -109,9 +125,9 @@ impl BindingLimit {
             count: tx.limit().count(),
             period: tx.limit().period(),
             allowed: d.allowed,
-            remaining: d.remaining,
+            remaining,
             retry_in: duration(d.retry_in),
-            reset_in: duration(d.reset_in),
+            reset_in: duration(reset_in),
         }
     }
 }
@@ -126,6 +142,10 @@ pub struct Verdict {
     pub binding: Option<BindingLimit>,
     /// Shadow-mode buckets that would have denied.
     pub shadow_denials: Vec<BindingLimit>,
+    /// Every enforced bucket of the batch, in the batch's order, so a client can watch each of
+    /// its quotas (`RateLimit` headers list them all, not only the binding one). Empty when the
+    /// store failed.
+    pub applied: Vec<BindingLimit>,
     /// The store failed and the request was allowed without counting.
     pub fail_open: bool,
 }
@@ -136,6 +156,7 @@ impl Verdict {
             allowed: true,
             binding: None,
             shadow_denials: Vec::new(),
+            applied: Vec::new(),
             fail_open,
         }
     }
@@ -472,10 +493,17 @@ impl Limiter {
         }
         let binding = binding(&batch, &outcome.decisions)
             .map(|i| BindingLimit::new(&batch[i], &outcome.decisions[i]));
+        let applied = batch
+            .iter()
+            .zip(&outcome.decisions)
+            .filter(|(tx, _)| tx.enforced())
+            .map(|(tx, d)| BindingLimit::new(tx, d))
+            .collect();
         Ok(Verdict {
             allowed: outcome.allowed,
             binding,
             shadow_denials,
+            applied,
             fail_open: false,
         })
     }
