@@ -5,6 +5,7 @@
 mod auth;
 mod handlers;
 mod headers;
+mod limit_headers;
 pub mod limits;
 pub mod nonce;
 mod problem;

@@ -16,7 +16,6 @@ use axum::extract::ConnectInfo;
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::HeaderValue;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
@@ -32,6 +31,8 @@ use ratelimits::limiter::Verdict;
 use ratelimits::overrides::Overrides;
 use time::OffsetDateTime;
 
+use crate::limit_headers::PolicyItem;
+use crate::limit_headers::ceil_secs_nanos;
 use crate::problem::ApiError;
 use crate::state::ApiState;
 
@@ -131,53 +132,17 @@ pub(crate) async fn refund(state: &ApiState, spent: &Spent) {
     }
 }
 
-/// The binding limit of a request, rendered as `RateLimit-Policy` / `RateLimit` headers by
-/// [`crate::headers::acme_headers`].
-#[derive(Debug, Clone)]
-pub(crate) struct RateLimitInfo {
-    pub(crate) name: String,
-    pub(crate) quota: u64,
-    pub(crate) window_secs: u64,
-    pub(crate) remaining: u64,
-    pub(crate) reset_secs: u64,
-}
-
-impl RateLimitInfo {
-    pub(crate) fn from_binding(b: &BindingLimit) -> Self {
-        // GCRA admits `burst` requests per burst × emission interval: that is the window.
-        let window = b.period.as_nanos() * u128::from(b.burst) / u128::from(b.count.max(1));
-        Self {
-            name: b.name.as_str().to_owned(),
-            quota: b.burst,
-            window_secs: ceil_secs_nanos(window).max(1),
-            remaining: if b.allowed { b.remaining } else { 0 },
-            reset_secs: ceil_secs_nanos(b.reset_in.as_nanos()),
-        }
-    }
-
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        let policy = format!("\"{}\";q={};w={}", self.name, self.quota, self.window_secs);
-        let current = format!(
-            "\"{}\";r={};t={}",
-            self.name, self.remaining, self.reset_secs
-        );
-        if let (Ok(p), Ok(c)) = (
-            HeaderValue::from_str(&policy),
-            HeaderValue::from_str(&current),
-        ) {
-            headers.insert("ratelimit-policy", p);
-            headers.insert("ratelimit", c);
-        }
-    }
-}
-
-fn ceil_secs_nanos(nanos: u128) -> u64 {
-    u64::try_from(nanos.div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::limit_headers::RateLimitInfo;
 
 /// Whole seconds, rounded up, never 0: what `Retry-After` carries.
 pub(crate) fn retry_after_secs(d: std::time::Duration) -> u64 {
     ceil_secs_nanos(d.as_nanos()).max(1)
+}
+
+/// [`retry_after_secs`] of the wait until `at`: rounded up, so a client that waits it arrives at
+/// or after `at` (a database-backed limit frees its slot at exactly `at`), never a second early.
+pub(crate) fn retry_after_until(now: OffsetDateTime, at: OffsetDateTime) -> u64 {
+    retry_after_secs(std::time::Duration::try_from(at - now).unwrap_or_default())
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -234,16 +199,14 @@ pub(crate) fn denied(state: &ApiState, b: &BindingLimit, subject: &str) -> ApiEr
 /// A 429 for a database-backed limit, whose wait is known as an instant.
 pub(crate) fn denied_until(
     state: &ApiState,
-    limit: &str,
+    limit: &'static str,
     detail: String,
     retry_at: OffsetDateTime,
     quota: u64,
     window_secs: u64,
 ) -> ApiError {
     let now = state.inner.clock.now();
-    let wait = u64::try_from((retry_at - now).whole_seconds())
-        .unwrap_or(0)
-        .max(1);
+    let wait = retry_after_until(now, retry_at);
     let mut err = ApiError::new(
         ProblemType::RateLimited,
         format!(
@@ -259,13 +222,16 @@ pub(crate) fn denied_until(
             state.url(&format!("/docs/rate-limits#{limit}"))
         ),
     );
-    err.rate_limit = Some(RateLimitInfo {
-        name: limit.to_owned(),
+    let mut info = RateLimitInfo::default();
+    info.push(PolicyItem {
+        name: limit,
+        partition: None,
         quota,
         window_secs,
         remaining: 0,
         reset_secs: wait,
     });
+    err.rate_limit = Some(info);
     err
 }
 
@@ -331,12 +297,13 @@ pub(crate) async fn global_limit(
     {
         tracing::warn!(error = %e, "refunding the global limit failed");
     }
-    if let Some(b) = &verdict.binding
-        && response.extensions().get::<RateLimitInfo>().is_none()
-    {
-        response
-            .extensions_mut()
-            .insert(RateLimitInfo::from_binding(b));
+    // The global policy applied too: listed first, before the handler's own policies.
+    let global = RateLimitInfo::from_applied(&verdict.applied);
+    match response.extensions_mut().get_mut::<RateLimitInfo>() {
+        Some(info) => info.prepend(global),
+        None => {
+            response.extensions_mut().insert(global);
+        }
     }
     response
 }
