@@ -11,6 +11,7 @@ mod flow;
 mod harness;
 mod hostile;
 mod ratelimit;
+mod ratelimit_policies;
 mod raw;
 mod restart;
 mod zombie;
