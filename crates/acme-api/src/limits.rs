@@ -29,6 +29,7 @@ use ratelimits::limiter::Limiter;
 use ratelimits::limiter::Request as LimitRequest;
 use ratelimits::limiter::Verdict;
 use ratelimits::overrides::Overrides;
+use storage::model::GuardUsage;
 use time::OffsetDateTime;
 
 use crate::limit_headers::PolicyItem;
@@ -240,6 +241,55 @@ pub(crate) fn log_shadow(verdict: &Verdict) {
     for s in &verdict.shadow_denials {
         tracing::info!(limit = s.name.as_str(), key = %s.key, retry_in = ?s.retry_in, "shadow rate limit would have denied");
     }
+}
+
+/// The enforced database-backed limits as `RateLimit` policies. An order spends pending
+/// authorizations (one per new authorization); it spends no duplicate-certificate slot, which
+/// only an issued certificate takes.
+pub(crate) fn db_policies(
+    state: &ApiState,
+    config: &RateLimitingConfig,
+    usage: GuardUsage,
+    now: OffsetDateTime,
+) -> Vec<PolicyItem> {
+    let secs_until = |at: Option<OffsetDateTime>| {
+        at.map_or(0, |at| {
+            ceil_secs_nanos(
+                std::time::Duration::try_from(at - now)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            )
+        })
+    };
+    let mut items = Vec::new();
+    let pending = &config.pending_authorizations;
+    if let Some(u) = usage.pending_authz
+        && pending.mode == Mode::Enforce
+    {
+        items.push(PolicyItem {
+            name: "pending-authorizations",
+            partition: None,
+            quota: pending.max,
+            window_secs: u64::try_from(state.inner.settings.authorization_lifetime.whole_seconds())
+                .unwrap_or(0),
+            remaining: pending.max.saturating_sub(u64::from(u.pending)),
+            reset_secs: secs_until(u.all_expired_at),
+        });
+    }
+    let duplicate = &config.duplicate_certificate;
+    if let Some(u) = usage.duplicates
+        && duplicate.mode == Mode::Enforce
+    {
+        items.push(PolicyItem {
+            name: "duplicate-certificate",
+            partition: None,
+            quota: duplicate.max_per_window,
+            window_secs: duplicate.window.std().as_secs(),
+            remaining: duplicate.max_per_window.saturating_sub(u64::from(u.count)),
+            reset_secs: secs_until(u.all_left_at),
+        });
+    }
+    items
 }
 
 /// Whether a limit of the database-backed kind is enforced, shadowed, or off.

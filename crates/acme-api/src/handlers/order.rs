@@ -22,12 +22,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ratelimits::batch::Kind;
 use ratelimits::bucket::BucketId;
 use ratelimits::config::Mode;
-use ratelimits::config::RateLimitingConfig;
 use ratelimits::limit::LimitName;
 use ratelimits::limiter::Request as LimitRequest;
 use storage::error::Error as StorageError;
 use storage::model::DuplicateGuard;
-use storage::model::GuardUsage;
 use storage::model::NewAuthz;
 use storage::model::NewOrder;
 use storage::model::Order;
@@ -37,10 +35,10 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::auth::KidRequest;
 use crate::limit_headers::PolicyItem;
-use crate::limit_headers::ceil_secs_nanos;
 use crate::limits::RateLimitInfo;
 use crate::limits::Spent;
 use crate::limits::db_mode;
+use crate::limits::db_policies;
 use crate::limits::denied;
 use crate::limits::denied_until;
 use crate::limits::log_shadow;
@@ -269,55 +267,6 @@ async fn create_with_guards(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// The enforced database-backed limits as `RateLimit` policies. An order spends pending
-/// authorizations (one per new authorization); it spends no duplicate-certificate slot, which
-/// only an issued certificate takes.
-fn db_policies(
-    state: &ApiState,
-    config: &RateLimitingConfig,
-    usage: GuardUsage,
-    now: OffsetDateTime,
-) -> Vec<PolicyItem> {
-    let secs_until = |at: Option<OffsetDateTime>| {
-        at.map_or(0, |at| {
-            ceil_secs_nanos(
-                std::time::Duration::try_from(at - now)
-                    .unwrap_or_default()
-                    .as_nanos(),
-            )
-        })
-    };
-    let mut items = Vec::new();
-    let pending = &config.pending_authorizations;
-    if let Some(u) = usage.pending_authz
-        && pending.mode == Mode::Enforce
-    {
-        items.push(PolicyItem {
-            name: "pending-authorizations",
-            partition: None,
-            quota: pending.max,
-            window_secs: u64::try_from(state.inner.settings.authorization_lifetime.whole_seconds())
-                .unwrap_or(0),
-            remaining: pending.max.saturating_sub(u64::from(u.pending)),
-            reset_secs: secs_until(u.all_expired_at),
-        });
-    }
-    let duplicate = &config.duplicate_certificate;
-    if let Some(u) = usage.duplicates
-        && duplicate.mode == Mode::Enforce
-    {
-        items.push(PolicyItem {
-            name: "duplicate-certificate",
-            partition: None,
-            quota: duplicate.max_per_window,
-            window_secs: duplicate.window.std().as_secs(),
-            remaining: duplicate.max_per_window.saturating_sub(u64::from(u.count)),
-            reset_secs: secs_until(u.all_left_at),
-        });
-    }
-    items
 }
 
 fn shadow_db(limit: &'static str) {
