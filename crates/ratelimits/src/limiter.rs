@@ -16,6 +16,7 @@ use crate::batch::Kind;
 use crate::batch::Transaction;
 use crate::batch::binding;
 use crate::batch::check_unique;
+use crate::batch::writes;
 use crate::bucket::BucketId;
 use crate::bucket::ip_bucket;
 use crate::bucket_key::BucketKey;
@@ -101,11 +102,12 @@ pub struct BindingLimit {
 }
 
 impl BindingLimit {
-    fn new(tx: &Transaction, d: &Decision) -> Self {
-        // An allowed check-only bucket is never written, so clients must see what it holds, not
-        // what it would hold had the cost been spent: a fresh failed-validation pair is full.
-        // `remaining + cost` is exact: the decision's span is the bucket's minus cost × interval.
-        let (remaining, reset_in) = if tx.kind() == Kind::CheckOnly && d.allowed {
+    /// `written`: whether the decision was stored. An allowed decision that was not (a check-only
+    /// bucket, or any bucket of a denied batch) reports what the bucket holds, not what it would
+    /// hold had the cost been spent: a fresh failed-validation pair is full. `remaining + cost`
+    /// is exact: the decision's span is the bucket's minus cost × emission interval.
+    fn new(tx: &Transaction, d: &Decision, written: bool) -> Self {
+        let (remaining, reset_in) = if d.allowed && !written {
             let unspent = i64::try_from(tx.cost())
                 .unwrap_or(i64::MAX)
                 .saturating_mul(tx.limit().emission_interval());
@@ -483,7 +485,7 @@ impl Limiter {
             let counted = if d.allowed {
                 Outcome::Allowed
             } else if tx.limit().mode() == Mode::Shadow && tx.kind() != Kind::SpendOnly {
-                shadow_denials.push(BindingLimit::new(tx, d));
+                shadow_denials.push(BindingLimit::new(tx, d, false));
                 tracing::info!(limit = %tx.name(), key = %tx.key(), "shadow-mode rate limit would have denied");
                 Outcome::ShadowDenied
             } else {
@@ -491,13 +493,16 @@ impl Limiter {
             };
             instruments.count(tx.name(), counted);
         }
-        let binding = binding(&batch, &outcome.decisions)
-            .map(|i| BindingLimit::new(&batch[i], &outcome.decisions[i]));
+        let report = |tx: &Transaction, d: &Decision| {
+            BindingLimit::new(tx, d, writes(tx, d, outcome.allowed))
+        };
+        let binding =
+            binding(&batch, &outcome.decisions).map(|i| report(&batch[i], &outcome.decisions[i]));
         let applied = batch
             .iter()
             .zip(&outcome.decisions)
             .filter(|(tx, _)| tx.enforced())
-            .map(|(tx, d)| BindingLimit::new(tx, d))
+            .map(|(tx, d)| report(tx, d))
             .collect();
         Ok(Verdict {
             allowed: outcome.allowed,

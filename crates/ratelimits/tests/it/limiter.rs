@@ -367,4 +367,13 @@ async fn applied_lists_every_enforced_bucket_and_check_only_is_not_spent() {
         };
         assert_eq!(a.remaining - b.remaining, spent, "{:?}", a.name);
     }
+    // A denied batch spends nothing, and its allowed buckets say so.
+    let too_many = vec![
+        Request::new(LimitName::NewOrdersPerAccount, account.clone(), 1),
+        Request::new(LimitName::SanBudgetPerAccount, account.clone(), 95),
+    ];
+    let denied = limiter.check(now(), &too_many).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.applied[0].remaining, second.applied[0].remaining);
+    assert_eq!(denied.binding.unwrap().name, LimitName::SanBudgetPerAccount);
 }
