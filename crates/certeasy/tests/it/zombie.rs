@@ -147,14 +147,14 @@ async fn a_failing_client_is_paused_and_unpauses_itself_in_a_browser() {
     assert!(text.to_lowercase().contains("account"), "{text}");
     assert!(!source.contains("<script"), "no JavaScript");
     browser.click("form button, form input[type=submit]").await;
-    let mut status = String::new();
-    for _ in 0..50 {
-        status = browser.text().await;
-        if status.contains("Unpaused 1 name") {
+    // The page source, not an element: while the POST's answer loads, elements go stale.
+    for _ in 0..100 {
+        if browser.source().await.contains("Unpause status") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let status = browser.text().await;
     assert!(
         status.contains("Unpaused 1 name."),
         "the answer to the click says what the server did: {status}"
@@ -168,7 +168,12 @@ async fn a_failing_client_is_paused_and_unpauses_itself_in_a_browser() {
     // Unpausing twice is harmless.
     browser.goto(&url).await;
     browser.click("form button, form input[type=submit]").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..100 {
+        if browser.source().await.contains("Unpause status") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let again = browser.text().await.to_lowercase();
     assert!(
         again.contains("already") || again.contains("nothing") || again.contains("0"),
