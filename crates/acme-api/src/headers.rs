@@ -26,11 +26,9 @@ pub(crate) async fn acme_headers(
     if let Ok(v) = HeaderValue::from_str(&format!("<{}>;rel=\"index\"", state.url("/directory"))) {
         headers.append(header::LINK, v);
     }
-    if !response.headers().contains_key("ratelimit")
-        && let Some(info) = response
-            .extensions()
-            .get::<crate::limits::RateLimitInfo>()
-            .cloned()
+    if let Some(info) = response
+        .extensions_mut()
+        .remove::<crate::limits::RateLimitInfo>()
     {
         info.apply(response.headers_mut());
     }

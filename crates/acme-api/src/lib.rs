@@ -6,6 +6,7 @@ mod auth;
 mod client_ip;
 mod handlers;
 mod headers;
+mod limit_headers;
 pub mod limits;
 mod methods;
 pub mod nonce;

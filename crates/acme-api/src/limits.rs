@@ -16,7 +16,6 @@ use axum::extract::ConnectInfo;
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::HeaderValue;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
@@ -30,8 +29,11 @@ use ratelimits::limiter::Limiter;
 use ratelimits::limiter::Request as LimitRequest;
 use ratelimits::limiter::Verdict;
 use ratelimits::overrides::Overrides;
+use storage::model::GuardUsage;
 use time::OffsetDateTime;
 
+use crate::limit_headers::PolicyItem;
+use crate::limit_headers::ceil_secs_nanos;
 use crate::problem::ApiError;
 use crate::state::ApiState;
 
@@ -114,53 +116,17 @@ pub(crate) async fn refund(state: &ApiState, spent: &Spent) {
     }
 }
 
-/// The binding limit of a request, rendered as `RateLimit-Policy` / `RateLimit` headers by
-/// [`crate::headers::acme_headers`].
-#[derive(Debug, Clone)]
-pub(crate) struct RateLimitInfo {
-    pub(crate) name: String,
-    pub(crate) quota: u64,
-    pub(crate) window_secs: u64,
-    pub(crate) remaining: u64,
-    pub(crate) reset_secs: u64,
-}
-
-impl RateLimitInfo {
-    pub(crate) fn from_binding(b: &BindingLimit) -> Self {
-        // GCRA admits `burst` requests per burst × emission interval: that is the window.
-        let window = b.period.as_nanos() * u128::from(b.burst) / u128::from(b.count.max(1));
-        Self {
-            name: b.name.as_str().to_owned(),
-            quota: b.burst,
-            window_secs: ceil_secs_nanos(window).max(1),
-            remaining: if b.allowed { b.remaining } else { 0 },
-            reset_secs: ceil_secs_nanos(b.reset_in.as_nanos()),
-        }
-    }
-
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        let policy = format!("\"{}\";q={};w={}", self.name, self.quota, self.window_secs);
-        let current = format!(
-            "\"{}\";r={};t={}",
-            self.name, self.remaining, self.reset_secs
-        );
-        if let (Ok(p), Ok(c)) = (
-            HeaderValue::from_str(&policy),
-            HeaderValue::from_str(&current),
-        ) {
-            headers.insert("ratelimit-policy", p);
-            headers.insert("ratelimit", c);
-        }
-    }
-}
-
-fn ceil_secs_nanos(nanos: u128) -> u64 {
-    u64::try_from(nanos.div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::limit_headers::RateLimitInfo;
 
 /// Whole seconds, rounded up, never 0: what `Retry-After` carries.
 pub(crate) fn retry_after_secs(d: std::time::Duration) -> u64 {
     ceil_secs_nanos(d.as_nanos()).max(1)
+}
+
+/// [`retry_after_secs`] of the wait until `at`: rounded up, so a client that waits it arrives at
+/// or after `at` (a database-backed limit frees its slot at exactly `at`), never a second early.
+pub(crate) fn retry_after_until(now: OffsetDateTime, at: OffsetDateTime) -> u64 {
+    retry_after_secs(std::time::Duration::try_from(at - now).unwrap_or_default())
 }
 
 fn utc(t: OffsetDateTime) -> String {
@@ -217,16 +183,14 @@ pub(crate) fn denied(state: &ApiState, b: &BindingLimit, subject: &str) -> ApiEr
 /// A 429 for a database-backed limit, whose wait is known as an instant.
 pub(crate) fn denied_until(
     state: &ApiState,
-    limit: &str,
+    limit: &'static str,
     detail: String,
     retry_at: OffsetDateTime,
     quota: u64,
     window_secs: u64,
 ) -> ApiError {
     let now = state.inner.clock.now();
-    let wait = u64::try_from((retry_at - now).whole_seconds())
-        .unwrap_or(0)
-        .max(1);
+    let wait = retry_after_until(now, retry_at);
     let mut err = ApiError::new(
         ProblemType::RateLimited,
         format!(
@@ -242,13 +206,16 @@ pub(crate) fn denied_until(
             state.url(&format!("/docs/rate-limits#{limit}"))
         ),
     );
-    err.rate_limit = Some(RateLimitInfo {
-        name: limit.to_owned(),
+    let mut info = RateLimitInfo::default();
+    info.push(PolicyItem {
+        name: limit,
+        partition: None,
         quota,
         window_secs,
         remaining: 0,
         reset_secs: wait,
     });
+    err.rate_limit = Some(info);
     err
 }
 
@@ -257,6 +224,55 @@ pub(crate) fn log_shadow(verdict: &Verdict) {
     for s in &verdict.shadow_denials {
         tracing::info!(limit = s.name.as_str(), key = %s.key, retry_in = ?s.retry_in, "shadow rate limit would have denied");
     }
+}
+
+/// The enforced database-backed limits as `RateLimit` policies. An order spends pending
+/// authorizations (one per new authorization); it spends no duplicate-certificate slot, which
+/// only an issued certificate takes.
+pub(crate) fn db_policies(
+    state: &ApiState,
+    config: &RateLimitingConfig,
+    usage: GuardUsage,
+    now: OffsetDateTime,
+) -> Vec<PolicyItem> {
+    let secs_until = |at: Option<OffsetDateTime>| {
+        at.map_or(0, |at| {
+            ceil_secs_nanos(
+                std::time::Duration::try_from(at - now)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            )
+        })
+    };
+    let mut items = Vec::new();
+    let pending = &config.pending_authorizations;
+    if let Some(u) = usage.pending_authz
+        && pending.mode == Mode::Enforce
+    {
+        items.push(PolicyItem {
+            name: "pending-authorizations",
+            partition: None,
+            quota: pending.max,
+            window_secs: u64::try_from(state.inner.settings.authorization_lifetime.whole_seconds())
+                .unwrap_or(0),
+            remaining: pending.max.saturating_sub(u64::from(u.pending)),
+            reset_secs: secs_until(u.all_expired_at),
+        });
+    }
+    let duplicate = &config.duplicate_certificate;
+    if let Some(u) = usage.duplicates
+        && duplicate.mode == Mode::Enforce
+    {
+        items.push(PolicyItem {
+            name: "duplicate-certificate",
+            partition: None,
+            quota: duplicate.max_per_window,
+            window_secs: duplicate.window.std().as_secs(),
+            remaining: duplicate.max_per_window.saturating_sub(u64::from(u.count)),
+            reset_secs: secs_until(u.all_left_at),
+        });
+    }
+    items
 }
 
 /// Whether a limit of the database-backed kind is enforced, shadowed, or off.
@@ -314,12 +330,13 @@ pub(crate) async fn global_limit(
     {
         tracing::warn!(error = %e, "refunding the global limit failed");
     }
-    if let Some(b) = &verdict.binding
-        && response.extensions().get::<RateLimitInfo>().is_none()
-    {
-        response
-            .extensions_mut()
-            .insert(RateLimitInfo::from_binding(b));
+    // The global policy applied too: listed first, before the handler's own policies.
+    let global = RateLimitInfo::from_applied(&verdict.applied);
+    match response.extensions_mut().get_mut::<RateLimitInfo>() {
+        Some(info) => info.prepend(global),
+        None => {
+            response.extensions_mut().insert(global);
+        }
     }
     response
 }

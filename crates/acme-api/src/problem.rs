@@ -21,7 +21,7 @@ pub(crate) struct ApiErrorParts {
     pub(crate) status: StatusCode,
     /// Extra headers: Retry-After, Link, Location.
     pub(crate) headers: Vec<(header::HeaderName, HeaderValue)>,
-    /// The binding limit, for `RateLimit` headers on 429s.
+    /// The policies that applied, for `RateLimit` headers (on 429s among others).
     pub(crate) rate_limit: Option<crate::limits::RateLimitInfo>,
     /// The `alg` values this server verifies, sent with `badSignatureAlgorithm` (RFC 8555 §6.2)
     /// so a client can pick another one without guessing.
@@ -167,8 +167,9 @@ impl IntoResponse for ApiError {
         for (name, value) in parts.headers {
             headers.append(name, value);
         }
-        if let Some(info) = &parts.rate_limit {
-            info.apply(headers);
+        // Rendered by `acme_headers`, after the global limit's middleware has added its policy.
+        if let Some(info) = parts.rate_limit {
+            response.extensions_mut().insert(info);
         }
         response
     }

@@ -357,7 +357,7 @@ async fn unpause(
         state
             .ctx
             .storage
-            .unpause_account(account, 50_000, now)
+            .unpause_account(account, acme_api::unpause::MAX_PER_CLICK, now)
             .await
     } else {
         state

@@ -405,7 +405,7 @@ async fn admin_command(
                     }
                     let n: u64 = text.trim().parse().unwrap_or(0);
                     total += n;
-                    if n < 50_000 {
+                    if n < u64::from(acme_api::unpause::MAX_PER_CLICK) {
                         break;
                     }
                 }

@@ -16,6 +16,7 @@ use crate::batch::Kind;
 use crate::batch::Transaction;
 use crate::batch::binding;
 use crate::batch::check_unique;
+use crate::batch::writes;
 use crate::bucket::BucketId;
 use crate::bucket::ip_bucket;
 use crate::bucket_key::BucketKey;
@@ -101,7 +102,24 @@ pub struct BindingLimit {
 }
 
 impl BindingLimit {
-    fn new(tx: &Transaction, d: &Decision) -> Self {
+    /// `written`: whether the decision was stored. An allowed decision that was not (a check-only
+    /// bucket, or any bucket of a denied batch) reports what the bucket holds, not what it would
+    /// hold had the cost been spent: a fresh failed-validation pair is full. `remaining + cost`
+    /// is exact: the decision's span is the bucket's minus cost × emission interval.
+    fn new(tx: &Transaction, d: &Decision, written: bool) -> Self {
+        let (remaining, reset_in) = if d.allowed && !written {
+            let unspent = i64::try_from(tx.cost())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(tx.limit().emission_interval());
+            (
+                d.remaining
+                    .saturating_add(tx.cost())
+                    .min(tx.limit().burst()),
+                d.reset_in.saturating_sub(unspent).max(0),
+            )
+        } else {
+            (d.remaining, d.reset_in)
+        };
         Self {
             name: tx.name(),
             key: tx.key().clone(),
@@ -109,9 +127,9 @@ impl BindingLimit {
             count: tx.limit().count(),
             period: tx.limit().period(),
             allowed: d.allowed,
-            remaining: d.remaining,
+            remaining,
             retry_in: duration(d.retry_in),
-            reset_in: duration(d.reset_in),
+            reset_in: duration(reset_in),
         }
     }
 }
@@ -126,6 +144,10 @@ pub struct Verdict {
     pub binding: Option<BindingLimit>,
     /// Shadow-mode buckets that would have denied.
     pub shadow_denials: Vec<BindingLimit>,
+    /// Every enforced bucket of the batch, in the batch's order, so a client can watch each of
+    /// its quotas (`RateLimit` headers list them all, not only the binding one). Empty when the
+    /// store failed.
+    pub applied: Vec<BindingLimit>,
     /// The store failed and the request was allowed without counting.
     pub fail_open: bool,
 }
@@ -136,6 +158,7 @@ impl Verdict {
             allowed: true,
             binding: None,
             shadow_denials: Vec::new(),
+            applied: Vec::new(),
             fail_open,
         }
     }
@@ -462,7 +485,7 @@ impl Limiter {
             let counted = if d.allowed {
                 Outcome::Allowed
             } else if tx.limit().mode() == Mode::Shadow && tx.kind() != Kind::SpendOnly {
-                shadow_denials.push(BindingLimit::new(tx, d));
+                shadow_denials.push(BindingLimit::new(tx, d, false));
                 tracing::info!(limit = %tx.name(), key = %tx.key(), "shadow-mode rate limit would have denied");
                 Outcome::ShadowDenied
             } else {
@@ -470,12 +493,22 @@ impl Limiter {
             };
             instruments.count(tx.name(), counted);
         }
-        let binding = binding(&batch, &outcome.decisions)
-            .map(|i| BindingLimit::new(&batch[i], &outcome.decisions[i]));
+        let report = |tx: &Transaction, d: &Decision| {
+            BindingLimit::new(tx, d, writes(tx, d, outcome.allowed))
+        };
+        let binding =
+            binding(&batch, &outcome.decisions).map(|i| report(&batch[i], &outcome.decisions[i]));
+        let applied = batch
+            .iter()
+            .zip(&outcome.decisions)
+            .filter(|(tx, _)| tx.enforced())
+            .map(|(tx, d)| report(tx, d))
+            .collect();
         Ok(Verdict {
             allowed: outcome.allowed,
             binding,
             shadow_denials,
+            applied,
             fail_open: false,
         })
     }

@@ -40,6 +40,7 @@ use crate::model::Account;
 use crate::model::Authorization;
 use crate::model::Certificate;
 use crate::model::Challenge;
+use crate::model::GuardUsage;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
@@ -169,6 +170,16 @@ impl Storage {
         guards: &OrderGuards,
         now: OffsetDateTime,
     ) -> Result<Order> {
+        Ok(orders::create(self, new, guards, now).await?.0)
+    }
+    /// [`Storage::create_order`], also returning how full the guards were once the order was
+    /// created (for `RateLimit` headers).
+    pub async fn create_order_with_usage(
+        &self,
+        new: NewOrder,
+        guards: &OrderGuards,
+        now: OffsetDateTime,
+    ) -> Result<(Order, GuardUsage)> {
         orders::create(self, new, guards, now).await
     }
     /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).

@@ -91,15 +91,40 @@ pub struct OrderGuards {
     /// this number.
     pub max_pending_authz: Option<u32>,
     /// Refuse when the account already has this many non-revoked certificates for the same
-    /// identifier set issued at or after `since`.
+    /// identifier set within the rolling window.
     pub duplicate_certificates: Option<DuplicateGuard>,
 }
 
-/// Parameters of the duplicate-certificate check.
+/// Parameters of the duplicate-certificate check. The window, not a start instant: storage alone
+/// turns it into both the count's cutoff and the refusal's `retry_at`, so the two cannot disagree.
 #[derive(Debug, Clone, Copy)]
 pub struct DuplicateGuard {
     pub max: u32,
-    pub since: OffsetDateTime,
+    pub window: time::Duration,
+}
+
+/// How full the database-backed limits were once an order was created, so clients can see them
+/// in `RateLimit` headers. `None` for a guard that was not checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GuardUsage {
+    pub pending_authz: Option<PendingAuthzUsage>,
+    pub duplicates: Option<DuplicateUsage>,
+}
+
+/// The account's unexpired pending authorizations, this order's new ones included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingAuthzUsage {
+    pub pending: u32,
+    /// When the last of them expires (the cap is whole again); `None` when there are none.
+    pub all_expired_at: Option<OffsetDateTime>,
+}
+
+/// The account's non-revoked certificates for this identifier set within the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DuplicateUsage {
+    pub count: u32,
+    /// When the newest of them leaves the window; `None` when there are none.
+    pub all_left_at: Option<OffsetDateTime>,
 }
 
 /// An authorization with its challenges.

@@ -15,10 +15,13 @@ use crate::Storage;
 use crate::codec;
 use crate::error::Error;
 use crate::model::Certificate;
+use crate::model::DuplicateUsage;
+use crate::model::GuardUsage;
 use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
+use crate::model::PendingAuthzUsage;
 use crate::rows;
 use crate::state;
 
@@ -27,7 +30,7 @@ pub(crate) async fn create(
     new: NewOrder,
     guards: &OrderGuards,
     now: OffsetDateTime,
-) -> Result<Order> {
+) -> Result<(Order, GuardUsage)> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     // The account row lock serialises the guards of one account on PostgreSQL; on SQLite the
@@ -75,8 +78,25 @@ pub(crate) async fn create(
         reused.push(existing.map(|(id, _)| id));
     }
     let fresh = reused.iter().filter(|r| r.is_none()).count();
-    check_pending_authz(&mut tx, new.account_id, guards, fresh, now, now_s).await?;
-    check_duplicates(&mut tx, &new, guards, now).await?;
+    let fresh_expiry = new
+        .authorizations
+        .iter()
+        .zip(&reused)
+        .filter(|(_, r)| r.is_none())
+        .map(|(a, _)| a.expires_at)
+        .max();
+    let usage = GuardUsage {
+        pending_authz: check_pending_authz(
+            &mut tx,
+            new.account_id,
+            guards,
+            (fresh, fresh_expiry),
+            now,
+            now_s,
+        )
+        .await?,
+        duplicates: check_duplicates(&mut tx, &new, guards, now).await?,
+    };
 
     let status = if fresh == 0 && !new.authorizations.is_empty() {
         OrderStatus::Ready
@@ -119,7 +139,7 @@ pub(crate) async fn create(
         .await?
         .ok_or(Error::NotFound)?;
     tx.commit().await?;
-    Ok(order)
+    Ok((order, usage))
 }
 
 /// The account's valid authorization for the identifier that lives longest, if it is still
@@ -177,32 +197,30 @@ async fn insert_authz(
 }
 
 /// An order that creates no new authorization is never refused by this guard: it adds nothing
-/// to the pending count.
+/// to the pending count. `fresh` is how many it creates and when the last of them expires.
 async fn check_pending_authz(
     conn: &mut AnyConnection,
     account: AccountId,
     guards: &OrderGuards,
-    fresh: usize,
+    fresh: (usize, Option<OffsetDateTime>),
     now: OffsetDateTime,
     now_s: i64,
-) -> Result<()> {
+) -> Result<Option<PendingAuthzUsage>> {
     let Some(max) = guards.max_pending_authz else {
-        return Ok(());
+        return Ok(None);
     };
-    if fresh == 0 {
-        return Ok(());
-    }
+    let (fresh, fresh_expiry) = fresh;
     let row = sqlx::query(
-        "SELECT COUNT(*) AS n, MIN(expires_at) AS soonest FROM authorizations \
-         WHERE account_id = $1 AND status = 'pending' AND expires_at > $2",
+        "SELECT COUNT(*) AS n, MIN(expires_at) AS soonest, MAX(expires_at) AS latest \
+         FROM authorizations WHERE account_id = $1 AND status = 'pending' AND expires_at > $2",
     )
     .bind(account.0)
     .bind(now_s)
     .fetch_one(&mut *conn)
     .await?;
     let pending = codec::count(row.try_get("n")?)?;
-    let fresh = u64::try_from(fresh).unwrap_or(u64::MAX);
-    if u64::from(pending).saturating_add(fresh) > u64::from(max) {
+    let fresh = u32::try_from(fresh).unwrap_or(u32::MAX);
+    if fresh > 0 && u64::from(pending) + u64::from(fresh) > u64::from(max) {
         let retry_at = match row.try_get::<Option<i64>, _>("soonest")? {
             Some(secs) => codec::time_from_unix(secs)?,
             None => now,
@@ -213,7 +231,28 @@ async fn check_pending_authz(
             retry_at,
         });
     }
-    Ok(())
+    let latest = codec::opt_time_from_unix(row.try_get::<Option<i64>, _>("latest")?)?;
+    Ok(Some(PendingAuthzUsage {
+        pending: pending.saturating_add(fresh),
+        all_expired_at: latest.max(fresh_expiry),
+    }))
+}
+
+/// The one definition of the duplicate-certificate window, used both to count and to say when to
+/// retry. `issued_at` is stored in whole seconds (truncated), so a certificate recorded at second
+/// `s` counts while `now < s + window` and leaves the window at exactly `s + window`
+/// ([`leaves_window_at`]). For a whole `s`, `s > floor(now - window)` exactly when
+/// `now < s + window`, so the query counts `issued_at > duplicate_cutoff(now, window)`. A client
+/// that waits the `Retry-After` (the wait to `leaves_window_at`, rounded up to whole seconds)
+/// finds the certificate gone, to the nanosecond.
+fn duplicate_cutoff(now: OffsetDateTime, window: time::Duration) -> i64 {
+    codec::unix(now - window)
+}
+
+/// When a certificate recorded at `issued_at` leaves the duplicate window (see
+/// [`duplicate_cutoff`]).
+fn leaves_window_at(issued_at: i64, window: time::Duration) -> Result<OffsetDateTime> {
+    Ok(codec::time_from_unix(issued_at)? + window)
 }
 
 async fn check_duplicates(
@@ -221,29 +260,33 @@ async fn check_duplicates(
     new: &NewOrder,
     guards: &OrderGuards,
     now: OffsetDateTime,
-) -> Result<()> {
+) -> Result<Option<DuplicateUsage>> {
     let Some(guard) = guards.duplicate_certificates else {
-        return Ok(());
+        return Ok(None);
     };
     let row = sqlx::query(
-        "SELECT COUNT(*) AS n, MIN(issued_at) AS oldest FROM certificates \
-         WHERE account_id = $1 AND set_hash = $2 AND revoked_at IS NULL AND issued_at >= $3",
+        "SELECT COUNT(*) AS n, MIN(issued_at) AS oldest, MAX(issued_at) AS newest \
+         FROM certificates \
+         WHERE account_id = $1 AND set_hash = $2 AND revoked_at IS NULL AND issued_at > $3",
     )
     .bind(new.account_id.0)
     .bind(&new.set_hash)
-    .bind(codec::unix(guard.since))
+    .bind(duplicate_cutoff(now, guard.window))
     .fetch_one(&mut *conn)
     .await?;
     let count = codec::count(row.try_get("n")?)?;
     if count >= guard.max {
-        // The window is (now - since) long; the oldest certificate leaves it that long after issue.
         let retry_at = match row.try_get::<Option<i64>, _>("oldest")? {
-            Some(secs) => codec::time_from_unix(secs)? + (now - guard.since),
+            Some(secs) => leaves_window_at(secs, guard.window)?,
             None => now,
         };
         return Err(Error::DuplicateCertificate { count, retry_at });
     }
-    Ok(())
+    let all_left_at = row
+        .try_get::<Option<i64>, _>("newest")?
+        .map(|secs| leaves_window_at(secs, guard.window))
+        .transpose()?;
+    Ok(Some(DuplicateUsage { count, all_left_at }))
 }
 
 pub(crate) async fn get(s: &Storage, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
@@ -435,5 +478,39 @@ pub(crate) async fn fail(
             "order is {}",
             order.status.as_str()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::Duration;
+    use time::OffsetDateTime;
+
+    use super::duplicate_cutoff;
+    use super::leaves_window_at;
+
+    /// Counted exactly while `now < leaves_window_at`, whatever the sub-second parts: the
+    /// boundary the `Retry-After` of a duplicate-certificate refusal points to.
+    #[test]
+    fn the_duplicate_window_counts_until_the_instant_it_names() {
+        let issued = 1_800_000_000_i64;
+        for window in [
+            Duration::seconds(3),
+            Duration::milliseconds(2_500),
+            Duration::days(7),
+        ] {
+            let leaves = leaves_window_at(issued, window).unwrap();
+            let counted = |now: OffsetDateTime| issued > duplicate_cutoff(now, window);
+            for nanos in [1, 1_000, 400_000_000, 999_999_999, 1_000_000_000] {
+                assert!(
+                    counted(leaves - Duration::nanoseconds(nanos)),
+                    "{window} -{nanos}ns"
+                );
+                assert!(
+                    !counted(leaves + Duration::nanoseconds(nanos - 1)),
+                    "{window} +{nanos}ns"
+                );
+            }
+        }
     }
 }

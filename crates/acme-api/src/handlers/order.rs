@@ -34,9 +34,11 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::auth::KidRequest;
+use crate::limit_headers::PolicyItem;
 use crate::limits::RateLimitInfo;
 use crate::limits::Spent;
 use crate::limits::db_mode;
+use crate::limits::db_policies;
 use crate::limits::denied;
 use crate::limits::denied_until;
 use crate::limits::log_shadow;
@@ -62,7 +64,7 @@ pub(crate) async fn new_order(
     let identifiers = parse_identifiers(&state, &payload)?;
     let (not_before, not_after) = validity_window(&state, &payload, now)?;
     refuse_paused(&state, account.id, &identifiers, now).await?;
-    let spent = charge_order(&state, account.id, &identifiers).await?;
+    let mut spent = charge_order(&state, account.id, &identifiers).await?;
 
     let mut authorizations = Vec::with_capacity(identifiers.len());
     for id in &identifiers {
@@ -87,7 +89,14 @@ pub(crate) async fn new_order(
         reuse_valid_authz: settings.reuse_valid_authorizations,
     };
     let order = match create_with_guards(&state, new, now).await {
-        Ok(order) => order,
+        Ok((order, db_policies)) => {
+            if let Some(info) = &mut spent.info {
+                for item in db_policies {
+                    info.push(item);
+                }
+            }
+            order
+        }
         Err(e) => {
             refund(&state, &spent).await;
             return Err(e);
@@ -155,22 +164,25 @@ async fn charge_order(
             }
             _ => "for this account".to_owned(),
         };
-        return Err(denied(state, b, &subject));
+        let mut err = denied(state, b, &subject);
+        err.rate_limit = Some(RateLimitInfo::from_applied(&verdict.applied));
+        return Err(err);
     }
     requests.retain(|r| r.kind != Kind::CheckOnly);
     Ok(Spent {
         requests,
-        info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
+        info: Some(RateLimitInfo::from_applied(&verdict.applied)),
     })
 }
 
 /// Layers 3 and 5, inside the order-creation transaction. A limit in shadow mode that would have
-/// refused is logged and counted, and the order is created without it.
+/// refused is logged and counted, and the order is created without it. Returns the order and
+/// the enforced database-backed policies' state, for the `RateLimit` headers.
 async fn create_with_guards(
     state: &ApiState,
     new: NewOrder,
     now: OffsetDateTime,
-) -> Result<Order, ApiError> {
+) -> Result<(Order, Vec<PolicyItem>), ApiError> {
     let config = state.inner.limits.config();
     let pending = &config.pending_authorizations;
     let duplicate = &config.duplicate_certificate;
@@ -180,7 +192,7 @@ async fn create_with_guards(
         duplicate_certificates: db_mode(duplicate.enabled, duplicate.mode).map(|_| {
             DuplicateGuard {
                 max: u32::try_from(duplicate.max_per_window).unwrap_or(u32::MAX),
-                since: now - duplicate.window.time(),
+                window: duplicate.window.time(),
             }
         }),
     };
@@ -188,10 +200,10 @@ async fn create_with_guards(
         match state
             .inner
             .storage
-            .create_order(new.clone(), &guards, now)
+            .create_order_with_usage(new.clone(), &guards, now)
             .await
         {
-            Ok(order) => {
+            Ok((order, usage)) => {
                 for (limit, on) in [
                     ("pending-authorizations", guards.max_pending_authz.is_some()),
                     (
@@ -203,7 +215,8 @@ async fn create_with_guards(
                         count_db(limit, "allowed");
                     }
                 }
-                return Ok(order);
+                let policies = db_policies(state, &config, usage, now);
+                return Ok((order, policies));
             }
             Err(StorageError::PendingAuthzLimit {
                 pending: count,
@@ -518,23 +531,56 @@ async fn refuse_paused(
     let mut detail = format!(
         "Issuance for {names} is paused for this account because validation failed too many times in a row."
     );
-    let mut err_link = None;
+    let mut unpause_link = None;
     if let Some(settings) = &state.inner.settings.unpause {
         let claims = crate::unpause::token::UnpauseClaims {
             account,
-            identifiers: shown,
+            identifiers: shown.clone(),
             issued_at: now.unix_timestamp(),
             expires_at: (now + settings.link_lifetime).unix_timestamp(),
             version: settings.version,
         };
         let url = crate::unpause::unpause_url(settings, &claims);
         detail.push_str(&format!(" Once the problem is fixed, unpause at: {url}"));
-        err_link = Some(url);
+        unpause_link = Some(url);
     }
+    let name = LimitName::ConsecutiveFailuresPerAccountIdentifier;
     let mut err = ApiError::new(ProblemType::RateLimited, detail)
-        .with_header(axum::http::header::RETRY_AFTER, "86400");
-    if let Some(url) = err_link {
-        err = err.with_header(axum::http::header::LINK, &format!("<{url}>;rel=\"help\""));
+        .with_header(
+            axum::http::header::RETRY_AFTER,
+            &PAUSE_RETRY_AFTER_SECS.to_string(),
+        )
+        .with_header(
+            axum::http::header::LINK,
+            &format!(
+                "<{}>;rel=\"help\"",
+                state.url(&format!("/docs/rate-limits#{}", name.as_str()))
+            ),
+        );
+    if let Some(url) = unpause_link {
+        let rel = state.url(crate::unpause::UNPAUSE_REL_PATH);
+        err = err.with_header(axum::http::header::LINK, &format!("<{url}>;rel=\"{rel}\""));
     }
+    // The paused pairs' policy, one item per name shown: nothing left until unpaused.
+    let mut info = RateLimitInfo::default();
+    for identifier in shown {
+        let pair = BucketId::AccountIdentifier {
+            account: account.0,
+            identifier: identifier.clone(),
+        };
+        if let Some(limit) = state.inner.limits.limiter().limit_for(name, &pair) {
+            info.push(PolicyItem::exhausted(
+                name,
+                &limit,
+                Some(identifier),
+                PAUSE_RETRY_AFTER_SECS,
+            ));
+        }
+    }
+    err.rate_limit = Some(info);
     Err(err)
 }
+
+/// How long a client refused for a pause is asked to wait: a pause lasts until the subscriber
+/// unpauses, so clients that honour `Retry-After` back off for a day rather than hammer.
+const PAUSE_RETRY_AFTER_SECS: u64 = 86_400;

@@ -2,7 +2,9 @@
 //!
 //! Served by Certeasy itself on the ACME listener, outside the JWS and limiter layers: plain
 //! server-rendered HTML, no JavaScript, nothing loaded from other hosts. A GET never changes
-//! state; the button POSTs, and cross-site POSTs are refused.
+//! state; the button POSTs, and cross-site POSTs are refused. The POST answers with the outcome
+//! page itself, so what it reports (how many names were unpaused) is what the server did, not a
+//! number carried in a URL that anyone could write.
 
 mod pages;
 pub mod token;
@@ -21,7 +23,6 @@ use axum::http::StatusCode;
 use axum::http::header;
 use axum::response::Html;
 use axum::response::IntoResponse;
-use axum::response::Redirect;
 use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
@@ -31,8 +32,14 @@ use crate::unpause::token::TokenError;
 use crate::unpause::token::UnpauseClaims;
 use crate::unpause::token::UnpauseKey;
 
-/// Most pairs unpaused by one click.
+/// Most pairs unpaused by one click, and by one `certeasy admin unpause` call without names (the
+/// CLI repeats the call while a full batch comes back).
 pub const MAX_PER_CLICK: u32 = 50_000;
+
+/// The link relation of the unpause URL in a pause refusal, after this server's external URL:
+/// an extension relation type (RFC 8288 §2.1.2), a URI that resolves to its documentation.
+/// Clients recognise the relation by this ending; `rel="help"` points to the documentation.
+pub const UNPAUSE_REL_PATH: &str = "/docs/rate-limits#unpause";
 
 /// How unpause links are made and checked.
 #[derive(Debug, Clone)]
@@ -61,9 +68,7 @@ pub fn unpause_url(settings: &UnpauseSettings, claims: &UnpauseClaims) -> String
 
 /// Routes of the unpause page; merged into the ACME router outside its JWS and limiter layers.
 pub fn routes() -> Router<ApiState> {
-    Router::new()
-        .route("/unpause", get(show).post(unpause))
-        .route("/unpause/status", get(status))
+    Router::new().route("/unpause", get(show).post(unpause))
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,26 +149,27 @@ async fn show(State(state): State<ApiState>, Query(q): Query<TokenParam>) -> Res
     )
 }
 
-/// Refuses browser requests made from another site. A request with neither `Origin` nor
-/// `Sec-Fetch-Site` comes from a non-browser client, which cannot be a cross-site forgery.
+/// Refuses browser requests made from another site: a cross-site `Sec-Fetch-Site`, or an
+/// `Origin` or `Referer` of another origin (either one; a browser that leaves out `Origin` may
+/// still send `Referer`). An unparseable or opaque (`null`) value is another origin. A request
+/// with none of the three comes from a non-browser client, which cannot be a cross-site forgery.
 pub(crate) fn same_origin(headers: &HeaderMap, base_url: &str) -> bool {
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && !matches!(site, "same-origin" | "none")
     {
         return false;
     }
-    match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        None => true,
-        Some(origin) => origin.trim_end_matches('/') == origin_of(base_url),
-    }
-}
-
-fn origin_of(url: &str) -> &str {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let end = url[after_scheme..]
-        .find('/')
-        .map_or(url.len(), |i| after_scheme + i);
-    &url[..end]
+    let Ok(ours) = url::Url::parse(base_url).map(|u| u.origin()) else {
+        return false;
+    };
+    [header::ORIGIN, header::REFERER].iter().all(|name| {
+        headers.get_all(name).iter().all(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|s| url::Url::parse(s).ok())
+                .is_some_and(|u| u.origin() == ours)
+        })
+    })
 }
 
 async fn unpause(
@@ -206,22 +212,15 @@ async fn unpause(
     metrics::counter!("certeasy_unpaused_pairs_total", "via" => "self-service")
         .increment(unpaused.len() as u64);
     tracing::info!(account_id = %claims.account, unpaused = unpaused.len(), "pairs unpaused by the subscriber");
-    Redirect::to(&format!("/unpause/status?count={}", unpaused.len())).into_response()
-}
-
-#[derive(Debug, Deserialize)]
-struct StatusParam {
-    count: Option<String>,
-}
-
-async fn status(Query(q): Query<StatusParam>) -> Response {
-    match q.count.as_deref().and_then(|c| c.parse::<u32>().ok()) {
-        Some(n) => page(StatusCode::OK, pages::status(n, MAX_PER_CLICK)),
-        None => page(
-            StatusCode::BAD_REQUEST,
-            pages::error(pages::ErrorKind::Invalid),
+    let count = u32::try_from(unpaused.len()).unwrap_or(u32::MAX);
+    page(
+        StatusCode::OK,
+        pages::status(
+            count,
+            MAX_PER_CLICK,
+            form.token.as_deref().unwrap_or_default(),
         ),
-    }
+    )
 }
 
 #[cfg(test)]
@@ -250,7 +249,55 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
         assert!(!same_origin(&h, base));
-        assert_eq!(origin_of("https://a.example:1/x/y"), "https://a.example:1");
-        assert_eq!(origin_of("https://a.example"), "https://a.example");
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        h.remove("sec-fetch-site");
+        assert!(!same_origin(&h, base), "an opaque origin is another origin");
+    }
+
+    #[test]
+    fn a_foreign_referer_is_refused_like_a_foreign_origin() {
+        let base = "https://acme.example:14000";
+        let with = |pairs: &[(header::HeaderName, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in pairs {
+                h.append(name.clone(), HeaderValue::from_static(value));
+            }
+            same_origin(&h, base)
+        };
+        assert!(with(&[(
+            header::REFERER,
+            "https://acme.example:14000/unpause?token=x"
+        )]));
+        assert!(!with(&[(header::REFERER, "https://evil.example/page")]));
+        assert!(
+            !with(&[(header::REFERER, "https://acme.example:14001/unpause")]),
+            "another port is another origin"
+        );
+        assert!(!with(&[(header::REFERER, "not a url")]));
+        assert!(
+            !with(&[
+                (header::ORIGIN, "https://acme.example:14000"),
+                (header::REFERER, "https://evil.example/")
+            ]),
+            "a matching Origin does not excuse a foreign Referer"
+        );
+        assert!(with(&[
+            (header::ORIGIN, "https://acme.example:14000"),
+            (header::REFERER, "https://acme.example:14000/unpause")
+        ]));
+        assert!(
+            same_origin(
+                &{
+                    let mut h = HeaderMap::new();
+                    h.insert(
+                        header::ORIGIN,
+                        HeaderValue::from_static("https://a.example"),
+                    );
+                    h
+                },
+                "https://a.example:443/acme"
+            ),
+            "the default port is the same origin"
+        );
     }
 }

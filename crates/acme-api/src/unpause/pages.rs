@@ -60,31 +60,43 @@ Pausing stops a forgotten or broken client from retrying forever; it is not a pe
 <li>A forgotten client or device is still renewing a name that is no longer used.</li>\
 <li>The web server configuration changed and no longer serves <code>/.well-known/acme-challenge/</code>.</li></ul>\
 <h2>Unpause</h2><p>Fix the cause first, then unpause. <strong>Unpausing is account-wide:</strong> it lifts every pause of \
-this ACME account (up to 50,000 names per click), not only the names listed here.</p>\
-<form method=\"post\" action=\"/unpause\"><input type=\"hidden\" name=\"token\" value=\"{token}\">\
-<button type=\"submit\">Unpause issuance</button></form>",
+this ACME account (up to {max} names per click), not only the names listed here.</p>\
+{button}",
         id = escape(&claims.account.to_string()),
         url = escape(account_url),
-        token = escape(token),
+        max = super::MAX_PER_CLICK,
+        button = unpause_button(token, "Unpause issuance"),
     );
     layout("Certificate issuance paused", &body)
 }
 
-/// After the click.
-pub(super) fn status(count: u32, max: u32) -> String {
+/// The one-button form, posting the token back to the page's own origin.
+fn unpause_button(token: &str, label: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"/unpause\"><input type=\"hidden\" name=\"token\" value=\"{token}\">\
+<button type=\"submit\">{label}</button></form>",
+        token = escape(token),
+        label = escape(label),
+    )
+}
+
+/// The answer to the click: what the server just did. `count` is the number it unpaused; when
+/// that is a full click's worth, more may remain and the button is offered again.
+pub(super) fn status(count: u32, max: u32, token: &str) -> String {
     let body = if count == 0 {
         "<h1>Nothing to unpause</h1><p>This account has no paused names: it was already unpaused. \
 If issuance still fails, the cause is elsewhere: check the client's output for the error it reports.</p>"
             .to_owned()
     } else if count >= max {
         format!(
-            "<h1>{count} names unpaused</h1><p>{count} names were unpaused, the most one click can do; \
-more may remain. Go back and click <strong>Unpause issuance</strong> again.</p>"
+            "<h1>Unpaused {count} names</h1><p>{count} names were unpaused, the most one click can do; \
+more may remain. Click again to continue.</p>{}",
+            unpause_button(token, "Unpause more")
         )
     } else {
-        let noun = if count == 1 { "name was" } else { "names were" };
+        let noun = if count == 1 { "name" } else { "names" };
         format!(
-            "<h1>Issuance unpaused</h1><p>{count} {noun} unpaused. You can request certificates for them again.</p>"
+            "<h1>Issuance unpaused</h1><p>Unpaused {count} {noun}. You can request certificates for them again.</p>"
         )
     };
     layout("Unpause status", &body)
@@ -168,10 +180,16 @@ mod tests {
             !html.contains("src=") && !html.contains("<link"),
             "nothing loaded from elsewhere"
         );
-        assert!(status(1, 50_000).contains("1 name was unpaused"));
-        assert!(status(7, 50_000).contains("7 names were unpaused"));
-        assert!(status(50_000, 50_000).contains("click"));
-        assert!(status(0, 50_000).contains("already"));
+        assert!(status(1, 50_000, "t").contains("Unpaused 1 name."));
+        assert!(status(7, 50_000, "t").contains("Unpaused 7 names."));
+        assert!(!status(7, 50_000, "t").contains("<form"));
+        let full = status(50_000, 50_000, "t<k");
+        assert!(full.contains("Click again"), "{full}");
+        assert!(
+            full.contains("value=\"t&lt;k\"") && full.contains("<form method=\"post\""),
+            "a full click offers the button again: {full}"
+        );
+        assert!(status(0, 50_000, "t").contains("already"));
         assert!(error(ErrorKind::Expired).contains("expired"));
         assert!(error(ErrorKind::Invalid).contains("invalid"));
     }

@@ -14,6 +14,7 @@ mod hostile;
 mod listener;
 mod nonce_instances;
 mod ratelimit;
+mod ratelimit_policies;
 mod raw;
 mod restart;
 mod rfc_answers;

@@ -147,24 +147,33 @@ async fn a_failing_client_is_paused_and_unpauses_itself_in_a_browser() {
     assert!(text.to_lowercase().contains("account"), "{text}");
     assert!(!source.contains("<script"), "no JavaScript");
     browser.click("form button, form input[type=submit]").await;
-    for _ in 0..50 {
-        if browser.url().await.contains("/unpause/status") {
+    // The page source, not an element: while the POST's answer loads, elements go stale.
+    for _ in 0..100 {
+        if browser.source().await.contains("Unpause status") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let status = browser.text().await;
     assert!(
-        browser.url().await.contains("/unpause/status"),
-        "{}",
+        status.contains("Unpaused 1 name."),
+        "the answer to the click says what the server did: {status}"
+    );
+    assert!(
+        !browser.url().await.contains("count="),
+        "nothing to forge in the URL: {}",
         browser.url().await
     );
-    let status = browser.text().await.to_lowercase();
-    assert!(status.contains("unpaused"), "{status}");
 
     // Unpausing twice is harmless.
     browser.goto(&url).await;
     browser.click("form button, form input[type=submit]").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..100 {
+        if browser.source().await.contains("Unpause status") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let again = browser.text().await.to_lowercase();
     assert!(
         again.contains("already") || again.contains("nothing") || again.contains("0"),
@@ -258,10 +267,31 @@ async fn admin_pause_and_unpause_with_a_file_and_the_pause_problem() {
         .map(|v| v.to_str().unwrap().to_owned())
         .collect();
     assert!(
-        links
-            .iter()
-            .any(|l| l.contains("/unpause?token=") && l.contains("rel=\"help\"")),
-        "{links:?}"
+        links.iter().any(|l| l
+            == &format!(
+                "<{}/docs/rate-limits#zombie-pausing>;rel=\"help\"",
+                env.base_url()
+            )),
+        "the help link is the documentation: {links:?}"
+    );
+    assert!(
+        links.iter().any(|l| l.contains("/unpause?token=")
+            && l.ends_with(&format!(
+                ";rel=\"{}/docs/rate-limits#unpause\"",
+                env.base_url()
+            ))),
+        "the unpause URL has its own relation: {links:?}"
+    );
+    // The paused pairs' policy: nothing left, for as long as Retry-After says.
+    let policy = r.header("ratelimit-policy").expect("RateLimit-Policy");
+    let current = r.header("ratelimit").expect("RateLimit");
+    assert!(
+        policy.contains("\"zombie-pausing\";q=") && policy.contains(";pk=:"),
+        "{policy}"
+    );
+    assert!(
+        current.contains(&format!("\"zombie-pausing\";r=0;t={retry}")),
+        "{current}"
     );
     let orders = raw
         .post(&format!("{}/orders", raw.kid.clone().unwrap()), None)
@@ -288,6 +318,30 @@ async fn admin_pause_and_unpause_with_a_file_and_the_pause_problem() {
         .await
         .unwrap();
     assert_eq!(forged.status().as_u16(), 403);
+    // A foreign Referer is refused the same way, without an Origin or despite a matching one.
+    for origin in [None, Some(env.base_url())] {
+        let mut post = raw
+            .http
+            .post(format!("{}/unpause", env.base_url()))
+            .header("referer", "https://evil.example/page")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"));
+        if let Some(origin) = &origin {
+            post = post.header("origin", origin);
+        }
+        let refused = post.send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 403, "origin {origin:?}");
+        assert!(refused.text().await.unwrap().contains("another site"));
+    }
+    // The outcome page is the POST's answer: there is no page that shows a count from its URL.
+    let status_page = raw
+        .http
+        .get(format!("{}/unpause/status?count=123456", env.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(status_page.status().as_u16(), 200);
+    assert!(!status_page.text().await.unwrap().contains("123456"));
     let still = raw
         .post(
             &raw.url("/acme/new-order"),
@@ -320,4 +374,31 @@ async fn admin_pause_and_unpause_with_a_file_and_the_pause_problem() {
         )
         .await;
     assert_eq!(r.status, 201, "{r:?}");
+
+    // A same-origin click answers with what the server did: the count it unpaused.
+    let three = names[..3].join("\n");
+    std::fs::write(&file, three).unwrap();
+    let (ok, out) = admin(&[
+        "pause",
+        "--account",
+        &account,
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("3 of 3"), "{out}");
+    let click = || {
+        raw.http
+            .post(format!("{}/unpause", env.base_url()))
+            .header("origin", env.base_url())
+            .header("referer", &url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    let done = click().await.unwrap();
+    assert_eq!(done.status().as_u16(), 200);
+    let page = done.text().await.unwrap();
+    assert!(page.contains("Unpaused 3 names"), "{page}");
+    let again = click().await.unwrap().text().await.unwrap();
+    assert!(again.contains("already"), "{again}");
 }

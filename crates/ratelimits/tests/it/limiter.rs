@@ -311,3 +311,69 @@ async fn show_reset_refund_and_wrong_ids() {
         Err(Error::CostAboveBurst { .. })
     ));
 }
+
+/// Every enforced bucket of a batch is reported, so clients can watch each quota; a check-only
+/// bucket reports what it holds (a fresh one is full), never the hypothetical spend.
+#[tokio::test]
+async fn applied_lists_every_enforced_bucket_and_check_only_is_not_spent() {
+    let mut config = RateLimitingConfig::default();
+    config.failed_validation.mode = Mode::Shadow;
+    config.zombie_pausing.enabled = true;
+    let limiter = limiter(&config, "");
+    let account = BucketId::Account(77);
+    let pair = |name: &str| BucketId::AccountIdentifier {
+        account: 77,
+        identifier: name.to_owned(),
+    };
+    let batch = vec![
+        Request::new(LimitName::NewOrdersPerAccount, account.clone(), 1),
+        Request::new(LimitName::SanBudgetPerAccount, account.clone(), 3),
+        Request::new(
+            LimitName::ConsecutiveFailuresPerAccountIdentifier,
+            pair("a.example"),
+            1,
+        )
+        .with_kind(Kind::CheckOnly),
+        // Shadow mode: decided and logged, but not a policy that applies to the client.
+        Request::new(
+            LimitName::FailedValidationPerAccountIdentifier,
+            pair("a.example"),
+            1,
+        )
+        .with_kind(Kind::CheckOnly),
+    ];
+    let first = limiter.check(now(), &batch).await.unwrap();
+    let names: Vec<LimitName> = first.applied.iter().map(|b| b.name).collect();
+    assert_eq!(
+        names,
+        [
+            LimitName::NewOrdersPerAccount,
+            LimitName::SanBudgetPerAccount,
+            LimitName::ConsecutiveFailuresPerAccountIdentifier
+        ]
+    );
+    let zombie = &first.applied[2];
+    assert_eq!(
+        zombie.remaining, zombie.burst,
+        "a fresh check-only bucket is full"
+    );
+    assert_eq!(zombie.reset_in, Duration::ZERO);
+    let second = limiter.check(now(), &batch).await.unwrap();
+    for (a, b) in first.applied.iter().zip(&second.applied) {
+        let spent = match a.name {
+            LimitName::NewOrdersPerAccount => 1,
+            LimitName::SanBudgetPerAccount => 3,
+            _ => 0,
+        };
+        assert_eq!(a.remaining - b.remaining, spent, "{:?}", a.name);
+    }
+    // A denied batch spends nothing, and its allowed buckets say so.
+    let too_many = vec![
+        Request::new(LimitName::NewOrdersPerAccount, account.clone(), 1),
+        Request::new(LimitName::SanBudgetPerAccount, account.clone(), 95),
+    ];
+    let denied = limiter.check(now(), &too_many).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.applied[0].remaining, second.applied[0].remaining);
+    assert_eq!(denied.binding.unwrap().name, LimitName::SanBudgetPerAccount);
+}

@@ -117,10 +117,7 @@ async fn duplicate_certificate_cap(s: &Storage) {
     let week = Duration::days(7);
     let guard = |max| OrderGuards {
         max_pending_authz: None,
-        duplicate_certificates: Some(DuplicateGuard {
-            max,
-            since: at - week,
-        }),
+        duplicate_certificates: Some(DuplicateGuard { max, window: week }),
     };
     match s
         .create_order(
@@ -168,13 +165,40 @@ async fn duplicate_certificate_cap(s: &Storage) {
             max_pending_authz: None,
             duplicate_certificates: Some(DuplicateGuard {
                 max: 2,
-                since: late - week,
+                window: week,
             }),
         },
         late,
     )
     .await
     .unwrap();
+
+    // The refusal's retry_at is exactly when the oldest leaves: refused a nanosecond before it,
+    // allowed at it.
+    let boundary = now + week;
+    let just_before = boundary - Duration::nanoseconds(1);
+    match s
+        .create_order(
+            harness::new_order(acct.id, &names, just_before, false),
+            &guard(2),
+            just_before,
+        )
+        .await
+    {
+        Err(Error::DuplicateCertificate { retry_at, .. }) => assert_eq!(retry_at, boundary),
+        other => panic!("expected the duplicate cap, got {other:?}"),
+    }
+    let (_, usage) = s
+        .create_order_with_usage(
+            harness::new_order(acct.id, &names, boundary, false),
+            &guard(2),
+            boundary,
+        )
+        .await
+        .unwrap();
+    let usage = usage.duplicates.unwrap();
+    assert_eq!(usage.count, 1, "the oldest left the window at retry_at");
+    assert_eq!(usage.all_left_at, Some(now + Duration::hours(1) + week));
 
     // Revoked certificates do not count.
     s.revoke_certificate(
