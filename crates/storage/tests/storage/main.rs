@@ -9,6 +9,7 @@ mod harness;
 mod accounts;
 mod certificates;
 mod connect;
+mod deactivated;
 mod guards;
 mod jobs;
 mod orders;
