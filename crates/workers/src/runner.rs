@@ -284,12 +284,18 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     };
     match settled {
         Ok(()) => {}
-        // Already final (a finished attempt whose job was not deleted): nothing to settle.
+        // Already final (a finished attempt whose job was not deleted) or gone: nothing to settle.
         Err(storage::error::Error::WrongState(state)) => {
             tracing::info!(job = %job.id, state, "abandoned job's object was already settled");
         }
+        Err(storage::error::Error::NotFound) => {
+            tracing::warn!(job = %job.id, "abandoned job's object no longer exists");
+        }
         Err(e) => {
-            tracing::error!(job = %job.id, error = %e, cause, "could not settle an abandoned job");
+            // The job is kept: once its lease runs out it is claimed as exhausted and settled
+            // again, so the object still reaches a final state.
+            tracing::error!(job = %job.id, error = %e, cause, "could not settle an abandoned job; will try again");
+            return;
         }
     }
     if let Err(e) = inner.storage.complete_job(job.id).await {

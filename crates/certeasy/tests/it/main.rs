@@ -3,6 +3,7 @@
 //! certbot. One test binary, so linking is paid once.
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
+mod bounded_work;
 mod browser;
 mod certcheck;
 mod e2e_certbot;
