@@ -17,6 +17,7 @@ use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use issuance::Ca;
 use issuance::CaSettings;
+use storage::Backend;
 use storage::Storage;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
@@ -32,7 +33,59 @@ use workers::Workers;
 use workers::hooks::ValidationHook;
 use workers::settings::WorkerSettings;
 
+/// A fresh PostgreSQL database (at `CERTEASY_TEST_POSTGRES_URL` or the local default), dropped
+/// with the value.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    fn create() -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!(
+            "certeasy_workers_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let out = std::process::Command::new("psql")
+            .arg(&admin)
+            .args([
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qc",
+                &format!("CREATE DATABASE {name}"),
+            ])
+            .output()
+            .expect("psql must be installed");
+        assert!(
+            out.status.success(),
+            "PostgreSQL must be reachable at {admin}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        Self { admin, name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .arg(&self.admin)
+            .args([
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
 struct Env {
+    _pg: Option<PgDatabase>,
     _dir: tempfile::TempDir,
     storage: Storage,
     ca: Arc<Ca>,
@@ -42,9 +95,17 @@ struct Env {
 }
 
 async fn env() -> Env {
+    env_on(Backend::Sqlite).await
+}
+
+async fn env_on(backend: Backend) -> Env {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("db.sqlite").display());
+    let pg = (backend == Backend::Postgres).then(PgDatabase::create);
+    let url = match &pg {
+        Some(pg) => pg.url.clone(),
+        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
+    };
     let storage = Storage::connect(&url).await.unwrap();
     let ca = Arc::new(
         Ca::load_or_create(
@@ -64,6 +125,7 @@ async fn env() -> Env {
     })
     .unwrap();
     Env {
+        _pg: pg,
         _dir: dir,
         storage,
         ca,
@@ -342,7 +404,16 @@ impl ValidationHook for Probe {
 
 #[tokio::test]
 async fn a_slow_attempt_keeps_its_lease_and_runs_once() {
-    let env = env().await;
+    a_slow_attempt_keeps_its_lease_and_runs_once_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_slow_attempt_keeps_its_lease_and_runs_once_on_postgres() {
+    a_slow_attempt_keeps_its_lease_and_runs_once_on(Backend::Postgres).await;
+}
+
+async fn a_slow_attempt_keeps_its_lease_and_runs_once_on(backend: Backend) {
+    let env = env_on(backend).await;
     // Four lease lengths inside one attempt: only the heartbeat keeps the second worker away.
     let probe = Probe::new(&env.storage, vec![Duration::from_secs(4)]);
     let workers = spawn(&env, probe.clone());
@@ -437,7 +508,16 @@ async fn an_attempt_past_the_backstop_is_cut_off_and_retried() {
 
 #[tokio::test]
 async fn a_job_whose_last_attempt_died_is_settled_not_run_again() {
-    let env = env().await;
+    a_job_whose_last_attempt_died_is_settled_not_run_again_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on_postgres() {
+    a_job_whose_last_attempt_died_is_settled_not_run_again_on(Backend::Postgres).await;
+}
+
+async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on(backend: Backend) {
+    let env = env_on(backend).await;
     let (order, challenge) = order_for(&env, "exhausted.workers.test", "tok8").await;
     // The name would validate: if the job ran again, the order would become ready.
     env.http.add("tok8", "tok8.tp");
@@ -475,7 +555,16 @@ async fn a_job_whose_last_attempt_died_is_settled_not_run_again() {
 
 #[tokio::test]
 async fn an_account_deactivated_while_processing_gets_no_certificate() {
-    let env = env().await;
+    an_account_deactivated_while_processing_gets_no_certificate_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_account_deactivated_while_processing_gets_no_certificate_on_postgres() {
+    an_account_deactivated_while_processing_gets_no_certificate_on(Backend::Postgres).await;
+}
+
+async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend: Backend) {
+    let env = env_on(backend).await;
     let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
     let (order, challenge) = order_for(&env, "deactivated.workers.test", "tok9").await;
     env.http.add("tok9", "tok9.tp");

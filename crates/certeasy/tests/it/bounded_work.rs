@@ -83,7 +83,16 @@ fn csr_b64(name: &str) -> String {
 
 #[tokio::test]
 async fn names_with_many_silent_addresses_do_not_stall_other_orders() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
+    silent_addresses_do_not_stall_other_orders(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn names_with_many_silent_addresses_do_not_stall_other_orders_on_postgres() {
+    silent_addresses_do_not_stall_other_orders(Db::Postgres).await;
+}
+
+async fn silent_addresses_do_not_stall_other_orders(db: Db) {
+    let mut env = TestEnv::new(db).await;
     // Three workers and a one-second lease: without heartbeats the free worker would take over a
     // stuck job within a second or two, and the healthy order below would wait behind it. The
     // validation timeout is long, so a stuck challenge stays in flight long after the healthy
@@ -103,9 +112,11 @@ async fn names_with_many_silent_addresses_do_not_stall_other_orders() {
     // Two names, each with eight addresses that accept and never answer.
     let mut stuck = Vec::new();
     let mut listeners = Vec::new();
+    // Each backend's run has its own addresses, so the two tests can run at once.
+    let net = if db == Db::Sqlite { 1 } else { 3 };
     for n in 0..2u8 {
         let addrs: Vec<Ipv4Addr> = (0..8u8)
-            .map(|i| Ipv4Addr::new(127, 0, 1 + n, 2 + i))
+            .map(|i| Ipv4Addr::new(127, 0, net + n, 2 + i))
             .collect();
         let (accepted, tasks) = silent_listeners(&addrs, env.http.port()).await;
         listeners.extend(tasks);
@@ -224,7 +235,16 @@ async fn a_failed_validation_is_counted_before_the_client_sees_it() {
 
 #[tokio::test]
 async fn a_zombie_pause_is_in_place_before_the_client_sees_the_failure() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
+    zombie_pause_in_place_before_the_failure_is_seen(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_zombie_pause_is_in_place_before_the_client_sees_the_failure_on_postgres() {
+    zombie_pause_in_place_before_the_failure_is_seen(Db::Postgres).await;
+}
+
+async fn zombie_pause_in_place_before_the_failure_is_seen(db: Db) {
+    let mut env = TestEnv::new(db).await;
     env.section(
         "rate-limiting",
         &format!("{ORDERS}  failed-validation:\n    enabled: false\n"),
