@@ -301,7 +301,6 @@ fn worker_settings(config: &Config) -> WorkerSettings {
         default_validity: config.issuance.default_validity.time(),
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
-        attempt_timeout: WorkerSettings::attempt_backstop(config.validation.timeout.std()),
         ..WorkerSettings::default()
     }
 }

@@ -254,11 +254,6 @@ impl TestDnsServer {
         self.records.update(name, |e| e.a = vec![ip]);
     }
 
-    /// Replaces the A records of `name` with all of `ips` (a name with many addresses).
-    pub fn set_a_all(&self, name: &str, ips: &[Ipv4Addr]) {
-        self.records.update(name, |e| e.a = ips.to_vec());
-    }
-
     /// Replaces the AAAA records of `name` with `ip`.
     pub fn set_aaaa(&self, name: &str, ip: Ipv6Addr) {
         self.records.update(name, |e| e.aaaa = vec![ip]);

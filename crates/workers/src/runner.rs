@@ -52,6 +52,8 @@ struct Inner {
     ca: Arc<Ca>,
     clock: SharedClock,
     settings: WorkerSettings,
+    /// `settings.attempt_timeout`, or the backstop derived from the validator's worst case.
+    attempt_timeout: std::time::Duration,
     hook: Arc<dyn ValidationHook>,
     wake: Notify,
 }
@@ -76,7 +78,11 @@ impl Workers {
         settings: WorkerSettings,
         hook: Arc<dyn ValidationHook>,
     ) -> Self {
+        let attempt_timeout = settings
+            .attempt_timeout
+            .unwrap_or_else(|| WorkerSettings::attempt_backstop(validator.worst_case_attempt()));
         let inner = Arc::new(Inner {
+            attempt_timeout,
             storage,
             validator,
             ca,
@@ -225,7 +231,7 @@ async fn run_job(inner: &Inner, job: Job) {
 /// short so a dead worker's job is soon picked up again, and renewed so a slow attempt never has
 /// its job taken by a second worker (which would then hold two workers for one stuck name).
 async fn attempt_under_lease(inner: &Inner, job: &Job) -> Attempt {
-    let limit = inner.settings.attempt_timeout;
+    let limit = inner.attempt_timeout;
     let work = async {
         let run = async {
             match job.kind {

@@ -22,7 +22,8 @@ pub struct WorkerSettings {
     /// Backstop on one attempt (validation or finalization, recording included). The validator
     /// bounds an attempt itself; this only catches what escapes it, so that no job can hold a
     /// worker (and, through the heartbeat, its lease) forever. A timed-out attempt is retried.
-    pub attempt_timeout: std::time::Duration,
+    /// `None`: [`WorkerSettings::attempt_backstop`] of the validator's worst case.
+    pub attempt_timeout: Option<std::time::Duration>,
     /// Longest sleep between polls, so jobs enqueued by other instances are found.
     pub poll_interval: std::time::Duration,
     /// Validity of a certificate when the order did not ask for one.
@@ -32,11 +33,12 @@ pub struct WorkerSettings {
 }
 
 impl WorkerSettings {
-    /// The attempt backstop for a validator whose attempts are bounded by `validation_timeout`
-    /// (plus a small grace): twice that and five seconds, so the validator's own deadline, which
-    /// yields a proper verdict, always fires first.
-    pub fn attempt_backstop(validation_timeout: std::time::Duration) -> std::time::Duration {
-        validation_timeout
+    /// The attempt backstop for a validator whose calls return within `worst_case_attempt`
+    /// (`Validator::worst_case_attempt`): twice that and five seconds, so the validator's own
+    /// deadline, which yields a proper verdict, always fires first, with room for the hook and
+    /// the recording transaction.
+    pub fn attempt_backstop(worst_case_attempt: std::time::Duration) -> std::time::Duration {
+        worst_case_attempt
             .saturating_mul(2)
             .saturating_add(std::time::Duration::from_secs(5))
     }
@@ -55,9 +57,7 @@ impl Default for WorkerSettings {
             concurrency: 4,
             max_attempts: 3,
             lease: DEFAULT_JOB_LEASE,
-            attempt_timeout: Self::attempt_backstop(
-                validation::ValidationSettings::default().timeout,
-            ),
+            attempt_timeout: None,
             poll_interval: std::time::Duration::from_secs(1),
             default_validity: Duration::days(90),
             backdate: Duration::minutes(1),

@@ -476,7 +476,7 @@ async fn an_attempt_past_the_backstop_is_cut_off_and_retried() {
     // The first attempt hangs (in the hook, which is part of the attempt) far past the backstop.
     let probe = Probe::new(&env.storage, vec![Duration::from_secs(120)]);
     let settings = WorkerSettings {
-        attempt_timeout: Duration::from_secs(2),
+        attempt_timeout: Some(Duration::from_secs(2)),
         ..test_settings()
     };
     let workers = spawn_with(&env, probe.clone(), settings);

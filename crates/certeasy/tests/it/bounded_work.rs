@@ -121,7 +121,7 @@ async fn silent_addresses_do_not_stall_other_orders(db: Db) {
         let (accepted, tasks) = silent_listeners(&addrs, env.http.port()).await;
         listeners.extend(tasks);
         let name = env.name(&format!("silent{n}"));
-        env.dns.set_a_all(&name, &addrs);
+        env.dns.set_a_records(&name, &addrs);
         let order = new_order(&raw, &name).await;
         assert_eq!(order.status, 201, "{order:?}");
         let ch = raw.http01_challenge(&order.body).await;
