@@ -109,7 +109,8 @@ async fn silent_addresses_do_not_stall_other_orders(db: Db) {
     let mut raw = Raw::new(&env, Algorithm::Es256);
     raw.register().await;
 
-    // Two names, each with eight addresses that accept and never answer.
+    // Two names, each with eight addresses that accept and never answer (the validator tries
+    // at most two of them, each until its deadline).
     let mut stuck = Vec::new();
     let mut listeners = Vec::new();
     // Each backend's run has its own addresses, so the two tests can run at once.
