@@ -20,6 +20,17 @@ pub(crate) fn unix(t: OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }
 
+/// Unix seconds rounded up: the start of a lease, so that storing whole seconds never makes a
+/// lease shorter than asked (a 1 s lease taken at x.9 s still lasts a full second).
+pub(crate) fn unix_ceil(t: OffsetDateTime) -> i64 {
+    let secs = t.unix_timestamp();
+    if t.nanosecond() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    }
+}
+
 /// Seconds of a duration, rounded up so that a lease is never shorter than asked.
 pub(crate) fn seconds_ceil(d: Duration) -> i64 {
     let whole = d.whole_seconds();

@@ -1,4 +1,5 @@
-//! The durable work queue: leased claims, retries with a new due time, completion by deletion.
+//! The durable work queue: leased claims renewed by their holder, retries with a new due time,
+//! completion by deletion.
 
 use acme_core::ids::ChallengeId;
 use acme_core::ids::JobId;
@@ -20,9 +21,10 @@ pub(crate) async fn claim(
     s: &Storage,
     now: OffsetDateTime,
     lease: Duration,
+    max_attempts: u32,
 ) -> Result<Option<Job>> {
     let now_s = codec::unix(now);
-    let lease_until = now_s.saturating_add(codec::seconds_ceil(lease).max(1));
+    let lease_until = codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1));
     // One statement: on SQLite an UPDATE takes the write lock before it reads, so two claimers
     // are serialised; on PostgreSQL SKIP LOCKED lets each claimer pass over rows another holds.
     let query = match s.backend {
@@ -55,12 +57,39 @@ pub(crate) async fn claim(
         state::JOB_FINALIZE => JobKind::Finalize(OrderId(target)),
         other => return Err(Error::Corrupt(format!("job kind {other:?}"))),
     };
+    // Every claim counts, so a claim past the allowance is recognised here, in one place: such a
+    // job is handed out only to be settled, never to run a further attempt.
+    let attempts = codec::count(row.try_get("attempts")?)?;
     Ok(Some(Job {
         id: JobId(row.try_get("id")?),
         kind,
-        attempts: codec::count(row.try_get("attempts")?)?,
+        attempts,
         lease_until: codec::time_from_unix(row.try_get("lease_until")?)?,
+        exhausted: attempts > max_attempts,
     }))
+}
+
+/// Extends the lease of a job its caller still holds: same claim (`attempts` unchanged since) and
+/// not released. A lease never shrinks. `None` when another worker claimed the job since or it
+/// is gone: the caller no longer holds it.
+pub(crate) async fn renew(
+    s: &Storage,
+    job: &Job,
+    now: OffsetDateTime,
+    lease: Duration,
+) -> Result<Option<OffsetDateTime>> {
+    let until = codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1));
+    let renewed: Option<i64> = sqlx::query_scalar(
+        "UPDATE jobs SET lease_until = CASE WHEN lease_until > $3 THEN lease_until ELSE $3 END \
+         WHERE id = $1 AND attempts = $2 AND lease_until IS NOT NULL \
+         RETURNING lease_until",
+    )
+    .bind(job.id.0)
+    .bind(i64::from(job.attempts))
+    .bind(until)
+    .fetch_optional(&s.pool)
+    .await?;
+    codec::opt_time_from_unix(renewed)
 }
 
 pub(crate) async fn complete(s: &Storage, id: JobId) -> Result<()> {

@@ -41,6 +41,7 @@ use crate::model::Authorization;
 use crate::model::Certificate;
 use crate::model::Challenge;
 use crate::model::GuardUsage;
+use crate::model::Completion;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
@@ -254,14 +255,16 @@ impl Storage {
     pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {
         orders::csr(self, id).await
     }
-    /// Stores the certificate and moves the order processing → valid. Idempotent: an order that
-    /// is already valid returns its certificate.
+    /// Stores the certificate and moves the order processing → valid, in one transaction that
+    /// also checks (and on PostgreSQL share-locks) the account: a deactivation commits either
+    /// before (nothing is stored: `AccountNotValid`) or after the certificate exists. Idempotent:
+    /// an order that is already valid returns its certificate.
     pub async fn complete_order(
         &self,
         id: OrderId,
         cert: NewCertificate,
         now: OffsetDateTime,
-    ) -> Result<Certificate> {
+    ) -> Result<Completion> {
         orders::complete(self, id, cert, now).await
     }
     /// processing → invalid with the problem.
@@ -292,9 +295,26 @@ impl Storage {
     // ---- jobs ----
 
     /// Claims the oldest due job whose lease is free, leasing it until `now + lease` and counting
-    /// the attempt. Safe with several workers and several instances.
-    pub async fn claim_job(&self, now: OffsetDateTime, lease: Duration) -> Result<Option<Job>> {
-        jobs::claim(self, now, lease).await
+    /// the claim. Safe with several workers and several instances. A job claimed more than
+    /// `max_attempts` times comes back `exhausted`: settle it, never run it.
+    pub async fn claim_job(
+        &self,
+        now: OffsetDateTime,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Option<Job>> {
+        jobs::claim(self, now, lease, max_attempts).await
+    }
+    /// Heartbeat of a running job: extends its lease to `now + lease` if this claim still holds
+    /// it, and returns the new expiry; `None` once another worker has claimed the job (or it was
+    /// deleted), so the caller stops working on it.
+    pub async fn renew_job_lease(
+        &self,
+        job: &Job,
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<Option<OffsetDateTime>> {
+        jobs::renew(self, job, now, lease).await
     }
     /// Removes a finished job.
     pub async fn complete_job(&self, id: JobId) -> Result<()> {

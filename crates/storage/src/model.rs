@@ -208,9 +208,23 @@ pub enum JobKind {
 pub struct Job {
     pub id: JobId,
     pub kind: JobKind,
-    /// Attempts so far, this one included.
+    /// Claims so far, this one included. Together with `id` it names this claim: a later claim
+    /// (after the lease ran out) always has a higher count, so a stale holder cannot renew.
     pub attempts: u32,
     pub lease_until: OffsetDateTime,
+    /// Every allowed attempt was already used (the last holder crashed or lost its lease): the
+    /// job must not run again, only be settled, so its object still reaches a final state.
+    pub exhausted: bool,
+}
+
+/// What recording an issued certificate did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// The certificate is stored and the order is valid (or was already).
+    Issued(Certificate),
+    /// The account is no longer valid (deactivated while the order was processing): nothing was
+    /// stored and the order is still processing; the caller fails it with its own problem.
+    AccountNotValid(AccountStatus),
 }
 
 /// What pausing one (account, identifier) pair did.

@@ -4,6 +4,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
+use acme_core::status::AccountStatus;
 use acme_core::status::OrderStatus;
 use sqlx::AnyConnection;
 use sqlx::Row;
@@ -17,6 +18,7 @@ use crate::error::Error;
 use crate::model::Certificate;
 use crate::model::DuplicateUsage;
 use crate::model::GuardUsage;
+use crate::model::Completion;
 use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
@@ -388,9 +390,28 @@ pub(crate) async fn complete(
     id: OrderId,
     cert: NewCertificate,
     now: OffsetDateTime,
-) -> Result<Certificate> {
+) -> Result<Completion> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
+    // The account is locked before the order, in the order account deactivation takes them, so
+    // the two cannot deadlock. FOR SHARE makes a concurrent deactivation wait for this commit (or
+    // this read wait for its commit): a certificate is never stored for an account that was
+    // deactivated first. SQLite's IMMEDIATE transaction already serialises writers.
+    let account = match s.backend {
+        Backend::Postgres => sqlx::query_scalar::<_, String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
+        ),
+        Backend::Sqlite => sqlx::query_scalar::<_, String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1)",
+        ),
+    };
+    let account_status: AccountStatus = codec::parse(
+        &account
+            .bind(id.0)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?,
+    )?;
     let read = match s.backend {
         Backend::Postgres => sqlx::query(
             "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1 FOR UPDATE",
@@ -413,6 +434,10 @@ pub(crate) async fn complete(
                     Error::Corrupt(format!("valid order {id} without certificate"))
                 })?,
             )
+        }
+        OrderStatus::Processing if account_status != AccountStatus::Valid => {
+            tx.rollback().await?;
+            return Ok(Completion::AccountNotValid(account_status));
         }
         OrderStatus::Processing => {
             let cert_id: i64 = sqlx::query_scalar(
@@ -444,7 +469,7 @@ pub(crate) async fn complete(
         .await?
         .ok_or(Error::NotFound)?;
     tx.commit().await?;
-    Ok(certificate)
+    Ok(Completion::Issued(certificate))
 }
 
 pub(crate) async fn fail(

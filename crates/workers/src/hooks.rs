@@ -1,7 +1,8 @@
-//! Side effects that follow a committed validation verdict (rate-limit spends, pausing).
+//! Side effects of a validation verdict (rate-limit spends, pausing).
 //!
-//! They run after the transaction that recorded the verdict, never inside it, so the database
-//! write lock is not held while a limiter talks to Redis.
+//! They run just before the transaction that records the verdict, never inside it (so the
+//! database write lock is not held while a limiter talks to Redis), and never after it: a client
+//! that re-orders the instant it sees `invalid` must already find the failure counted.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +11,9 @@ use storage::model::ValidationRecorded;
 
 /// Observer of validation verdicts.
 pub trait ValidationHook: Send + Sync + 'static {
-    /// Called once per decided challenge (`changed == true`), after commit.
+    /// Called once per verdict of a challenge that was still processing, before the verdict is
+    /// committed (and so before any client can see it). A worker that dies between the two runs
+    /// it again on the retry: spends may over-count by one, never under-count.
     fn on_validation<'a>(
         &'a self,
         recorded: &'a ValidationRecorded,

@@ -1,4 +1,4 @@
-//! The job loop: claim, run, record, repeat.
+//! The job loop: claim, run under a renewed lease and a backstop timeout, record, repeat.
 
 use std::sync::Arc;
 
@@ -7,10 +7,14 @@ use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
+use acme_core::status::AccountStatus;
+use acme_core::status::ChallengeStatus;
 use issuance::Ca;
 use storage::Storage;
+use storage::model::Completion;
 use storage::model::Job;
 use storage::model::JobKind;
+use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +33,17 @@ pub enum Error {
     /// Something the job needs is gone (never expected; logged and the job dropped).
     #[error("{0}")]
     Missing(String),
+    /// The attempt outran the runner's backstop (`WorkerSettings::attempt_timeout`).
+    #[error("the attempt did not finish within {0:?}")]
+    TimedOut(std::time::Duration),
+}
+
+/// How one attempt ended.
+enum Attempt {
+    /// It ran to the end (or hit the backstop, as `Error::TimedOut`).
+    Finished(Result<(), Error>),
+    /// Another worker claimed the job while this one ran: it is that worker's now.
+    LeaseLost,
 }
 
 struct Inner {
@@ -37,6 +52,8 @@ struct Inner {
     ca: Arc<Ca>,
     clock: SharedClock,
     settings: WorkerSettings,
+    /// `settings.attempt_timeout`, or the backstop derived from the validator's worst case.
+    attempt_timeout: std::time::Duration,
     hook: Arc<dyn ValidationHook>,
     wake: Notify,
 }
@@ -61,7 +78,11 @@ impl Workers {
         settings: WorkerSettings,
         hook: Arc<dyn ValidationHook>,
     ) -> Self {
+        let attempt_timeout = settings
+            .attempt_timeout
+            .unwrap_or_else(|| WorkerSettings::attempt_backstop(validator.worst_case_attempt()));
         let inner = Arc::new(Inner {
+            attempt_timeout,
             storage,
             validator,
             ca,
@@ -105,7 +126,11 @@ impl Workers {
 async fn run_loop(inner: &Inner, cancel: &CancellationToken) {
     while !cancel.is_cancelled() {
         let now = inner.clock.now();
-        match inner.storage.claim_job(now, inner.settings.lease).await {
+        match inner
+            .storage
+            .claim_job(now, inner.settings.lease, inner.settings.max_attempts)
+            .await
+        {
             Ok(Some(job)) => run_job(inner, job).await,
             Ok(None) => idle(inner, cancel).await,
             Err(e) => {
@@ -143,27 +168,49 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: std::time::Duration) {
 }
 
 async fn run_job(inner: &Inner, job: Job) {
-    let started = std::time::Instant::now();
-    let (kind, result) = match job.kind {
-        JobKind::Validate(id) => ("validate", validate(inner, id).await),
-        JobKind::Finalize(id) => ("finalize", finalize(inner, id).await),
+    let kind = match job.kind {
+        JobKind::Validate(_) => "validate",
+        JobKind::Finalize(_) => "finalize",
     };
+    if job.exhausted {
+        // Its last allowed attempt ended without a report (the worker crashed or lost its
+        // lease): running it again would exceed max-attempts, so it is settled instead.
+        tracing::error!(job = %job.id, kind, claims = job.attempts, "job used up its attempts without finishing; giving up");
+        metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "exhausted")
+            .increment(1);
+        give_up(
+            inner,
+            &job,
+            "its attempts were used up by workers that stopped",
+        )
+        .await;
+        return;
+    }
+    let started = std::time::Instant::now();
+    let attempt = attempt_under_lease(inner, &job).await;
     metrics::histogram!("certeasy_job_seconds", "kind" => kind)
         .record(started.elapsed().as_secs_f64());
-    match result {
-        Ok(()) => {
+    match attempt {
+        Attempt::LeaseLost => {
+            // Another worker holds the job now and will run it; recording is idempotent, so the
+            // abandoned attempt left nothing half-done.
+            tracing::warn!(job = %job.id, kind, "lost the lease of a running job; leaving it to its new holder");
+            metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "lease_lost")
+                .increment(1);
+        }
+        Attempt::Finished(Ok(())) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "done")
                 .increment(1);
             if let Err(e) = inner.storage.complete_job(job.id).await {
                 tracing::warn!(job = %job.id, error = %e, "could not delete a finished job; it will run again harmlessly");
             }
         }
-        Err(e) => {
+        Attempt::Finished(Err(e)) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "error")
                 .increment(1);
             if job.attempts >= inner.settings.max_attempts {
                 tracing::error!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed too often; giving up");
-                give_up(inner, &job, &e).await;
+                give_up(inner, &job, &e.to_string()).await;
             } else {
                 let backoff = time::Duration::seconds(2_i64.saturating_pow(job.attempts.min(10)));
                 tracing::warn!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed; will retry");
@@ -180,9 +227,54 @@ async fn run_job(inner: &Inner, job: Job) {
     }
 }
 
+/// Runs one attempt under the backstop timeout while a heartbeat keeps its lease. The lease is
+/// short so a dead worker's job is soon picked up again, and renewed so a slow attempt never has
+/// its job taken by a second worker (which would then hold two workers for one stuck name).
+async fn attempt_under_lease(inner: &Inner, job: &Job) -> Attempt {
+    let limit = inner.attempt_timeout;
+    let work = async {
+        let run = async {
+            match job.kind {
+                JobKind::Validate(id) => validate(inner, id).await,
+                JobKind::Finalize(id) => finalize(inner, id).await,
+            }
+        };
+        // Dropping the attempt on timeout cancels its I/O; an open transaction rolls back.
+        tokio::time::timeout(limit, run)
+            .await
+            .unwrap_or(Err(Error::TimedOut(limit)))
+    };
+    tokio::select! {
+        result = work => Attempt::Finished(result),
+        () = heartbeat(inner, job) => Attempt::LeaseLost,
+    }
+}
+
+/// Renews the lease every third of it; returns only once another worker has claimed the job.
+/// A database error is not a loss: the lease may well still be ours, so it tries again next beat.
+async fn heartbeat(inner: &Inner, job: &Job) {
+    let every = inner.settings.heartbeat_every();
+    loop {
+        tokio::time::sleep(every).await;
+        match inner
+            .storage
+            .renew_job_lease(job, inner.clock.now(), inner.settings.lease)
+            .await
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(job = %job.id, error = %e, "could not renew a job lease; trying again");
+                metrics::counter!("certeasy_worker_errors_total", "stage" => "heartbeat")
+                    .increment(1);
+            }
+        }
+    }
+}
+
 /// A job that keeps failing for internal reasons is settled with a server error, so the client
 /// sees a final state instead of polling forever.
-async fn give_up(inner: &Inner, job: &Job, error: &Error) {
+async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     let now = inner.clock.now();
     let problem = Problem::new(
         ProblemType::ServerInternal,
@@ -196,8 +288,21 @@ async fn give_up(inner: &Inner, job: &Job, error: &Error) {
             .map(|_| ()),
         JobKind::Finalize(id) => inner.storage.fail_order(id, problem, now).await.map(|_| ()),
     };
-    if let Err(e) = settled {
-        tracing::error!(job = %job.id, error = %e, cause = %error, "could not settle an abandoned job");
+    match settled {
+        Ok(()) => {}
+        // Already final (a finished attempt whose job was not deleted) or gone: nothing to settle.
+        Err(storage::error::Error::WrongState(state)) => {
+            tracing::info!(job = %job.id, state, "abandoned job's object was already settled");
+        }
+        Err(storage::error::Error::NotFound) => {
+            tracing::warn!(job = %job.id, "abandoned job's object no longer exists");
+        }
+        Err(e) => {
+            // The job is kept: once its lease runs out it is claimed as exhausted and settled
+            // again, so the object still reaches a final state.
+            tracing::error!(job = %job.id, error = %e, cause, "could not settle an abandoned job; will try again");
+            return;
+        }
     }
     if let Err(e) = inner.storage.complete_job(job.id).await {
         tracing::warn!(job = %job.id, error = %e, "could not delete an abandoned job");
@@ -210,6 +315,11 @@ async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
         .challenge(id)
         .await?
         .ok_or_else(|| Error::Missing(format!("challenge {id}")))?;
+    if challenge.status != ChallengeStatus::Processing {
+        // Already decided (a repeat after a crash between commit and job deletion): validating
+        // again would only run the hook a second time.
+        return Ok(());
+    }
     let now = inner.clock.now();
     let authz = inner
         .storage
@@ -240,13 +350,27 @@ async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
         ),
     }
     metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => if outcome.is_ok() { "valid" } else { "invalid" }).increment(1);
-    let recorded = inner
+    // The hook's spends (failed-validation bucket, zombie count and pause) complete before the
+    // verdict is committed: a client that re-orders the instant it sees `invalid` is already
+    // counted. Trade-off: if recording then fails (or the worker dies in between), the retried
+    // attempt spends again, over-counting one failure; that errs towards refusing, and a repeat
+    // after the commit spends nothing (the challenge is no longer processing, see above).
+    let verdict = ValidationRecorded {
+        account_id: account.id,
+        authz_id: authz.id,
+        identifier: authz.identifier.clone(),
+        status: if outcome.is_ok() {
+            ChallengeStatus::Valid
+        } else {
+            ChallengeStatus::Invalid
+        },
+        changed: true,
+    };
+    inner.hook.on_validation(&verdict).await;
+    inner
         .storage
         .record_validation(id, outcome, inner.clock.now())
         .await?;
-    if recorded.changed {
-        inner.hook.on_validation(&recorded).await;
-    }
     Ok(())
 }
 
@@ -260,6 +384,16 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
     if order.status != acme_core::status::OrderStatus::Processing {
         // Already settled (a repeat after a crash between commit and job deletion).
         return Ok(());
+    }
+    // A deactivated account gets nothing more (RFC 8555 §7.3.6); checked here so nothing is
+    // signed, and again in the transaction that would store the certificate.
+    let account = inner
+        .storage
+        .account(order.account_id)
+        .await?
+        .ok_or_else(|| Error::Missing(format!("account {}", order.account_id)))?;
+    if account.status != AccountStatus::Valid {
+        return refuse_deactivated(inner, id, now).await;
     }
     let csr = inner
         .storage
@@ -311,11 +445,39 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
         not_before: issued.not_before,
         not_after: issued.not_after,
     };
-    let stored = inner
+    match inner
         .storage
         .complete_order(id, cert, inner.clock.now())
+        .await?
+    {
+        Completion::Issued(stored) => {
+            tracing::info!(order_id = %id, account_id = %order.account_id, serial = %stored.serial, "certificate issued");
+            metrics::counter!("certeasy_certificates_issued_total").increment(1);
+            Ok(())
+        }
+        // Deactivated while signing: the certificate was never stored, so it never existed for
+        // anyone; it is dropped here.
+        Completion::AccountNotValid(_) => refuse_deactivated(inner, id, inner.clock.now()).await,
+    }
+}
+
+/// Ends an order whose account was deactivated while it was processing.
+async fn refuse_deactivated(
+    inner: &Inner,
+    id: OrderId,
+    now: time::OffsetDateTime,
+) -> Result<(), Error> {
+    tracing::info!(order_id = %id, "the account was deactivated; the order is not issued");
+    inner
+        .storage
+        .fail_order(
+            id,
+            Problem::new(
+                ProblemType::Unauthorized,
+                "The account was deactivated before the certificate was issued",
+            ),
+            now,
+        )
         .await?;
-    tracing::info!(order_id = %id, account_id = %order.account_id, serial = %stored.serial, "certificate issued");
-    metrics::counter!("certeasy_certificates_issued_total").increment(1);
     Ok(())
 }

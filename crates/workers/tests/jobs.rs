@@ -17,6 +17,7 @@ use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use issuance::Ca;
 use issuance::CaSettings;
+use storage::Backend;
 use storage::Storage;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
@@ -32,7 +33,59 @@ use workers::Workers;
 use workers::hooks::ValidationHook;
 use workers::settings::WorkerSettings;
 
+/// A fresh PostgreSQL database (at `CERTEASY_TEST_POSTGRES_URL` or the local default), dropped
+/// with the value.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    fn create() -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!(
+            "certeasy_workers_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let out = std::process::Command::new("psql")
+            .arg(&admin)
+            .args([
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qc",
+                &format!("CREATE DATABASE {name}"),
+            ])
+            .output()
+            .expect("psql must be installed");
+        assert!(
+            out.status.success(),
+            "PostgreSQL must be reachable at {admin}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        Self { admin, name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .arg(&self.admin)
+            .args([
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
 struct Env {
+    _pg: Option<PgDatabase>,
     _dir: tempfile::TempDir,
     storage: Storage,
     ca: Arc<Ca>,
@@ -42,9 +95,17 @@ struct Env {
 }
 
 async fn env() -> Env {
+    env_on(Backend::Sqlite).await
+}
+
+async fn env_on(backend: Backend) -> Env {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("db.sqlite").display());
+    let pg = (backend == Backend::Postgres).then(PgDatabase::create);
+    let url = match &pg {
+        Some(pg) => pg.url.clone(),
+        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
+    };
     let storage = Storage::connect(&url).await.unwrap();
     let ca = Arc::new(
         Ca::load_or_create(
@@ -64,6 +125,7 @@ async fn env() -> Env {
     })
     .unwrap();
     Env {
+        _pg: pg,
         _dir: dir,
         storage,
         ca,
@@ -92,12 +154,21 @@ impl ValidationHook for Counting {
 }
 
 fn spawn(env: &Env, hook: Arc<dyn ValidationHook>) -> Workers {
-    let settings = WorkerSettings {
+    spawn_with(env, hook, test_settings())
+}
+
+/// Two workers on a one-second lease: any attempt longer than a second would lose its job to
+/// the other worker without a heartbeat.
+fn test_settings() -> WorkerSettings {
+    WorkerSettings {
         concurrency: 2,
         lease: time::Duration::seconds(1),
         poll_interval: Duration::from_millis(100),
         ..WorkerSettings::default()
-    };
+    }
+}
+
+fn spawn_with(env: &Env, hook: Arc<dyn ValidationHook>, settings: WorkerSettings) -> Workers {
     Workers::spawn(
         env.storage.clone(),
         env.validator.clone(),
@@ -161,7 +232,7 @@ async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, acme_core::i
 }
 
 async fn wait_for(env: &Env, order: OrderId, want: OrderStatus) {
-    for _ in 0..100 {
+    for _ in 0..300 {
         let o = env
             .storage
             .order(order, OffsetDateTime::now_utc())
@@ -260,14 +331,14 @@ async fn a_job_abandoned_by_a_dead_worker_is_resumed_after_its_lease() {
     // A worker claims the job and dies without finishing it.
     assert!(
         env.storage
-            .claim_job(now, time::Duration::seconds(1))
+            .claim_job(now, time::Duration::seconds(1), 3)
             .await
             .unwrap()
             .is_some()
     );
     assert!(
         env.storage
-            .claim_job(now, time::Duration::seconds(1))
+            .claim_job(now, time::Duration::seconds(1), 3)
             .await
             .unwrap()
             .is_none(),
@@ -275,5 +346,265 @@ async fn a_job_abandoned_by_a_dead_worker_is_resumed_after_its_lease() {
     );
     let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
     wait_for(&env, order, OrderStatus::Ready).await;
+    workers.shutdown().await;
+}
+
+/// A hook that takes its time (the first calls sleep as long as `delays` says), counts its calls
+/// and notes the challenge's stored status at the moment it is called.
+struct Probe {
+    storage: Storage,
+    delays: std::sync::Mutex<Vec<Duration>>,
+    calls: AtomicUsize,
+    finished: AtomicUsize,
+    seen: std::sync::Mutex<Vec<(ChallengeStatus, ChallengeStatus)>>,
+}
+
+impl Probe {
+    fn new(storage: &Storage, delays: Vec<Duration>) -> Arc<Self> {
+        Arc::new(Self {
+            storage: storage.clone(),
+            delays: std::sync::Mutex::new(delays),
+            calls: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            seen: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl ValidationHook for Probe {
+    fn on_validation<'a>(
+        &'a self,
+        recorded: &'a ValidationRecorded,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let authz = self
+                .storage
+                .authorization(recorded.authz_id, OffsetDateTime::now_utc())
+                .await
+                .unwrap()
+                .unwrap();
+            self.seen
+                .lock()
+                .unwrap()
+                .push((recorded.status, authz.challenges[0].status));
+            let delay = {
+                let mut delays = self.delays.lock().unwrap();
+                if delays.is_empty() {
+                    Duration::ZERO
+                } else {
+                    delays.remove(0)
+                }
+            };
+            tokio::time::sleep(delay).await;
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_slow_attempt_keeps_its_lease_and_runs_once() {
+    a_slow_attempt_keeps_its_lease_and_runs_once_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_slow_attempt_keeps_its_lease_and_runs_once_on_postgres() {
+    a_slow_attempt_keeps_its_lease_and_runs_once_on(Backend::Postgres).await;
+}
+
+async fn a_slow_attempt_keeps_its_lease_and_runs_once_on(backend: Backend) {
+    let env = env_on(backend).await;
+    // Four lease lengths inside one attempt: only the heartbeat keeps the second worker away.
+    let probe = Probe::new(&env.storage, vec![Duration::from_secs(4)]);
+    let workers = spawn(&env, probe.clone());
+    let (order, challenge) = order_for(&env, "slow.workers.test", "tok4").await;
+    env.http.add("tok4", "tok4.tp");
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Ready).await;
+    assert_eq!(
+        probe.calls.load(Ordering::SeqCst),
+        1,
+        "one worker ran the job, once, although it outlasted its lease four times"
+    );
+    assert!(
+        env.storage.next_job_due().await.unwrap().is_none(),
+        "the job is done and deleted"
+    );
+    workers.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_hook_spends_before_the_verdict_is_visible() {
+    let env = env().await;
+    let probe = Probe::new(&env.storage, vec![]);
+    let workers = spawn(&env, probe.clone());
+    let (bad, bad_challenge) = order_for(&env, "bad.workers.test", "tok5").await;
+    let (good, good_challenge) = order_for(&env, "good.workers.test", "tok6").await;
+    env.http.add("tok6", "tok6.tp");
+    let now = OffsetDateTime::now_utc();
+    env.storage
+        .start_challenge(bad_challenge, now)
+        .await
+        .unwrap();
+    env.storage
+        .start_challenge(good_challenge, now)
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, bad, OrderStatus::Invalid).await;
+    wait_for(&env, good, OrderStatus::Ready).await;
+    let mut seen = probe.seen.lock().unwrap().clone();
+    seen.sort_by_key(|(verdict, _)| verdict.as_str());
+    assert_eq!(
+        seen,
+        vec![
+            (ChallengeStatus::Invalid, ChallengeStatus::Processing),
+            (ChallengeStatus::Valid, ChallengeStatus::Processing),
+        ],
+        "the hook hears each verdict once, while clients still see the challenge processing"
+    );
+    workers.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_attempt_past_the_backstop_is_cut_off_and_retried() {
+    let env = env().await;
+    // The first attempt hangs (in the hook, which is part of the attempt) far past the backstop.
+    let probe = Probe::new(&env.storage, vec![Duration::from_secs(120)]);
+    let settings = WorkerSettings {
+        attempt_timeout: Some(Duration::from_secs(2)),
+        ..test_settings()
+    };
+    let workers = spawn_with(&env, probe.clone(), settings);
+    let (order, challenge) = order_for(&env, "hang.workers.test", "tok7").await;
+    env.http.add("tok7", "tok7.tp");
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Ready).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "finished by the retry, not by the hung attempt"
+    );
+    assert_eq!(
+        probe.calls.load(Ordering::SeqCst),
+        2,
+        "cut off, then retried"
+    );
+    assert_eq!(
+        probe.finished.load(Ordering::SeqCst),
+        1,
+        "the hung attempt was cancelled, not left running"
+    );
+    workers.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_job_whose_last_attempt_died_is_settled_not_run_again() {
+    a_job_whose_last_attempt_died_is_settled_not_run_again_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on_postgres() {
+    a_job_whose_last_attempt_died_is_settled_not_run_again_on(Backend::Postgres).await;
+}
+
+async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on(backend: Backend) {
+    let env = env_on(backend).await;
+    let (order, challenge) = order_for(&env, "exhausted.workers.test", "tok8").await;
+    // The name would validate: if the job ran again, the order would become ready.
+    env.http.add("tok8", "tok8.tp");
+    let now = OffsetDateTime::now_utc();
+    env.storage.start_challenge(challenge, now).await.unwrap();
+    // A worker allowed one attempt claims the job and dies during it.
+    let job = env
+        .storage
+        .claim_job(now, time::Duration::seconds(1), 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!job.exhausted);
+    let hook = Arc::new(Counting::default());
+    let settings = WorkerSettings {
+        max_attempts: 1,
+        ..test_settings()
+    };
+    let workers = spawn_with(&env, hook.clone(), settings);
+    wait_for(&env, order, OrderStatus::Invalid).await;
+    let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+    assert_eq!(ch.status, ChallengeStatus::Invalid);
+    assert_eq!(
+        ch.error.unwrap().kind,
+        acme_core::problem::ProblemType::ServerInternal
+    );
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst) + hook.1.load(Ordering::SeqCst),
+        0,
+        "no validation ran, so no verdict was reported"
+    );
+    assert!(env.storage.next_job_due().await.unwrap().is_none());
+    workers.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_account_deactivated_while_processing_gets_no_certificate() {
+    an_account_deactivated_while_processing_gets_no_certificate_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_account_deactivated_while_processing_gets_no_certificate_on_postgres() {
+    an_account_deactivated_while_processing_gets_no_certificate_on(Backend::Postgres).await;
+}
+
+async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend: Backend) {
+    let env = env_on(backend).await;
+    let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
+    let (order, challenge) = order_for(&env, "deactivated.workers.test", "tok9").await;
+    env.http.add("tok9", "tok9.tp");
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Ready).await;
+    // Stop the workers so the deactivation lands while the order is processing.
+    workers.shutdown().await;
+    let now = OffsetDateTime::now_utc();
+    env.storage
+        .begin_finalize(order, &csr("deactivated.workers.test"), now)
+        .await
+        .unwrap();
+    let account = env
+        .storage
+        .account_by_thumbprint("tp")
+        .await
+        .unwrap()
+        .unwrap();
+    env.storage
+        .deactivate_account(account.id, now)
+        .await
+        .unwrap();
+
+    let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
+    wait_for(&env, order, OrderStatus::Invalid).await;
+    let o = env
+        .storage
+        .order(order, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.certificate_id, None);
+    assert_eq!(
+        o.error.unwrap().kind,
+        acme_core::problem::ProblemType::Unauthorized
+    );
+    assert!(env.storage.next_job_due().await.unwrap().is_none());
     workers.shutdown().await;
 }

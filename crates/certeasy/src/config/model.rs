@@ -429,7 +429,8 @@ pub struct ValidationConfig {
     pub workers: usize,
     /// Attempts per job before giving up.
     pub max_attempts: u32,
-    /// How long a worker holds a claimed job; after a crash, the job is retried once it expires.
+    /// How long a claimed job stays reserved without a heartbeat (renewed every third of it while
+    /// the attempt runs); after a crash, the job is retried once it expires.
     pub job_lease: ConfigDuration,
 }
 
@@ -444,7 +445,11 @@ impl Default for ValidationConfig {
             timeout: ConfigDuration::from_secs(10),
             workers: 4,
             max_attempts: 3,
-            job_lease: ConfigDuration::from_secs(60),
+            job_lease: ConfigDuration::from_secs(
+                workers::settings::DEFAULT_JOB_LEASE
+                    .whole_seconds()
+                    .unsigned_abs(),
+            ),
         }
     }
 }

@@ -128,7 +128,7 @@ async fn crash_during_finalization_resumes_after_restart() {
         .await
         .unwrap();
     let claimed = storage
-        .claim_job(now, time::Duration::seconds(2))
+        .claim_job(now, time::Duration::seconds(2), 3)
         .await
         .unwrap();
     assert!(claimed.is_some(), "the finalize job exists");

@@ -17,6 +17,7 @@ use sqlx::Connection;
 use storage::Storage;
 use storage::model::Account;
 use storage::model::Certificate;
+use storage::model::Completion;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewCertificate;
@@ -271,9 +272,19 @@ pub(crate) async fn issue(
 ) -> Certificate {
     let order = ready_order(s, account, names, now).await;
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
-    s.complete_order(order.id, new_cert(serial, now), now)
-        .await
-        .unwrap()
+    issued(
+        s.complete_order(order.id, new_cert(serial, now), now)
+            .await
+            .unwrap(),
+    )
+}
+
+/// The certificate of a completion that must have issued.
+pub(crate) fn issued(completion: Completion) -> Certificate {
+    match completion {
+        Completion::Issued(cert) => cert,
+        other => panic!("expected an issued certificate, got {other:?}"),
+    }
 }
 
 #[test]

@@ -12,7 +12,12 @@ use time::OffsetDateTime;
 use crate::harness;
 use crate::harness::t0;
 
-crate::both_backends!(claim_lease_retry_complete, concurrent_claimers_never_share);
+crate::both_backends!(
+    claim_lease_retry_complete,
+    concurrent_claimers_never_share,
+    a_job_past_its_attempts_is_only_handed_out_to_be_settled,
+    only_the_holder_renews_a_lease,
+);
 
 /// Starts the first challenge of `n` fresh authorizations, enqueuing `n` validation jobs due at `now`.
 async fn enqueue_validations(s: &Storage, n: usize, now: OffsetDateTime) -> Vec<ChallengeId> {
@@ -45,34 +50,38 @@ async fn enqueue_validations(s: &Storage, n: usize, now: OffsetDateTime) -> Vec<
 async fn claim_lease_retry_complete(s: &Storage) {
     let now = t0();
     assert_eq!(s.next_job_due().await.unwrap(), None);
-    assert_eq!(s.claim_job(now, Duration::seconds(30)).await.unwrap(), None);
+    assert_eq!(
+        s.claim_job(now, Duration::seconds(30), 3).await.unwrap(),
+        None
+    );
     let chals = enqueue_validations(s, 2, now).await;
     assert_eq!(s.next_job_due().await.unwrap(), Some(now));
     // Not due yet for an earlier clock.
     assert_eq!(
-        s.claim_job(now - Duration::seconds(1), Duration::seconds(30))
+        s.claim_job(now - Duration::seconds(1), Duration::seconds(30), 3)
             .await
             .unwrap(),
         None
     );
 
     let a = s
-        .claim_job(now, Duration::seconds(30))
+        .claim_job(now, Duration::seconds(30), 3)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(a.kind, JobKind::Validate(chals[0]));
     assert_eq!(a.attempts, 1);
+    assert!(!a.exhausted);
     assert_eq!(a.lease_until, now + Duration::seconds(30));
     let b = s
-        .claim_job(now, Duration::milliseconds(40_500))
+        .claim_job(now, Duration::milliseconds(40_500), 3)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(b.kind, JobKind::Validate(chals[1]));
     assert_eq!(b.lease_until, now + Duration::seconds(41));
     assert_eq!(
-        s.claim_job(now + Duration::seconds(29), Duration::seconds(30))
+        s.claim_job(now + Duration::seconds(29), Duration::seconds(30), 3)
             .await
             .unwrap(),
         None
@@ -85,7 +94,7 @@ async fn claim_lease_retry_complete(s: &Storage) {
 
     // A worker that died: the lease expires and the job is handed out again.
     let again = s
-        .claim_job(now + Duration::seconds(30), Duration::seconds(30))
+        .claim_job(now + Duration::seconds(30), Duration::seconds(30), 3)
         .await
         .unwrap()
         .unwrap();
@@ -105,13 +114,13 @@ async fn claim_lease_retry_complete(s: &Storage) {
         Some(now + Duration::seconds(100))
     );
     assert_eq!(
-        s.claim_job(now + Duration::seconds(99), Duration::seconds(30))
+        s.claim_job(now + Duration::seconds(99), Duration::seconds(30), 3)
             .await
             .unwrap(),
         None
     );
     let third = s
-        .claim_job(now + Duration::seconds(100), Duration::seconds(30))
+        .claim_job(now + Duration::seconds(100), Duration::seconds(30), 3)
         .await
         .unwrap()
         .unwrap();
@@ -122,7 +131,7 @@ async fn claim_lease_retry_complete(s: &Storage) {
     s.complete_job(third.id).await.unwrap();
     assert_eq!(s.next_job_due().await.unwrap(), None);
     assert_eq!(
-        s.claim_job(now + Duration::days(1), Duration::seconds(30))
+        s.claim_job(now + Duration::days(1), Duration::seconds(30), 3)
             .await
             .unwrap(),
         None
@@ -142,7 +151,7 @@ async fn concurrent_claimers_never_share(s: &Storage) {
         let s = s.clone();
         claimers.spawn(async move {
             let mut mine = Vec::new();
-            while let Some(job) = s.claim_job(now, Duration::seconds(60)).await.unwrap() {
+            while let Some(job) = s.claim_job(now, Duration::seconds(60), 3).await.unwrap() {
                 mine.push(job.id);
                 tokio::task::yield_now().await;
             }
@@ -157,8 +166,129 @@ async fn concurrent_claimers_never_share(s: &Storage) {
     }
     // A claimer may stop early on PostgreSQL when it loses a race for the last rows; whatever is
     // left is still claimable, exactly once.
-    while let Some(job) = s.claim_job(now, Duration::seconds(60)).await.unwrap() {
+    while let Some(job) = s.claim_job(now, Duration::seconds(60), 3).await.unwrap() {
         assert!(seen.insert(job.id), "job {} was claimed twice", job.id);
     }
     assert_eq!(seen.len(), total);
+}
+
+async fn a_job_past_its_attempts_is_only_handed_out_to_be_settled(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(10);
+    let chals = enqueue_validations(s, 1, now).await;
+    // Three workers in a row claim the job and die: each claim is an attempt.
+    let mut at = now;
+    for n in 1..=3 {
+        let job = s.claim_job(at, lease, 3).await.unwrap().unwrap();
+        assert_eq!(job.kind, JobKind::Validate(chals[0]));
+        assert_eq!(job.attempts, n);
+        assert!(!job.exhausted, "attempt {n} of 3 may run");
+        assert_eq!(s.claim_job(at, lease, 3).await.unwrap(), None, "leased");
+        at = job.lease_until;
+    }
+    // The fourth claim is not an attempt: the job comes back marked, to be settled, and its
+    // lease keeps a second settler away.
+    let settle = s.claim_job(at, lease, 3).await.unwrap().unwrap();
+    assert!(settle.exhausted, "{settle:?}");
+    assert_eq!(settle.attempts, 4);
+    assert_eq!(s.claim_job(at, lease, 3).await.unwrap(), None);
+    // A settler that died too leaves it exhausted for the next one.
+    let again = s
+        .claim_job(settle.lease_until, lease, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.exhausted);
+    // A larger allowance (a configuration change) lets the job run again.
+    let rerun = s
+        .claim_job(again.lease_until, lease, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!rerun.exhausted);
+    s.complete_job(rerun.id).await.unwrap();
+    assert_eq!(s.next_job_due().await.unwrap(), None);
+}
+
+async fn only_the_holder_renews_a_lease(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(30);
+    enqueue_validations(s, 1, now).await;
+    let a = s.claim_job(now, lease, 3).await.unwrap().unwrap();
+    assert_eq!(a.lease_until, now + lease);
+
+    // A heartbeat pushes the expiry out; without it the job would be free at now + 30.
+    let renewed = s
+        .renew_job_lease(&a, now + Duration::seconds(20), lease)
+        .await
+        .unwrap();
+    assert_eq!(renewed, Some(now + Duration::seconds(50)));
+    assert_eq!(
+        s.claim_job(now + Duration::seconds(45), lease, 3)
+            .await
+            .unwrap(),
+        None,
+        "a renewed lease keeps other workers away"
+    );
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        Some(now + Duration::seconds(50))
+    );
+    // A late heartbeat with a shorter lease never shrinks it.
+    assert_eq!(
+        s.renew_job_lease(&a, now + Duration::seconds(21), Duration::seconds(1))
+            .await
+            .unwrap(),
+        Some(now + Duration::seconds(50))
+    );
+
+    // The holder stalls past its lease; another worker claims the job.
+    let b = s
+        .claim_job(now + Duration::seconds(50), lease, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.id, a.id);
+    assert_eq!(b.attempts, 2);
+    assert_eq!(
+        s.renew_job_lease(&a, now + Duration::seconds(51), lease)
+            .await
+            .unwrap(),
+        None,
+        "the stale holder learns it lost the job"
+    );
+    assert_eq!(
+        s.renew_job_lease(&b, now + Duration::seconds(51), lease)
+            .await
+            .unwrap(),
+        Some(now + Duration::seconds(81))
+    );
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        Some(now + Duration::seconds(81)),
+        "the stale heartbeat changed nothing"
+    );
+
+    // A released job (rescheduled) or a finished one has no lease left to renew.
+    s.retry_job(b.id, now + Duration::seconds(100), "timeout")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.renew_job_lease(&b, now + Duration::seconds(60), lease)
+            .await
+            .unwrap(),
+        None
+    );
+    let c = s
+        .claim_job(now + Duration::seconds(100), lease, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    s.complete_job(c.id).await.unwrap();
+    assert_eq!(
+        s.renew_job_lease(&c, now + Duration::seconds(101), lease)
+            .await
+            .unwrap(),
+        None
+    );
 }

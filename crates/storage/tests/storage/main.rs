@@ -10,6 +10,7 @@ mod accounts;
 mod authz_lifetimes;
 mod certificates;
 mod connect;
+mod deactivated;
 mod guards;
 mod jobs;
 mod orders;

@@ -112,12 +112,15 @@ async fn valid_path_to_certificate(s: &Storage) {
         Err(Error::NotFound)
     ));
     let job = s
-        .claim_job(now, Duration::seconds(60))
+        .claim_job(now, Duration::seconds(60), 3)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(job.kind, JobKind::Validate(http.id));
-    assert_eq!(s.claim_job(now, Duration::seconds(60)).await.unwrap(), None);
+    assert_eq!(
+        s.claim_job(now, Duration::seconds(60), 3).await.unwrap(),
+        None
+    );
     s.complete_job(job.id).await.unwrap();
 
     // A verdict for a challenge nobody started is refused.
@@ -166,11 +169,11 @@ async fn valid_path_to_certificate(s: &Storage) {
         Some(b"the csr".to_vec())
     );
     let jobs: Vec<_> = [
-        s.claim_job(now, Duration::seconds(60))
+        s.claim_job(now, Duration::seconds(60), 3)
             .await
             .unwrap()
             .unwrap(),
-        s.claim_job(now, Duration::seconds(60))
+        s.claim_job(now, Duration::seconds(60), 3)
             .await
             .unwrap()
             .unwrap(),
@@ -184,10 +187,11 @@ async fn valid_path_to_certificate(s: &Storage) {
     );
 
     let later = now + Duration::seconds(5);
-    let cert = s
-        .complete_order(order.id, harness::new_cert(1, later), later)
-        .await
-        .unwrap();
+    let cert = harness::issued(
+        s.complete_order(order.id, harness::new_cert(1, later), later)
+            .await
+            .unwrap(),
+    );
     assert_eq!(cert.order_id, order.id);
     assert_eq!(cert.account_id, acct.id);
     assert_eq!(cert.set_hash, order.set_hash);
@@ -202,9 +206,11 @@ async fn valid_path_to_certificate(s: &Storage) {
     assert_eq!(valid.certificate_id, Some(cert.id));
     // A repeated completion (a retried job) returns the stored certificate.
     assert_eq!(
-        s.complete_order(order.id, harness::new_cert(2, later), later)
-            .await
-            .unwrap(),
+        harness::issued(
+            s.complete_order(order.id, harness::new_cert(2, later), later)
+                .await
+                .unwrap()
+        ),
         cert
     );
     assert_eq!(s.certificate(cert.id).await.unwrap(), Some(cert.clone()));
@@ -610,7 +616,7 @@ async fn concurrent_finalize_has_one_winner(s: &Storage) {
     assert!(csr == b"one" || csr == b"two");
     // Exactly one finalize job.
     let mut finalize_jobs = 0;
-    while let Some(job) = s.claim_job(now, Duration::seconds(60)).await.unwrap() {
+    while let Some(job) = s.claim_job(now, Duration::seconds(60), 3).await.unwrap() {
         if job.kind == JobKind::Finalize(order.id) {
             finalize_jobs += 1;
         }
