@@ -4,8 +4,8 @@
 pub mod admin;
 pub mod admin_token;
 pub mod config;
+pub mod data_dir;
 pub mod listener_cert;
 pub mod reload;
-pub mod data_dir;
 pub mod serve;
 pub mod tls;
