@@ -345,9 +345,12 @@ async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
         .await;
     match &outcome {
         Ok(()) => span.in_scope(|| tracing::info!("validation succeeded")),
-        Err(p) => span.in_scope(
-            || tracing::info!(problem = p.kind.as_str(), detail = %p.detail, "validation failed"),
-        ),
+        // The detail may quote (a short, escaped prefix of) what the target served, which is
+        // the subscriber's content, not the operator's: it stays out of info-level logs.
+        Err(p) => span.in_scope(|| {
+            tracing::info!(problem = p.kind.as_str(), "validation failed");
+            tracing::debug!(problem = p.kind.as_str(), detail = %p.detail, "validation failure detail");
+        }),
     }
     metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => if outcome.is_ok() { "valid" } else { "invalid" }).increment(1);
     // The hook's spends (failed-validation bucket, zombie count and pause) complete before the
