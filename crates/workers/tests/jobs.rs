@@ -321,6 +321,70 @@ async fn a_failed_validation_is_a_verdict_not_a_retry() {
     workers.shutdown().await;
 }
 
+/// Log lines written while the test runs, at the level the subscriber lets through.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// What a target serves is the subscriber's content: the stored problem quotes a short prefix of
+/// it for the subscriber, but an info-level log never carries it (a debug-level one may).
+/// Current-thread runtime: the workers' tasks run on the thread the subscriber is set for.
+#[tokio::test(flavor = "current_thread")]
+async fn content_fetched_from_a_target_stays_out_of_info_logs() {
+    for (level, expect_body_logged) in
+        [(tracing::Level::INFO, false), (tracing::Level::DEBUG, true)]
+    {
+        let log = CapturedLog::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let env = env().await;
+        let workers = spawn(&env, Arc::new(Counting::default()));
+        let (order, challenge) = order_for(&env, "leaky.workers.test", "toklog").await;
+        env.http.add("toklog", "SUBSCRIBER-SECRET-body");
+        env.storage
+            .start_challenge(challenge, OffsetDateTime::now_utc())
+            .await
+            .unwrap();
+        workers.wake();
+        wait_for(&env, order, OrderStatus::Invalid).await;
+        workers.shutdown().await;
+
+        let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+        assert!(
+            ch.error.unwrap().detail.contains("SUBSCRIBER-SECRET"),
+            "the subscriber is shown what was found"
+        );
+        let text = log.text();
+        assert!(text.contains("validation failed"), "{level}: {text}");
+        assert_eq!(
+            text.contains("SUBSCRIBER-SECRET"),
+            expect_body_logged,
+            "{level}: {text}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_job_abandoned_by_a_dead_worker_is_resumed_after_its_lease() {
     let env = env().await;
