@@ -6,6 +6,7 @@ pub mod admin_token;
 pub mod config;
 pub mod data_dir;
 pub mod listener_cert;
+pub mod listener_sessions;
 pub mod reload;
 pub mod serve;
 pub mod tls;

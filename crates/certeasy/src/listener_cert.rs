@@ -28,6 +28,7 @@ use rustls_pki_types::pem::PemObject;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerConfig;
+use crate::listener_sessions::ListenerSessions;
 
 /// Shortest wait between two renewals, so a certificate cut short by the CA's own expiry cannot
 /// make renewal spin.
@@ -56,6 +57,8 @@ enum Source {
 /// The certificate rustls serves, and how to replace it.
 pub struct ListenerCert {
     current: ArcSwap<CertifiedKey>,
+    /// TLS sessions made under `current`, forgotten when it changes.
+    sessions: Arc<ListenerSessions>,
     source: Source,
     provider: Arc<CryptoProvider>,
     /// How long the first self-issued certificate is served before it is renewed.
@@ -94,6 +97,7 @@ impl ListenerCert {
             let key = read_files(certificate, private_key, &provider)?;
             return Ok(Arc::new(Self {
                 current: ArcSwap::from_pointee(key),
+                sessions: Arc::default(),
                 source: Source::Files {
                     certificate: certificate.clone(),
                     private_key: private_key.clone(),
@@ -120,10 +124,22 @@ impl ListenerCert {
         let (key, renew_in) = issue(&source, &provider)?;
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(key),
+            sessions: Arc::default(),
             source,
             provider,
             first_renewal: Some(renew_in),
         }))
+    }
+
+    /// The TLS session store to give rustls alongside this certificate resolver.
+    pub fn sessions(&self) -> Arc<ListenerSessions> {
+        Arc::clone(&self.sessions)
+    }
+
+    /// Serves `key` to new connections, which must not resume a session made under the old one.
+    fn swap(&self, key: CertifiedKey) {
+        self.current.store(Arc::new(key));
+        self.sessions.forget_all();
     }
 
     /// Reads the operator's files again and serves them to new connections. On any error the
@@ -137,7 +153,7 @@ impl ListenerCert {
             return Ok(());
         };
         let key = read_files(certificate, private_key, &self.provider)?;
-        self.current.store(Arc::new(key));
+        self.swap(key);
         tracing::info!(certificate = %certificate.display(), "listener certificate reloaded");
         Ok(())
     }
@@ -159,7 +175,7 @@ impl ListenerCert {
             }
             match issue(&self.source, &self.provider) {
                 Ok((key, renew_in)) => {
-                    self.current.store(Arc::new(key));
+                    self.swap(key);
                     tracing::info!(
                         next_renewal_in = ?renew_in,
                         "listener certificate renewed"

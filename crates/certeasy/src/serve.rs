@@ -127,7 +127,7 @@ pub async fn start(
     )?;
     let certificates: Arc<dyn rustls::server::ResolvesServerCert> =
         Arc::<ListenerCert>::clone(&listener_cert);
-    let tls = crate::tls::server_config(provider, certificates)?;
+    let tls = crate::tls::server_config(provider, certificates, listener_cert.sessions())?;
 
     let limits = Arc::new(build_limits(config, &clock)?);
 

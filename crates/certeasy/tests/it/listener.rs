@@ -538,3 +538,199 @@ async fn ipv4_clients_of_a_dual_stack_listener_are_keyed_by_their_ipv4_address()
         "the forwarded client is keyed on its IPv4 address"
     );
 }
+
+/// A TLS connection to the listener that negotiated HTTP/2 by ALPN.
+async fn connect_h2(env: &TestEnv) -> TlsStream<TcpStream> {
+    let mut config = (*tls_config(&env.root_pem())).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = connect(acme_addr(env), &Arc::new(config)).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    tls
+}
+
+/// GET /directory as an HTTP/2 request (no body).
+fn h2_directory(env: &TestEnv) -> hyper::Request<()> {
+    hyper::Request::get(format!("{}/directory", env.base_url()))
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn http2_clients_see_and_are_held_to_the_concurrent_stream_limit() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    server_keys(&mut env, "  http2-max-concurrent-streams: 2\n");
+    env.start().await;
+    let (client, connection) = h2::client::handshake(connect_h2(&env).await).await.unwrap();
+    // The connection task publishes the limit the server announced after every poll, so the
+    // test reads what arrived on the wire in the server's SETTINGS frame.
+    let (limit_tx, limit_rx) = tokio::sync::watch::channel(None);
+    let connection = tokio::spawn(async move {
+        let mut connection = connection;
+        std::future::poll_fn(|cx| {
+            let polled = std::pin::Pin::new(&mut connection).poll(cx);
+            limit_tx.send_replace(Some(connection.max_concurrent_send_streams()));
+            polled
+        })
+        .await
+    });
+
+    let mut client = client.ready().await.unwrap();
+    let (first, _) = client.send_request(h2_directory(&env), true).unwrap();
+    assert_eq!(first.await.unwrap().status(), 200);
+    assert_eq!(
+        *limit_rx.borrow(),
+        Some(2),
+        "SETTINGS_MAX_CONCURRENT_STREAMS as announced by the server"
+    );
+
+    // Six requests at once on one connection: the client holds back the ones over the limit
+    // until a stream closes, and every one is answered.
+    let mut responses = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        client = client.ready().await.unwrap();
+        let (response, _) = client.send_request(h2_directory(&env), true).unwrap();
+        responses.spawn(response);
+    }
+    let mut answered = 0;
+    while let Some(response) = responses.join_next().await {
+        assert_eq!(response.unwrap().unwrap().status(), 200);
+        answered += 1;
+    }
+    assert_eq!(answered, 6);
+    assert_eq!(*limit_rx.borrow(), Some(2));
+    drop(client);
+    let closed = tokio::time::timeout(Duration::from_secs(30), connection)
+        .await
+        .expect("the client connection ends once every handle is dropped");
+    assert!(matches!(closed, Ok(Ok(()))), "{closed:?}");
+}
+
+#[tokio::test]
+async fn http2_requests_over_the_header_list_limit_get_431_and_the_connection_survives() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    server_keys(&mut env, "  http2-max-header-list-size: 4096\n");
+    env.start().await;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(connect_h2(&env).await),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = |extra: Option<String>| {
+        let mut request = hyper::Request::get(format!("{}/directory", env.base_url()));
+        if let Some(value) = extra {
+            request = request.header("x-padding", value);
+        }
+        request.body(String::new()).unwrap()
+    };
+
+    // 10 KiB of header against a 4 KiB limit: the server refuses the stream with a 431 before
+    // any handler sees it.
+    let big = sender
+        .send_request(request(Some("a".repeat(10 * 1024))))
+        .await
+        .unwrap();
+    assert_eq!(big.status(), 431);
+    assert_eq!(big.version(), hyper::Version::HTTP_2);
+
+    // It was a stream error, not a connection error: the same connection still serves, and so
+    // does a new one.
+    let small = sender
+        .send_request(request(Some("a".repeat(1024))))
+        .await
+        .unwrap();
+    assert_eq!(small.status(), 200);
+    assert!(!connection.is_finished());
+    let (mut fresh, fresh_connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(connect_h2(&env).await),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(fresh_connection);
+    assert_eq!(
+        fresh.send_request(request(None)).await.unwrap().status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn operator_certificate_files_are_reloaded_by_the_admin_endpoint_and_bad_files_are_refused() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let pki = operator_pki();
+    let cert_path = env.dir.path().join("listener.pem");
+    let key_path = env.dir.path().join("listener.key");
+    std::fs::write(&cert_path, &pki.leaves[0].0).unwrap();
+    std::fs::write(&key_path, &pki.leaves[0].1).unwrap();
+    server_keys(
+        &mut env,
+        &format!(
+            "  tls-certificate: \"{}\"\n  tls-private-key: \"{}\"\n",
+            cert_path.display(),
+            key_path.display()
+        ),
+    );
+    env.start().await;
+    let config = tls_config(&pki.ca_pem);
+    let mut kept = connect(acme_addr(&env), &config).await;
+    assert_eq!(served_certificate(&kept), pki.leaves[0].2);
+    assert_eq!(get_directory(&mut kept).await, 200);
+    let admin = reqwest::Client::builder().no_proxy().build().unwrap();
+    let reload_url = format!("http://{}/admin/reload", env.admin_addr());
+    let bearer = format!("Bearer {}", env.admin_token());
+
+    // The operator renews the files and asks for a reload: once it answers 200, every new
+    // connection gets the new certificate.
+    std::fs::write(&cert_path, &pki.leaves[1].0).unwrap();
+    std::fs::write(&key_path, &pki.leaves[1].1).unwrap();
+    let reloaded = admin
+        .post(&reload_url)
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reloaded.status(), 200, "{}", reloaded.text().await.unwrap());
+    let mut fresh = connect(acme_addr(&env), &config).await;
+    // The client holds a session ticket from `kept`; resuming it would skip the certificate, so
+    // the server must have forgotten the session and made this a full handshake.
+    assert_eq!(
+        fresh.get_ref().1.handshake_kind(),
+        Some(rustls::HandshakeKind::Full),
+        "a session from before the reload was resumed"
+    );
+    assert_eq!(served_certificate(&fresh), pki.leaves[1].2);
+    assert_eq!(get_directory(&mut fresh).await, 200);
+    assert_eq!(served_certificate(&kept), pki.leaves[0].2);
+    assert_eq!(get_directory(&mut kept).await, 200);
+
+    // A key that does not fit the certificate is refused with a reason; the last good
+    // certificate stays.
+    std::fs::write(&cert_path, &pki.leaves[0].0).unwrap();
+    let refused = admin
+        .post(&reload_url)
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let reason = refused.text().await.unwrap();
+    assert!(reason.contains("listener certificate"), "{reason}");
+    let mut fresh = connect(acme_addr(&env), &config).await;
+    assert_eq!(served_certificate(&fresh), pki.leaves[1].2);
+    assert_eq!(get_directory(&mut fresh).await, 200);
+
+    // A certificate file that is not PEM at all is refused too.
+    std::fs::write(&cert_path, "not a certificate\n").unwrap();
+    std::fs::write(&key_path, &pki.leaves[1].1).unwrap();
+    let refused = admin
+        .post(&reload_url)
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let mut fresh = connect(acme_addr(&env), &config).await;
+    assert_eq!(served_certificate(&fresh), pki.leaves[1].2);
+    assert_eq!(get_directory(&mut fresh).await, 200);
+}
