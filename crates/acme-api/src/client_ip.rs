@@ -67,13 +67,7 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 /// network, since the addresses they are compared with are canonical.
 pub(crate) fn canonical_nets(nets: Vec<IpNet>) -> Vec<IpNet> {
     nets.into_iter()
-        .map(|net| match net {
-            IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
-                Some(v4) => IpNet::new(IpAddr::V4(v4), v6.prefix_len() - 96).unwrap_or(net),
-                None => net,
-            },
-            other => other,
-        })
+        .map(ratelimits::config::canonical_net)
         .collect()
 }
 

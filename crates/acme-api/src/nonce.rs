@@ -33,6 +33,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use time::Duration;
 use time::OffsetDateTime;
 
+/// The largest clock difference between instances that nonces tolerate: a nonce issued "in the
+/// future" by up to this much is accepted, and a shared nonce's Redis record is kept this much
+/// longer than the nonce lives, so no instance can accept it after the record is gone.
+const MAX_CLOCK_SKEW_SECS: i64 = 60;
+
 const TIME_LEN: usize = 8;
 const INSTANCE_LEN: usize = 8;
 const RANDOM_LEN: usize = 12;
@@ -326,8 +331,10 @@ impl NonceService {
                     return Err(e);
                 }
                 let expires = self.expiry(signed, now)?;
+                // The record must outlive the nonce on every instance's clock, not only on ours:
+                // an instance whose clock is behind still accepts the nonce after it expired here.
                 let ttl = std::time::Duration::from_secs(
-                    u64::try_from(expires - now.unix_timestamp())
+                    u64::try_from(expires - now.unix_timestamp() + MAX_CLOCK_SKEW_SECS)
                         .unwrap_or(0)
                         .max(1),
                 );
@@ -363,7 +370,7 @@ impl NonceService {
         let issued = i64::from_be_bytes(ts);
         let now_s = now.unix_timestamp();
         let expires = issued.saturating_add(self.lifetime.whole_seconds());
-        if now_s > expires || issued > now_s + 60 {
+        if now_s > expires || issued > now_s + MAX_CLOCK_SKEW_SECS {
             return Err(NonceError::Expired);
         }
         Ok(expires)

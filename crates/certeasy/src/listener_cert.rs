@@ -5,7 +5,7 @@
 //! reload (SIGHUP, `certeasy admin reload`). rustls asks [`ListenerCert`] for the certificate at
 //! every handshake, so a swap reaches every new connection at once, and connections already open
 //! keep the certificate they were made with. The injected clock dates each certificate, but the
-//! wait until renewal is real (tokio) time: clients check the certificate against their own
+//! wait until renewal is wall-clock time: clients check the certificate against their own
 //! clocks, so renewal must follow the wall clock even when a test moves a fake one.
 
 use std::net::IpAddr;
@@ -13,6 +13,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::SystemTime;
 
 use acme_core::clock::SharedClock;
 use anyhow::Context;
@@ -36,6 +37,8 @@ const MIN_RENEWAL_WAIT: Duration = Duration::from_secs(1);
 
 /// Longest wait before a failed renewal is tried again.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// Longest single timer of the renewal wait, so a suspended host catches up within this.
+const MAX_SLEEP_STEP: Duration = Duration::from_secs(600);
 
 /// Where the certificate comes from.
 enum Source {
@@ -169,9 +172,8 @@ impl ListenerCert {
         let retry =
             Duration::try_from(*lifetime / 3_i32).map_or(MAX_RETRY_WAIT, |d| d.min(MAX_RETRY_WAIT));
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = shutdown.cancelled() => return,
+            if !sleep_by_wall_clock(wait, &shutdown).await {
+                return;
             }
             match issue(&self.source, &self.provider) {
                 Ok((key, renew_in)) => {
@@ -191,6 +193,25 @@ impl ListenerCert {
                     wait = retry.max(MIN_RENEWAL_WAIT);
                 }
             }
+        }
+    }
+}
+
+/// Waits `wait` of wall-clock time, in steps of at most [`MAX_SLEEP_STEP`]: tokio's timers run
+/// on the monotonic clock, which stands still while a host is suspended or a VM paused, so one
+/// long sleep could end after the certificate expired. `false` when `shutdown` fired first.
+async fn sleep_by_wall_clock(wait: Duration, shutdown: &CancellationToken) -> bool {
+    let due = SystemTime::now() + wait;
+    loop {
+        let remaining = due
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        if remaining.is_zero() {
+            return true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(remaining.min(MAX_SLEEP_STEP)) => {}
+            () = shutdown.cancelled() => return false,
         }
     }
 }

@@ -266,7 +266,7 @@ async fn serve_connection<I>(
         }
     });
     let hyper_service = TowerToHyperService::new(service);
-    let conn = builder.serve_connection_with_upgrades(io, hyper_service);
+    let conn = builder.serve_connection(io, hyper_service);
     tokio::pin!(conn);
     let why = tokio::select! {
         result = conn.as_mut() => {

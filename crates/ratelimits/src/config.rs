@@ -265,14 +265,44 @@ fn deserialize_whitelist<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<I
         .collect()
 }
 
-/// Parses `10.0.0.1` (as a /32 or /128) or `10.0.0.0/8`.
+/// Parses `10.0.0.1` (as a /32 or /128) or `10.0.0.0/8`. An IPv4-mapped entry
+/// (`::ffff:10.0.0.0/104`) is read in its IPv4 form, because client addresses are compared in
+/// their canonical (IPv4) form: written mapped, it would never match.
 pub fn parse_ip_or_cidr(entry: &str) -> Result<IpNet, String> {
     let entry = entry.trim();
     if let Ok(net) = entry.parse::<IpNet>() {
-        return Ok(net.trunc());
+        return Ok(canonical_net(net.trunc()));
     }
     entry
         .parse::<std::net::IpAddr>()
-        .map(IpNet::from)
+        .map(|ip| canonical_net(IpNet::from(ip)))
         .map_err(|_| format!("{entry:?} is neither an IP address nor a CIDR range"))
+}
+
+/// The IPv4 form of an IPv4-mapped IPv6 range (prefix 96 or longer); any other range unchanged.
+pub fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => IpNet::new(std::net::IpAddr::V4(v4), v6.prefix_len() - 96).unwrap_or(net),
+            None => net,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ip_or_cidr;
+
+    #[test]
+    fn mapped_entries_are_read_in_their_ipv4_form() {
+        let net = |s: &str| parse_ip_or_cidr(s).unwrap().to_string();
+        assert_eq!(net("::ffff:10.0.0.0/104"), "10.0.0.0/8");
+        assert_eq!(net("::ffff:192.0.2.7"), "192.0.2.7/32");
+        assert_eq!(net("192.0.2.0/24"), "192.0.2.0/24");
+        assert_eq!(net("2001:db8::/32"), "2001:db8::/32");
+        // Shorter than /96 it is not a set of IPv4 addresses, so it stays IPv6.
+        assert_eq!(net("::ffff:0:0/95"), "::fffe:0:0/95");
+        assert!(parse_ip_or_cidr("10.0.0.0/33").is_err());
+    }
 }

@@ -92,24 +92,33 @@ pub(crate) async fn renew(
     codec::opt_time_from_unix(renewed)
 }
 
-pub(crate) async fn complete(s: &Storage, id: JobId) -> Result<()> {
-    sqlx::query("DELETE FROM jobs WHERE id = $1")
-        .bind(id.0)
+/// A claim is named by the job's id and its claim count: every later claim has a higher count.
+pub(crate) async fn complete(s: &Storage, job: &Job) -> Result<()> {
+    let deleted = sqlx::query("DELETE FROM jobs WHERE id = $1 AND attempts = $2")
+        .bind(job.id.0)
+        .bind(i64::from(job.attempts))
         .execute(&s.pool)
-        .await?;
-    Ok(())
+        .await?
+        .rows_affected();
+    if deleted == 0 {
+        Err(Error::NotFound)
+    } else {
+        Ok(())
+    }
 }
 
 pub(crate) async fn retry(
     s: &Storage,
-    id: JobId,
+    job: &Job,
     run_at: OffsetDateTime,
     error: &str,
 ) -> Result<()> {
     let updated = sqlx::query(
-        "UPDATE jobs SET run_at = $2, lease_until = NULL, last_error = $3 WHERE id = $1",
+        "UPDATE jobs SET run_at = $3, lease_until = NULL, last_error = $4 \
+         WHERE id = $1 AND attempts = $2",
     )
-    .bind(id.0)
+    .bind(job.id.0)
+    .bind(i64::from(job.attempts))
     .bind(codec::unix(run_at))
     .bind(error)
     .execute(&s.pool)

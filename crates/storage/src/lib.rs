@@ -24,7 +24,6 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::ChallengeId;
-use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::problem::Problem;
@@ -316,13 +315,16 @@ impl Storage {
     ) -> Result<Option<OffsetDateTime>> {
         jobs::renew(self, job, now, lease).await
     }
-    /// Removes a finished job.
-    pub async fn complete_job(&self, id: JobId) -> Result<()> {
-        jobs::complete(self, id).await
+    /// Removes a finished job, if this claim still holds it. `Err(NotFound)` when another worker
+    /// has claimed it since (it will finish it; recording is idempotent) or it is gone.
+    pub async fn complete_job(&self, job: &Job) -> Result<()> {
+        jobs::complete(self, job).await
     }
-    /// Releases the lease and schedules another attempt at `run_at`, recording the error.
-    pub async fn retry_job(&self, id: JobId, run_at: OffsetDateTime, error: &str) -> Result<()> {
-        jobs::retry(self, id, run_at, error).await
+    /// Releases the lease and schedules another attempt at `run_at`, recording the error, if this
+    /// claim still holds the job: a stale holder must not release a lease another worker holds,
+    /// which would let a third worker run the job at the same time. `Err(NotFound)` otherwise.
+    pub async fn retry_job(&self, job: &Job, run_at: OffsetDateTime, error: &str) -> Result<()> {
+        jobs::retry(self, job, run_at, error).await
     }
     /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.
     pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>> {

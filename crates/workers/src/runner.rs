@@ -201,8 +201,8 @@ async fn run_job(inner: &Inner, job: Job) {
         Attempt::Finished(Ok(())) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "done")
                 .increment(1);
-            if let Err(e) = inner.storage.complete_job(job.id).await {
-                tracing::warn!(job = %job.id, error = %e, "could not delete a finished job; it will run again harmlessly");
+            if let Err(e) = inner.storage.complete_job(&job).await {
+                tracing::warn!(job = %job.id, error = %e, "could not delete a finished job (or another worker claimed it since); it will run again harmlessly");
             }
         }
         Attempt::Finished(Err(e)) => {
@@ -215,12 +215,8 @@ async fn run_job(inner: &Inner, job: Job) {
                 let backoff = time::Duration::seconds(2_i64.saturating_pow(job.attempts.min(10)));
                 tracing::warn!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed; will retry");
                 let run_at = inner.clock.now() + backoff;
-                if let Err(e) = inner
-                    .storage
-                    .retry_job(job.id, run_at, &e.to_string())
-                    .await
-                {
-                    tracing::warn!(job = %job.id, error = %e, "could not reschedule a job; its lease will expire");
+                if let Err(e) = inner.storage.retry_job(&job, run_at, &e.to_string()).await {
+                    tracing::warn!(job = %job.id, error = %e, "could not reschedule a job (or another worker claimed it since); its lease will expire");
                 }
             }
         }
@@ -304,7 +300,7 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
             return;
         }
     }
-    if let Err(e) = inner.storage.complete_job(job.id).await {
+    if let Err(e) = inner.storage.complete_job(job).await {
         tracing::warn!(job = %job.id, error = %e, "could not delete an abandoned job");
     }
 }

@@ -1,7 +1,6 @@
 use std::collections::HashSet;
 
 use acme_core::ids::ChallengeId;
-use acme_core::ids::JobId;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::JobKind;
@@ -100,15 +99,22 @@ async fn claim_lease_retry_complete(s: &Storage) {
         .unwrap();
     assert_eq!(again.id, a.id);
     assert_eq!(again.attempts, 2);
+    // The dead worker's claim is stale: it can neither release nor delete the job its successor
+    // now holds (a released lease would let a third worker run it alongside the second).
+    assert!(matches!(
+        s.retry_job(&a, now + Duration::seconds(31), "late").await,
+        Err(Error::NotFound)
+    ));
+    assert!(matches!(s.complete_job(&a).await, Err(Error::NotFound)));
 
-    s.retry_job(again.id, now + Duration::seconds(100), "connection refused")
+    s.retry_job(&again, now + Duration::seconds(100), "connection refused")
         .await
         .unwrap();
     assert_eq!(
         s.next_job_due().await.unwrap(),
         Some(now + Duration::seconds(41))
     );
-    s.complete_job(b.id).await.unwrap();
+    s.complete_job(&b).await.unwrap();
     assert_eq!(
         s.next_job_due().await.unwrap(),
         Some(now + Duration::seconds(100))
@@ -126,9 +132,9 @@ async fn claim_lease_retry_complete(s: &Storage) {
         .unwrap();
     assert_eq!(third.id, a.id);
     assert_eq!(third.attempts, 3);
-    s.complete_job(third.id).await.unwrap();
-    // Completing twice is harmless.
-    s.complete_job(third.id).await.unwrap();
+    s.complete_job(&third).await.unwrap();
+    // Completing twice is refused and changes nothing.
+    assert!(matches!(s.complete_job(&third).await, Err(Error::NotFound)));
     assert_eq!(s.next_job_due().await.unwrap(), None);
     assert_eq!(
         s.claim_job(now + Duration::days(1), Duration::seconds(30), 3)
@@ -137,7 +143,7 @@ async fn claim_lease_retry_complete(s: &Storage) {
         None
     );
     assert!(matches!(
-        s.retry_job(JobId(a.id.0 + 1000), now, "x").await,
+        s.retry_job(&third, now, "x").await,
         Err(Error::NotFound)
     ));
 }
@@ -206,7 +212,7 @@ async fn a_job_past_its_attempts_is_only_handed_out_to_be_settled(s: &Storage) {
         .unwrap()
         .unwrap();
     assert!(!rerun.exhausted);
-    s.complete_job(rerun.id).await.unwrap();
+    s.complete_job(&rerun).await.unwrap();
     assert_eq!(s.next_job_due().await.unwrap(), None);
 }
 
@@ -270,7 +276,7 @@ async fn only_the_holder_renews_a_lease(s: &Storage) {
     );
 
     // A released job (rescheduled) or a finished one has no lease left to renew.
-    s.retry_job(b.id, now + Duration::seconds(100), "timeout")
+    s.retry_job(&b, now + Duration::seconds(100), "timeout")
         .await
         .unwrap();
     assert_eq!(
@@ -284,7 +290,7 @@ async fn only_the_holder_renews_a_lease(s: &Storage) {
         .await
         .unwrap()
         .unwrap();
-    s.complete_job(c.id).await.unwrap();
+    s.complete_job(&c).await.unwrap();
     assert_eq!(
         s.renew_job_lease(&c, now + Duration::seconds(101), lease)
             .await

@@ -121,7 +121,7 @@ async fn valid_path_to_certificate(s: &Storage) {
         s.claim_job(now, Duration::seconds(60), 3).await.unwrap(),
         None
     );
-    s.complete_job(job.id).await.unwrap();
+    s.complete_job(&job).await.unwrap();
 
     // A verdict for a challenge nobody started is refused.
     assert!(matches!(
