@@ -91,7 +91,7 @@ pub fn read(path: &Path) -> anyhow::Result<AdminToken> {
             path.display()
         );
     }
-    warn_if_readable_by_others(path);
+    check_private(path)?;
     Ok(AdminToken(token.to_owned()))
 }
 
@@ -109,23 +109,50 @@ fn write_private(path: &Path, token: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-fn warn_if_readable_by_others(path: &Path) {
+/// A token every local user can read would let any of them drive the admin API, which is what
+/// the token is there to prevent: such a file is refused. Group access is allowed (an operators'
+/// group may share it) but warned about.
+fn check_private(path: &Path) -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = std::fs::metadata(path)
-            && meta.permissions().mode() & 0o077 != 0
-        {
-            tracing::warn!(file = %path.display(), "the admin token is readable by other users (chmod 600 it)");
+        let mode = std::fs::metadata(path)
+            .with_context(|| format!("reading the admin token {}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o007 != 0 {
+            anyhow::bail!(
+                "the admin token {} is accessible to every user (mode {:o}); chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+        }
+        if mode & 0o070 != 0 {
+            tracing::warn!(file = %path.display(), "the admin token is readable by its group (chmod 600 it unless that is intended)");
         }
     }
     #[cfg(not(unix))]
     let _ = path;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_token_every_user_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.token");
+        load_or_create(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = format!("{:#}", read(&path).unwrap_err());
+        assert!(error.contains("chmod 600"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(read(&path).is_ok(), "group access is only warned about");
+    }
 
     #[test]
     fn created_once_private_and_stable() {

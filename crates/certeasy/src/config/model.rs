@@ -370,7 +370,11 @@ impl Default for AcmeConfig {
             caa_identities: Vec::new(),
             order_lifetime: ConfigDuration::from_secs(7 * 86_400),
             authorization_lifetime: ConfigDuration::from_secs(7 * 86_400),
-            valid_authorization_lifetime: ConfigDuration::from_secs(30 * 86_400),
+            valid_authorization_lifetime: ConfigDuration::from_secs(
+                storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME
+                    .whole_seconds()
+                    .unsigned_abs(),
+            ),
             reuse_valid_authorizations: true,
             nonce_lifetime: ConfigDuration::from_secs(3600),
             orders_per_page: 100,
