@@ -197,6 +197,11 @@ async fn the_cli_sends_the_token_from_the_config_or_a_flag() {
     // A wrong token is refused by the server, and the CLI says so.
     let wrong = env.dir.path().join("wrong.token");
     std::fs::write(&wrong, format!("{}\n", "ab".repeat(32))).unwrap();
+    {
+        // A token file every user can read is refused before it is sent.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let (ok, out) = cli(&[
         "admin",
         "--admin-url",
