@@ -160,3 +160,34 @@ async fn an_unresponsive_first_address_leaves_time_for_the_second() {
     assert!(took < timeout, "{took:?}");
     assert_eq!(second.count(), 1);
 }
+
+/// A nameserver that takes queries and never answers (over UDP and TCP) holds every lookup of
+/// the attempt: A/AAAA, TXT and the CAA walk. The attempt still ends by its deadline.
+#[tokio::test]
+async fn a_silent_nameserver_cannot_hold_an_attempt_past_its_deadline() {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = udp.local_addr().unwrap();
+    // The same port over TCP, accepting and never answering, for hickory's TCP fallback.
+    let tcp = std::net::TcpListener::bind(addr).unwrap();
+    let env = Env::start().await;
+    let mut settings = env.settings();
+    settings.dns_servers = vec![addr];
+    settings.caa_identities = vec!["ca.test".to_owned()];
+    settings.timeout = Duration::from_secs(3);
+    let worst = settings.worst_case_attempt();
+    let validator = validation::Validator::new(settings).unwrap();
+    for challenge in [Http01, acme_core::status::ChallengeType::Dns01] {
+        let started = Instant::now();
+        let problem = validator
+            .validate(&dns("silent-ns.test"), challenge, TOKEN, KEY_AUTH)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(problem.kind, ProblemType::Dns | ProblemType::Connection),
+            "{problem:?}"
+        );
+        assert!(took < worst + SLACK, "{challenge:?} took {took:?}");
+    }
+    drop((udp, tcp));
+}
