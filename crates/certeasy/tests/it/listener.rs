@@ -487,7 +487,8 @@ async fn ipv4_clients_of_a_dual_stack_listener_are_keyed_by_their_ipv4_address()
     );
     env.section(
         "rate-limiting",
-        "  global:\n    requests-per-minute: 1\n    burst: 10\n",
+        // The whitelist entry is written in mapped form: it is read as its IPv4 address.
+        "  whitelist: [\"::ffff:198.51.100.7\"]\n  global:\n    requests-per-minute: 1\n    burst: 10\n",
     );
     env.start().await;
     let root = reqwest::Certificate::from_pem(env.root_pem().as_bytes()).unwrap();
@@ -516,6 +517,11 @@ async fn ipv4_clients_of_a_dual_stack_listener_are_keyed_by_their_ipv4_address()
         post(Some("::ffff:203.0.113.9")).await.unwrap().status(),
         400
     );
+    // A whitelisted client, forwarded in mapped form, is recognised and charged nothing.
+    assert_eq!(
+        post(Some("::ffff:198.51.100.7")).await.unwrap().status(),
+        400
+    );
 
     let limiter = env.server.as_ref().unwrap().limits.limiter();
     let remaining = |id: &'static str| async move {
@@ -532,6 +538,20 @@ async fn ipv4_clients_of_a_dual_stack_listener_are_keyed_by_their_ipv4_address()
             .remaining
     };
     assert_eq!(remaining("127.0.0.1").await, 8, "keyed on 127.0.0.1");
+    let whitelisted =
+        ratelimits::BucketId::parse(ratelimits::LimitName::GlobalPerIp, "198.51.100.7").unwrap();
+    let shown = limiter
+        .show(
+            time::OffsetDateTime::now_utc(),
+            ratelimits::LimitName::GlobalPerIp,
+            &whitelisted,
+        )
+        .await
+        .unwrap();
+    assert!(
+        shown.as_ref().is_none_or(|s| s.remaining == 10),
+        "the whitelisted client was charged: {shown:?}"
+    );
     assert_eq!(
         remaining("203.0.113.9").await,
         9,
