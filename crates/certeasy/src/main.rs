@@ -157,15 +157,9 @@ fn main() -> ExitCode {
             command,
         } => admin(admin_url, config_file, token_file, command),
         Command::Serve { config: path } => {
-            let config = match &path {
-                Some(p) => match config::load(p) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return ExitCode::from(2);
-                    }
-                },
-                None => config::Config::default(),
+            let config = match load_or_default(path.as_deref()) {
+                Ok(c) => c,
+                Err(code) => return code,
             };
             init_logging(&config);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -278,21 +272,27 @@ fn init_logging(config: &config::Config) {
     }
 }
 
+/// The configuration at `path`, or the built-in defaults without one. A bad file is reported
+/// (file, line, key) and becomes exit code 2, as for `config check`.
+fn load_or_default(path: Option<&std::path::Path>) -> Result<config::Config, ExitCode> {
+    match path {
+        Some(p) => config::load(p).map_err(|e| {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }),
+        None => Ok(config::Config::default()),
+    }
+}
+
 fn admin(
     admin_url: Option<String>,
     config_file: Option<PathBuf>,
     token_file: Option<PathBuf>,
     command: AdminCommand,
 ) -> ExitCode {
-    let config = match &config_file {
-        Some(p) => match config::load(p) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => config::Config::default(),
+    let config = match load_or_default(config_file.as_deref()) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let base = match admin_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
