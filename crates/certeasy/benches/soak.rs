@@ -798,8 +798,9 @@ async fn main() -> anyhow::Result<()> {
     );
     let _ = writeln!(
         summary,
-        "orders started: {n} ({:.1}/s); skipped because {} were in flight: {saturated}",
-        n as f64 / load_s,
+        "orders started: {} ({:.1}/s); not started because {} were in flight: {saturated}",
+        n - saturated,
+        (n - saturated) as f64 / load_s,
         settings.concurrency
     );
     let _ = writeln!(
