@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
 # certbot, redis-server, PostgreSQL, chromium and chromedriver), makes sure PostgreSQL and Redis answer on loopback, then
-# checks formatting, lints, the crypto-provider guard, and runs every test.
+# checks formatting, lints, the crypto-provider guard, runs every test, then fuzzes each parser
+# for a short time (scripts/fuzz.sh, FUZZ_SECONDS per target).
 #
 # Under CI=true a service that cannot be reached fails the run; it is never skipped.
 set -euo pipefail
@@ -57,6 +58,7 @@ psql "$CERTEASY_TEST_POSTGRES_URL" -tAc 'select 1' >/dev/null 2>&1 || {
 
 log "formatting and lints"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log "single crypto provider guard (no ring, no OpenSSL)"
@@ -73,3 +75,8 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+
+# Every fuzz target runs FUZZ_SECONDS (default 30) from its seed corpus; a crash or a failed
+# invariant fails the run (docs/fuzzing.md).
+log "fuzzing (${FUZZ_SECONDS:-30} s per target)"
+scripts/fuzz.sh
