@@ -93,13 +93,15 @@ async fn names_with_many_silent_addresses_do_not_stall_other_orders_on_postgres(
 
 async fn silent_addresses_do_not_stall_other_orders(db: Db) {
     let mut env = TestEnv::new(db).await;
-    // Three workers and a one-second lease: without heartbeats the free worker would take over a
-    // stuck job within a second or two, and the healthy order below would wait behind it. The
+    // Three workers and a three-second lease: without heartbeats the free worker would take over
+    // a stuck job within a few seconds, and the healthy order below would wait behind it. (A
+    // one-second lease made the test depend on a heartbeat, every 333 ms, never being starved for
+    // a second on a loaded CI machine.) The
     // validation timeout is long, so a stuck challenge stays in flight long after the healthy
     // order is done (whether its attempt ends by the validator's deadline or the runner's
     // backstop); after one attempt it is settled.
     let body = format!(
-        "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 15s\n  workers: 3\n  max-attempts: 1\n  job-lease: 1s\n",
+        "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 15s\n  workers: 3\n  max-attempts: 1\n  job-lease: 3s\n",
         env.dns.addr(),
         env.http.port(),
         env.tls.port()
@@ -142,7 +144,7 @@ async fn silent_addresses_do_not_stall_other_orders(db: Db) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Two lease lengths pass: a job whose lease were not renewed would have been reclaimed.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(6500)).await;
 
     // A healthy order validates and is issued meanwhile.
     let name = env.name("healthy");
