@@ -27,13 +27,31 @@ pub enum Db {
     Postgres,
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; the tiny race is acceptable in tests).
+/// A free TCP port on 127.0.0.1 for a server a test starts later (bound and released).
+///
+/// It is chosen below the kernel's ephemeral range: a port the kernel hands out for `:0` goes
+/// back into the pool that every outgoing connection of every concurrent test draws from, and
+/// with hundreds of client sockets open (the listener tests) one of them soon takes it before
+/// the server binds. Ports below the range are only ever taken by explicit binds like this one.
+/// A pseudo-random start per process and a process-wide counter keep concurrent test processes
+/// apart; a port that is busy is skipped.
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000_u32, ephemeral_low.max(10_001));
+    let span = high - low;
+    let seed = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let port = low + (seed + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).unwrap();
+        if StdListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {low} and {high}");
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
