@@ -11,11 +11,12 @@ use crate::model::Account;
 use crate::model::NewAccount;
 use crate::rows;
 use crate::rows::account_cols;
+use crate::sql;
 
 pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
     // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
     // PostgreSQL transaction, and the existing id is what the caller needs anyway.
-    let row = sqlx::query(concat!(
+    let row = sql::query(concat!(
         "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at) \
          VALUES ($1, $2, 'valid', $3, $4, $5) ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
         account_cols!()
@@ -25,7 +26,7 @@ pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) ->
     .bind(codec::encode_list(&new.contacts))
     .bind(i64::from(new.tos_agreed))
     .bind(codec::unix(now))
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await?;
     match row {
         Some(row) => rows::account(&row),
@@ -38,26 +39,26 @@ pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) ->
 
 async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {
     Ok(
-        sqlx::query_scalar::<_, i64>("SELECT id FROM accounts WHERE thumbprint = $1")
+        sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
             .bind(thumbprint)
-            .fetch_optional(&s.pool)
+            .fetch_optional(&s.db)
             .await?,
     )
 }
 
 pub(crate) async fn by_id(s: &Storage, id: AccountId) -> Result<Option<Account>> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     rows::load_account(&mut conn, id).await
 }
 
 pub(crate) async fn by_thumbprint(s: &Storage, thumbprint: &str) -> Result<Option<Account>> {
-    let row = sqlx::query(concat!(
+    let row = sql::query(concat!(
         "SELECT ",
         account_cols!(),
         " FROM accounts WHERE thumbprint = $1"
     ))
     .bind(thumbprint)
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await?;
     row.as_ref().map(rows::account).transpose()
 }
@@ -67,13 +68,13 @@ pub(crate) async fn update_contacts(
     id: AccountId,
     contacts: Vec<String>,
 ) -> Result<Account> {
-    let row = sqlx::query(concat!(
+    let row = sql::query(concat!(
         "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
         account_cols!()
     ))
     .bind(id.0)
     .bind(codec::encode_list(&contacts))
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await?;
     row.as_ref()
         .map(rows::account)
@@ -92,14 +93,14 @@ pub(crate) async fn change_key(
     {
         return Err(Error::Conflict(other));
     }
-    let updated = sqlx::query(concat!(
+    let updated = sql::query(concat!(
         "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 RETURNING ",
         account_cols!()
     ))
     .bind(id.0)
     .bind(jwk_json)
     .bind(thumbprint)
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await;
     match updated {
         Ok(row) => row
@@ -108,29 +109,23 @@ pub(crate) async fn change_key(
             .transpose()?
             .ok_or(Error::NotFound),
         // Another rollover took the key between the check and the update.
-        Err(e)
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation()) =>
-        {
-            match holder_of(s, thumbprint).await? {
-                Some(other) => Err(Error::Conflict(other)),
-                None => Err(Error::Database(e)),
-            }
-        }
-        Err(e) => Err(Error::Database(e)),
+        Err(e) if e.is_unique_violation() => match holder_of(s, thumbprint).await? {
+            Some(other) => Err(Error::Conflict(other)),
+            None => Err(e),
+        },
+        Err(e) => Err(e),
     }
 }
 
 pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) -> Result<Account> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
-    let changed = sqlx::query(
-        "UPDATE accounts SET status = 'deactivated' WHERE id = $1 AND status = 'valid'",
-    )
-    .bind(id.0)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let changed =
+        sql::query("UPDATE accounts SET status = 'deactivated' WHERE id = $1 AND status = 'valid'")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
     if changed == 0 {
         return match rows::load_account(&mut tx, id).await? {
             Some(account) => Err(Error::WrongState(format!(
@@ -141,7 +136,7 @@ pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) 
         };
     }
     // Nothing of a deactivated account may proceed: its unfinished orders end here.
-    sqlx::query(
+    sql::query(
         "UPDATE orders SET status = 'invalid', updated_at = $2 \
          WHERE account_id = $1 AND status IN ('pending', 'ready')",
     )
@@ -149,7 +144,7 @@ pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) 
     .bind(now_s)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE authorizations SET status = 'deactivated' WHERE account_id = $1 AND status = 'pending'")
+    sql::query("UPDATE authorizations SET status = 'deactivated' WHERE account_id = $1 AND status = 'pending'")
         .bind(id.0)
         .execute(&mut *tx)
         .await?;

@@ -1,13 +1,13 @@
 //! Authorizations and challenges: expiry, starting a validation, recording its verdict,
 //! deactivation.
 
+use crate::sql;
+use crate::sql::Conn;
 use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
 use acme_core::problem::Problem;
 use acme_core::status::AuthzStatus;
 use acme_core::status::ChallengeStatus;
-use sqlx::AnyConnection;
-use sqlx::Row;
 use time::OffsetDateTime;
 
 use crate::Backend;
@@ -27,7 +27,7 @@ pub(crate) async fn get(
     now: OffsetDateTime,
 ) -> Result<Option<Authorization>> {
     {
-        let mut conn = s.pool.acquire().await?;
+        let mut conn = s.db.acquire().await?;
         let Some(authz) = rows::load_authorization(&mut conn, id).await? else {
             return Ok(None);
         };
@@ -47,23 +47,19 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn challenge(s: &Storage, id: ChallengeId) -> Result<Option<Challenge>> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     rows::load_challenge(&mut conn, id).await
 }
 
 /// The authorization's status, row-locked on PostgreSQL so that deciding on it and acting on it
 /// cannot interleave with another request for the same authorization.
-async fn lock_authz_status(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    id: AuthzId,
-) -> Result<AuthzStatus> {
+async fn lock_authz_status(conn: &mut Conn, backend: Backend, id: AuthzId) -> Result<AuthzStatus> {
     let query = match backend {
-        Backend::Postgres => sqlx::query_scalar::<_, String>(
+        Backend::Postgres => sql::query_scalar::<String>(
             "SELECT status FROM authorizations WHERE id = $1 FOR UPDATE",
         ),
         Backend::Sqlite => {
-            sqlx::query_scalar::<_, String>("SELECT status FROM authorizations WHERE id = $1")
+            sql::query_scalar::<String>("SELECT status FROM authorizations WHERE id = $1")
         }
     };
     let status = query
@@ -104,7 +100,7 @@ pub(crate) async fn start_challenge(
             "another challenge of this authorization is already being validated".into(),
         ))
     } else {
-        sqlx::query(
+        sql::query(
             "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending'",
         )
         .bind(id.0)
@@ -124,8 +120,8 @@ pub(crate) async fn start_challenge(
     }
 }
 
-async fn other_challenge_started(conn: &mut AnyConnection, authz: AuthzId) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar(
+async fn other_challenge_started(conn: &mut Conn, authz: AuthzId) -> Result<bool> {
+    let n: i64 = sql::query_scalar(
         "SELECT COUNT(*) FROM challenges WHERE authz_id = $1 AND status <> 'pending'",
     )
     .bind(authz.0)
@@ -142,7 +138,7 @@ pub(crate) async fn record_validation(
 ) -> Result<ValidationRecorded> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT c.authz_id, a.account_id, a.identifier_type, a.identifier_value \
          FROM challenges c JOIN authorizations a ON a.id = c.authz_id WHERE c.id = $1",
     )
@@ -184,7 +180,7 @@ pub(crate) async fn record_validation(
     state::expire_authz(&mut tx, authz_id, now_s).await?;
     let status = match &outcome {
         Ok(()) => {
-            sqlx::query("UPDATE challenges SET status = 'valid', validated_at = $2 WHERE id = $1")
+            sql::query("UPDATE challenges SET status = 'valid', validated_at = $2 WHERE id = $1")
                 .bind(id.0)
                 .bind(now_s)
                 .execute(&mut *tx)
@@ -198,7 +194,7 @@ pub(crate) async fn record_validation(
         }
         Err(problem) => {
             let (error_type, error_detail) = codec::problem_columns(Some(problem));
-            sqlx::query("UPDATE challenges SET status = 'invalid', error_type = $2, error_detail = $3 WHERE id = $1")
+            sql::query("UPDATE challenges SET status = 'invalid', error_type = $2, error_detail = $3 WHERE id = $1")
                 .bind(id.0)
                 .bind(error_type)
                 .bind(error_detail)
@@ -217,12 +213,12 @@ pub(crate) async fn record_validation(
 /// pending → `to` (with a new expiry when given); false when the authorization had already left
 /// pending.
 async fn decide_authz(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     id: AuthzId,
     to: AuthzStatus,
     expires: Option<i64>,
 ) -> Result<bool> {
-    Ok(sqlx::query(
+    Ok(sql::query(
         "UPDATE authorizations SET status = $2, expires_at = COALESCE($3, expires_at) \
          WHERE id = $1 AND status = 'pending'",
     )
@@ -246,7 +242,7 @@ pub(crate) async fn deactivate(
     state::expire_authz(&mut tx, id, now_s).await?;
     let status = lock_authz_status(&mut tx, s.backend, id).await?;
     let refusal = if matches!(status, AuthzStatus::Pending | AuthzStatus::Valid) {
-        sqlx::query("UPDATE authorizations SET status = 'deactivated' WHERE id = $1")
+        sql::query("UPDATE authorizations SET status = 'deactivated' WHERE id = $1")
             .bind(id.0)
             .execute(&mut *tx)
             .await?;

@@ -11,14 +11,15 @@ use crate::codec;
 use crate::error::Error;
 use crate::model::Certificate;
 use crate::rows;
+use crate::sql;
 
 pub(crate) async fn by_id(s: &Storage, id: CertificateId) -> Result<Option<Certificate>> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     rows::load_certificate(&mut conn, id).await
 }
 
 pub(crate) async fn by_serial(s: &Storage, serial: &Serial) -> Result<Option<Certificate>> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     rows::load_certificate_by_serial(&mut conn, serial).await
 }
 
@@ -28,15 +29,15 @@ pub(crate) async fn revoke(
     reason: RevocationReason,
     now: OffsetDateTime,
 ) -> Result<Certificate> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
-    let revoked = sqlx::query(
+    let revoked = sql::query(
         "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
     )
     .bind(id.0)
     .bind(codec::unix(now))
     .bind(reason.code())
-    .execute(&mut *conn)
+    .execute(&mut conn)
     .await?
     .rows_affected()
         > 0;

@@ -1,4 +1,4 @@
-//! Opening the pool: backend detection, per-connection SQLite settings, migrations.
+//! Opening the database: backend detection, per-connection settings, migrations.
 
 use std::time::Duration;
 
@@ -9,24 +9,40 @@ use crate::Backend;
 use crate::Result;
 use crate::Storage;
 use crate::error::Error;
+use crate::sql::Db;
+use crate::sql::Synchronous;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// How the pool is sized.
+/// How the database is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
-    /// The most connections open at once (API and workers of one instance share them).
+    /// The most connections open at once (API and workers of one instance share them). On
+    /// SQLite: one writer, and readers up to this less one, but no more than the CPUs, since
+    /// statements run on the runtime's threads and more readers than threads would only idle.
     pub max_connections: u32,
+    /// SQLite's commit durability; ignored by PostgreSQL.
+    pub sqlite_synchronous: Synchronous,
 }
 
 impl Default for PoolSettings {
-    /// Enough for the API and the workers of one instance; SQLite writers queue on the file lock
-    /// anyway, and PostgreSQL pays memory per connection, so more would mostly add waiting.
+    /// Enough for the API and the workers of one instance; PostgreSQL pays memory per
+    /// connection, so more would mostly add waiting.
     fn default() -> Self {
         Self {
             max_connections: 16,
+            sqlite_synchronous: Synchronous::default(),
         }
+    }
+}
+
+impl PoolSettings {
+    /// Readers a SQLite database gets with these settings.
+    fn sqlite_readers(&self) -> usize {
+        let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let allowed = usize::try_from(self.max_connections.saturating_sub(1)).unwrap_or(1);
+        allowed.min(cpus).max(1)
     }
 }
 
@@ -34,56 +50,68 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
     sqlx::any::install_default_drivers();
     let backend = backend_of(url)?;
     let max = settings.max_connections.max(1);
-    let pool = match backend {
+    let db = match backend {
         Backend::Postgres => {
-            AnyPoolOptions::new()
-                .max_connections(max)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect(url)
-                .await?
-        }
-        Backend::Sqlite => {
-            // The file holds account keys and EAB keys: it is created 0600 before SQLite opens
-            // it, and SQLite gives its -wal and -shm files the mode of the database file.
-            let file = crate::private_file::sqlite_path(url);
-            if let Some(path) = &file {
-                crate::private_file::create_private(path)?;
-            }
             let pool = AnyPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(Duration::from_secs(10))
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        // busy_timeout first: switching to WAL may itself wait for the file lock.
-                        sqlx::query("PRAGMA busy_timeout = 5000")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA journal_mode = WAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA foreign_keys = ON")
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                })
-                .connect(&with_create_mode(url))
+                .connect(url)
                 .await?;
-            if let Some(path) = &file {
-                crate::private_file::restrict_sqlite_files(path);
-            }
-            pool
+            POSTGRES_MIGRATIONS.run(&pool).await?;
+            Db::Postgres(pool)
+        }
+        Backend::Sqlite => {
+            let path = crate::private_file::sqlite_path(url).ok_or_else(|| {
+                Error::UnsupportedUrl(format!(
+                    "{url} (an in-memory or percent-encoded SQLite path; name a file)"
+                ))
+            })?;
+            // The file holds account keys and EAB keys: it is created 0600 before SQLite opens
+            // it, and SQLite gives its -wal and -shm files the mode of the database file.
+            crate::private_file::create_private(&path)?;
+            migrate_sqlite(url).await?;
+            let db = Db::open_sqlite(
+                &path,
+                settings.sqlite_readers(),
+                settings.sqlite_synchronous,
+            )?;
+            crate::private_file::restrict_sqlite_files(&path);
+            db
         }
     };
-    match backend {
-        Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
-        Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
-    }
     Ok(Storage {
-        pool,
+        db: std::sync::Arc::new(db),
         backend,
         valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
     })
+}
+
+/// Applies the migrations through sqlx's migrator (which keeps its own ledger table), on one
+/// connection that is closed before the server's own connections open.
+async fn migrate_sqlite(url: &str) -> Result<()> {
+    let pool = AnyPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                // busy_timeout first: switching to WAL may itself wait for the file lock.
+                sqlx::query("PRAGMA busy_timeout = 5000")
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("PRAGMA journal_mode = WAL")
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("PRAGMA foreign_keys = ON")
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&with_create_mode(url))
+        .await?;
+    let outcome = SQLITE_MIGRATIONS.run(&pool).await;
+    pool.close().await;
+    Ok(outcome?)
 }
 
 fn backend_of(url: &str) -> Result<Backend> {
@@ -107,7 +135,6 @@ fn with_create_mode(url: &str) -> String {
         format!("{url}?mode=rwc")
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,12 @@ pub enum Error {
         /// When the oldest certificate in the window leaves it.
         retry_at: OffsetDateTime,
     },
+    /// SQLite failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The storage was closed while a caller waited for a connection.
+    #[error("database closed")]
+    Closed,
     /// Stored data could not be decoded (a bug or a manual edit).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -54,4 +60,21 @@ pub enum Error {
     /// An order is not ready for finalization.
     #[error("order is {}", .0.as_str())]
     OrderNotReady(OrderStatus),
+}
+
+impl Error {
+    /// Whether a statement broke a unique constraint, on either backend.
+    pub(crate) fn is_unique_violation(&self) -> bool {
+        match self {
+            Error::Database(e) => e
+                .as_database_error()
+                .is_some_and(|d| d.is_unique_violation()),
+            Error::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.extended_code,
+                rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                    | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+            ),
+            _ => false,
+        }
+    }
 }

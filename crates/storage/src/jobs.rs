@@ -4,7 +4,6 @@
 use acme_core::ids::ChallengeId;
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
-use sqlx::Row;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -15,6 +14,7 @@ use crate::codec;
 use crate::error::Error;
 use crate::model::Job;
 use crate::model::JobKind;
+use crate::sql;
 use crate::state;
 
 pub(crate) async fn claim(
@@ -28,14 +28,14 @@ pub(crate) async fn claim(
     // One statement: on SQLite an UPDATE takes the write lock before it reads, so two claimers
     // are serialised; on PostgreSQL SKIP LOCKED lets each claimer pass over rows another holds.
     let query = match s.backend {
-        Backend::Postgres => sqlx::query(
+        Backend::Postgres => sql::query(
             "UPDATE jobs SET lease_until = $2, attempts = attempts + 1 \
              WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
                  ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
              AND run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
              RETURNING id, kind, target_id, attempts, lease_until",
         ),
-        Backend::Sqlite => sqlx::query(
+        Backend::Sqlite => sql::query(
             "UPDATE jobs SET lease_until = $2, attempts = attempts + 1 \
              WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
                  ORDER BY run_at, id LIMIT 1) \
@@ -45,7 +45,7 @@ pub(crate) async fn claim(
     let Some(row) = query
         .bind(now_s)
         .bind(lease_until)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.db)
         .await?
     else {
         return Ok(None);
@@ -79,7 +79,7 @@ pub(crate) async fn renew(
     lease: Duration,
 ) -> Result<Option<OffsetDateTime>> {
     let until = codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1));
-    let renewed: Option<i64> = sqlx::query_scalar(
+    let renewed: Option<i64> = sql::query_scalar(
         "UPDATE jobs SET lease_until = CASE WHEN lease_until > $3 THEN lease_until ELSE $3 END \
          WHERE id = $1 AND attempts = $2 AND lease_until IS NOT NULL \
          RETURNING lease_until",
@@ -87,17 +87,17 @@ pub(crate) async fn renew(
     .bind(job.id.0)
     .bind(i64::from(job.attempts))
     .bind(until)
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await?;
     codec::opt_time_from_unix(renewed)
 }
 
 /// A claim is named by the job's id and its claim count: every later claim has a higher count.
 pub(crate) async fn complete(s: &Storage, job: &Job) -> Result<()> {
-    let deleted = sqlx::query("DELETE FROM jobs WHERE id = $1 AND attempts = $2")
+    let deleted = sql::query("DELETE FROM jobs WHERE id = $1 AND attempts = $2")
         .bind(job.id.0)
         .bind(i64::from(job.attempts))
-        .execute(&s.pool)
+        .execute(&s.db)
         .await?
         .rows_affected();
     if deleted == 0 {
@@ -113,7 +113,7 @@ pub(crate) async fn retry(
     run_at: OffsetDateTime,
     error: &str,
 ) -> Result<()> {
-    let updated = sqlx::query(
+    let updated = sql::query(
         "UPDATE jobs SET run_at = $3, lease_until = NULL, last_error = $4 \
          WHERE id = $1 AND attempts = $2",
     )
@@ -121,7 +121,7 @@ pub(crate) async fn retry(
     .bind(i64::from(job.attempts))
     .bind(codec::unix(run_at))
     .bind(error)
-    .execute(&s.pool)
+    .execute(&s.db)
     .await?
     .rows_affected();
     if updated == 0 {
@@ -132,11 +132,11 @@ pub(crate) async fn retry(
 }
 
 pub(crate) async fn next_due(s: &Storage) -> Result<Option<OffsetDateTime>> {
-    let due: Option<i64> = sqlx::query_scalar(
+    let due: Option<i64> = sql::query_scalar(
         "SELECT MIN(CASE WHEN lease_until IS NOT NULL AND lease_until > run_at THEN lease_until ELSE run_at END) \
          FROM jobs",
     )
-    .fetch_one(&s.pool)
+    .fetch_one(&s.db)
     .await?;
     codec::opt_time_from_unix(due)
 }

@@ -1,4 +1,4 @@
-//! Durable state of Certeasy on sqlx: SQLite (default, a file with WAL) or PostgreSQL.
+//! Durable state of Certeasy: SQLite (default, a file with WAL, on rusqlite) or PostgreSQL (sqlx).
 //!
 //! This crate knows SQL and nothing of HTTP or ACME wire formats. Every multi-row state change of
 //! RFC 8555 §7.1.6 happens in one transaction here, so the state machine can never be observed
@@ -17,6 +17,7 @@ mod orders;
 mod pauses;
 mod private_file;
 mod rows;
+mod sql;
 mod state;
 
 use acme_core::identifier::Identifier;
@@ -28,9 +29,6 @@ use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::problem::Problem;
 use acme_core::status::RevocationReason;
-use sqlx::AnyPool;
-use sqlx::Transaction;
-use sqlx::any::Any;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -55,6 +53,9 @@ use crate::model::ValidationRecorded;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub use crate::connect::PoolSettings;
+use crate::sql::Db;
+pub use crate::sql::Synchronous;
+use crate::sql::Tx;
 
 /// Which database is behind the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +76,7 @@ const REUSE_MARGIN: Duration = Duration::days(1);
 /// Handle to the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Storage {
-    pool: AnyPool,
+    db: std::sync::Arc<Db>,
     backend: Backend,
     /// Recording a successful validation sets the authorization's expiry this far ahead.
     valid_authz_lifetime: Duration,
@@ -95,7 +96,7 @@ impl Storage {
 
     /// The most connections the pool opens.
     pub fn max_connections(&self) -> u32 {
-        self.pool.options().get_max_connections()
+        self.db.max_connections()
     }
 
     /// Sets `acme.valid-authorization-lifetime`: a validated authorization expires this long
@@ -119,7 +120,7 @@ impl Storage {
 
     /// A cheap round trip for health checks.
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sql::query("SELECT 1").fetch_optional(&self.db).await?;
         Ok(())
     }
 
@@ -418,17 +419,13 @@ impl Storage {
     /// Closes the pool, waiting for connections to be returned; lets a caller (or a test) drop
     /// the database afterwards.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.db.close().await;
     }
 
     /// Starts a transaction that writes. On SQLite it takes the write lock at BEGIN: a deferred
     /// transaction that reads first and then upgrades can fail with SQLITE_BUSY at once, without
     /// waiting, when another writer got in between.
-    async fn begin_write(&self) -> Result<Transaction<'static, Any>> {
-        let tx = match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
-        };
-        Ok(tx)
+    async fn begin_write(&self) -> Result<Tx> {
+        self.db.begin_write().await
     }
 }

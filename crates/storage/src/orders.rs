@@ -1,13 +1,13 @@
 //! Orders: creation under the database-backed guards, expiry, finalization and its outcome.
 
+use crate::sql;
+use crate::sql::Conn;
 use acme_core::ids::AccountId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
 use acme_core::status::AccountStatus;
 use acme_core::status::OrderStatus;
-use sqlx::AnyConnection;
-use sqlx::Row;
 use time::OffsetDateTime;
 
 use crate::Backend;
@@ -38,11 +38,9 @@ pub(crate) async fn create(
     // IMMEDIATE transaction already holds the database write lock.
     let lock = match s.backend {
         Backend::Postgres => {
-            sqlx::query_scalar::<_, String>("SELECT status FROM accounts WHERE id = $1 FOR UPDATE")
+            sql::query_scalar::<String>("SELECT status FROM accounts WHERE id = $1 FOR UPDATE")
         }
-        Backend::Sqlite => {
-            sqlx::query_scalar::<_, String>("SELECT status FROM accounts WHERE id = $1")
-        }
+        Backend::Sqlite => sql::query_scalar::<String>("SELECT status FROM accounts WHERE id = $1"),
     };
     let status = lock
         .bind(new.account_id.0)
@@ -104,7 +102,7 @@ pub(crate) async fn create(
     } else {
         OrderStatus::Pending
     };
-    let order_id: i64 = sqlx::query_scalar(
+    let order_id: i64 = sql::query_scalar(
         "INSERT INTO orders (account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
          created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) RETURNING id",
     )
@@ -124,7 +122,7 @@ pub(crate) async fn create(
             Some(id) => id,
             None => insert_authz(&mut tx, new.account_id, authz, now_s).await?,
         };
-        sqlx::query(
+        sql::query(
             "INSERT INTO order_authorizations (order_id, authz_id, position) VALUES ($1, $2, $3)",
         )
         .bind(order_id)
@@ -146,13 +144,13 @@ pub(crate) async fn create(
 /// The account's valid authorization for the identifier that lives longest, if it is still
 /// valid at `until`: its id and expiry.
 async fn reusable_authz(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     kind: &str,
     value: &str,
     until: i64,
 ) -> Result<Option<(i64, i64)>> {
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT id, expires_at FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
          AND identifier_value = $3 AND status = 'valid' AND expires_at > $4 \
          ORDER BY expires_at DESC, id DESC LIMIT 1",
@@ -168,12 +166,12 @@ async fn reusable_authz(
 }
 
 async fn insert_authz(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     authz: &crate::model::NewAuthz,
     now: i64,
 ) -> Result<i64> {
-    let id: i64 = sqlx::query_scalar(
+    let id: i64 = sql::query_scalar(
         "INSERT INTO authorizations (account_id, identifier_type, identifier_value, status, expires_at, created_at) \
          VALUES ($1, $2, $3, 'pending', $4, $5) RETURNING id",
     )
@@ -185,7 +183,7 @@ async fn insert_authz(
     .fetch_one(&mut *conn)
     .await?;
     for (kind, token) in &authz.challenges {
-        sqlx::query(
+        sql::query(
             "INSERT INTO challenges (authz_id, type, token, status) VALUES ($1, $2, $3, 'pending')",
         )
         .bind(id)
@@ -200,7 +198,7 @@ async fn insert_authz(
 /// An order that creates no new authorization is never refused by this guard: it adds nothing
 /// to the pending count. `fresh` is how many it creates and when the last of them expires.
 async fn check_pending_authz(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     guards: &OrderGuards,
     fresh: (usize, Option<OffsetDateTime>),
@@ -211,7 +209,7 @@ async fn check_pending_authz(
         return Ok(None);
     };
     let (fresh, fresh_expiry) = fresh;
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT COUNT(*) AS n, MIN(expires_at) AS soonest, MAX(expires_at) AS latest \
          FROM authorizations WHERE account_id = $1 AND status = 'pending' AND expires_at > $2",
     )
@@ -257,7 +255,7 @@ fn leaves_window_at(issued_at: i64, window: time::Duration) -> Result<OffsetDate
 }
 
 async fn check_duplicates(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     new: &NewOrder,
     guards: &OrderGuards,
     now: OffsetDateTime,
@@ -265,7 +263,7 @@ async fn check_duplicates(
     let Some(guard) = guards.duplicate_certificates else {
         return Ok(None);
     };
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT COUNT(*) AS n, MIN(issued_at) AS oldest, MAX(issued_at) AS newest \
          FROM certificates \
          WHERE account_id = $1 AND set_hash = $2 AND revoked_at IS NULL AND issued_at > $3",
@@ -291,7 +289,7 @@ async fn check_duplicates(
 }
 
 pub(crate) async fn get(s: &Storage, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     let Some(order) = rows::load_order(&mut conn, id).await? else {
         return Ok(None);
     };
@@ -312,13 +310,13 @@ pub(crate) async fn of_account(
     after: Option<OrderId>,
     limit: u32,
 ) -> Result<Vec<OrderId>> {
-    let ids = sqlx::query_scalar::<_, i64>(
+    let ids = sql::query_scalar::<i64>(
         "SELECT id FROM orders WHERE account_id = $1 AND id > $2 ORDER BY id LIMIT $3",
     )
     .bind(account.0)
     .bind(after.map_or(0, |o| o.0))
     .bind(i64::from(limit))
-    .fetch_all(&s.pool)
+    .fetch_all(&s.db)
     .await?;
     Ok(ids.into_iter().map(OrderId).collect())
 }
@@ -334,7 +332,7 @@ pub(crate) async fn begin_finalize(
     // Conditional update: of two concurrent finalizations only one can see `ready`, and an
     // order whose authorization is no longer valid (expired since it became ready) is not
     // finalized even if its own expiry has not come yet.
-    let moved = sqlx::query(
+    let moved = sql::query(
         "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
          WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
          AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
@@ -353,7 +351,7 @@ pub(crate) async fn begin_finalize(
     } else {
         // Persist why it is not ready: expired authorizations expire (and invalidate the order),
         // then the order's own expiry.
-        let authz_ids = sqlx::query_scalar::<_, i64>(
+        let authz_ids = sql::query_scalar::<i64>(
             "SELECT authz_id FROM order_authorizations WHERE order_id = $1",
         )
         .bind(id.0)
@@ -377,9 +375,9 @@ pub(crate) async fn begin_finalize(
 }
 
 pub(crate) async fn csr(s: &Storage, id: OrderId) -> Result<Option<Vec<u8>>> {
-    let csr = sqlx::query_scalar::<_, Option<Vec<u8>>>("SELECT csr FROM orders WHERE id = $1")
+    let csr = sql::query_scalar::<Option<Vec<u8>>>("SELECT csr FROM orders WHERE id = $1")
         .bind(id.0)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.db)
         .await?;
     Ok(csr.flatten())
 }
@@ -397,10 +395,10 @@ pub(crate) async fn complete(
     // this read wait for its commit): a certificate is never stored for an account that was
     // deactivated first. SQLite's IMMEDIATE transaction already serialises writers.
     let account = match s.backend {
-        Backend::Postgres => sqlx::query_scalar::<_, String>(
+        Backend::Postgres => sql::query_scalar::<String>(
             "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
         ),
-        Backend::Sqlite => sqlx::query_scalar::<_, String>(
+        Backend::Sqlite => sql::query_scalar::<String>(
             "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1)",
         ),
     };
@@ -412,10 +410,10 @@ pub(crate) async fn complete(
             .ok_or(Error::NotFound)?,
     )?;
     let read = match s.backend {
-        Backend::Postgres => sqlx::query(
+        Backend::Postgres => sql::query(
             "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1 FOR UPDATE",
         ),
-        Backend::Sqlite => sqlx::query(
+        Backend::Sqlite => sql::query(
             "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1",
         ),
     };
@@ -439,7 +437,7 @@ pub(crate) async fn complete(
             return Ok(Completion::AccountNotValid(account_status));
         }
         OrderStatus::Processing => {
-            let cert_id: i64 = sqlx::query_scalar(
+            let cert_id: i64 = sql::query_scalar(
                 "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
                  not_before, not_after, issued_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
             )
@@ -454,7 +452,7 @@ pub(crate) async fn complete(
             .bind(now_s)
             .fetch_one(&mut *tx)
             .await?;
-            sqlx::query("UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1")
+            sql::query("UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1")
                 .bind(id.0)
                 .bind(cert_id)
                 .bind(now_s)
@@ -478,8 +476,8 @@ pub(crate) async fn fail(
     now: OffsetDateTime,
 ) -> Result<Order> {
     let (error_type, error_detail) = codec::problem_columns(Some(&problem));
-    let mut conn = s.pool.acquire().await?;
-    let moved = sqlx::query(
+    let mut conn = s.db.acquire().await?;
+    let moved = sql::query(
         "UPDATE orders SET status = 'invalid', error_type = $2, error_detail = $3, updated_at = $4 \
          WHERE id = $1 AND status = 'processing'",
     )
@@ -487,7 +485,7 @@ pub(crate) async fn fail(
     .bind(error_type)
     .bind(error_detail)
     .bind(codec::unix(now))
-    .execute(&mut *conn)
+    .execute(&mut conn)
     .await?
     .rows_affected()
         > 0;

@@ -8,15 +8,12 @@
 
 use std::collections::HashMap;
 
+use crate::sql;
+use crate::sql::Conn;
+use crate::sql::Row;
+use crate::sql::one_off;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
-use sqlx::AnyConnection;
-use sqlx::AssertSqlSafe;
-use sqlx::Row;
-use sqlx::any::Any;
-use sqlx::any::AnyArguments;
-use sqlx::any::AnyRow;
-use sqlx::query::Query;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -85,14 +82,14 @@ pub(crate) async fn state(
     account: AccountId,
     identifier: &Identifier,
 ) -> Result<Option<PausedPair>> {
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
          WHERE account_id = $1 AND identifier_type = $2 AND identifier_value = $3",
     )
     .bind(account.0)
     .bind(identifier.kind().as_str())
     .bind(identifier.value())
-    .fetch_optional(&s.pool)
+    .fetch_optional(&s.db)
     .await?;
     row.as_ref().map(pair).transpose()
 }
@@ -104,7 +101,7 @@ pub(crate) async fn among(
     limit: u32,
 ) -> Result<Vec<Identifier>> {
     let wanted = distinct(identifiers);
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     let mut rows = HashMap::new();
     for (kind, chunk) in chunks_by_kind(&wanted) {
         rows.extend(unpaused_at_of(s, &mut conn, account, kind, &chunk, false).await?);
@@ -123,14 +120,14 @@ pub(crate) async fn of_account(
     account: AccountId,
     limit: u32,
 ) -> Result<Vec<Identifier>> {
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT identifier_type, identifier_value FROM paused \
          WHERE account_id = $1 AND unpaused_at IS NULL \
          ORDER BY paused_at, identifier_type, identifier_value LIMIT $2",
     )
     .bind(account.0)
     .bind(i64::from(limit))
-    .fetch_all(&s.pool)
+    .fetch_all(&s.db)
     .await?;
     rows.iter().map(identifier_of).collect()
 }
@@ -153,14 +150,14 @@ pub(crate) async fn unpause_account(
     while left > 0 {
         let batch = left.min(UNPAUSE_BATCH);
         let query = match s.backend {
-            Backend::Postgres => sqlx::query(
+            Backend::Postgres => sql::query(
                 "UPDATE paused SET unpaused_at = $2 \
                  WHERE ctid = ANY(ARRAY(SELECT ctid FROM paused \
                      WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3 FOR UPDATE)) \
                  AND unpaused_at IS NULL \
                  RETURNING identifier_type, identifier_value",
             ),
-            Backend::Sqlite => sqlx::query(
+            Backend::Sqlite => sql::query(
                 "UPDATE paused SET unpaused_at = $2 \
                  WHERE rowid IN (SELECT rowid FROM paused \
                      WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3) \
@@ -171,7 +168,7 @@ pub(crate) async fn unpause_account(
             .bind(account.0)
             .bind(now_s)
             .bind(i64::from(batch))
-            .fetch_all(&s.pool)
+            .fetch_all(&s.db)
             .await?;
         for row in &rows {
             unpaused.push(identifier_of(row)?);
@@ -250,7 +247,7 @@ pub(crate) async fn list(
         query = query.bind(account.0);
     }
     query = query.bind(i64::from(limit));
-    let rows = query.fetch_all(&s.pool).await?;
+    let rows = query.fetch_all(&s.db).await?;
     rows.iter().map(pair).collect()
 }
 
@@ -279,14 +276,6 @@ fn distinct(identifiers: &[Identifier]) -> Vec<&Identifier> {
 
 fn key(id: &Identifier) -> (String, String) {
     (id.kind().as_str().to_owned(), id.value().to_owned())
-}
-
-/// A statement whose text depends on the number of identifiers. Not kept prepared: each chunk
-/// length is a new text that would only fill the per-connection statement cache, and PostgreSQL
-/// plans an unnamed statement with the actual values, which lets it hash a long IN list instead
-/// of comparing every row with every value when a young table has no statistics yet.
-fn one_off(sql: String) -> Query<'static, Any, AnyArguments> {
-    sqlx::query(AssertSqlSafe(sql)).persistent(false)
 }
 
 /// The identifiers grouped by type and cut into statement-sized chunks, so that each statement
@@ -338,7 +327,7 @@ impl Params {
 /// what was read cannot race a concurrent pause or unpause (SQLite writers hold the database).
 async fn unpaused_at_of(
     s: &Storage,
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     kind: &str,
     ids: &[&Identifier],
@@ -379,7 +368,7 @@ async fn unpaused_at_of(
 /// on PostgreSQL, where it would otherwise abort the transaction; that pair is paused either way.
 async fn insert_pauses(
     s: &Storage,
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     ids: &[&Identifier],
     now_s: i64,
@@ -410,7 +399,7 @@ async fn insert_pauses(
 
 async fn repause(
     s: &Storage,
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     account: AccountId,
     kind: &str,
     ids: &[&Identifier],
@@ -433,14 +422,14 @@ async fn repause(
     Ok(())
 }
 
-fn identifier_of(row: &AnyRow) -> Result<Identifier> {
+fn identifier_of(row: &Row) -> Result<Identifier> {
     codec::identifier(
         &row.try_get::<String, _>("identifier_type")?,
         &row.try_get::<String, _>("identifier_value")?,
     )
 }
 
-fn pair(row: &AnyRow) -> Result<PausedPair> {
+fn pair(row: &Row) -> Result<PausedPair> {
     Ok(PausedPair {
         account_id: AccountId(row.try_get("account_id")?),
         identifier: identifier_of(row)?,

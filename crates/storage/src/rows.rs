@@ -1,5 +1,8 @@
 //! Decoding rows into model types, and the loaders every operation reuses inside its transaction.
 
+use crate::sql;
+use crate::sql::Conn;
+use crate::sql::Row;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
@@ -7,9 +10,6 @@ use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
-use sqlx::AnyConnection;
-use sqlx::Row;
-use sqlx::any::AnyRow;
 
 use crate::Result;
 use crate::codec;
@@ -40,7 +40,7 @@ macro_rules! challenge_cols {
     };
 }
 
-pub(crate) fn account(row: &AnyRow) -> Result<Account> {
+pub(crate) fn account(row: &Row) -> Result<Account> {
     Ok(Account {
         id: AccountId(row.try_get("id")?),
         status: codec::parse(&row.try_get::<String, _>("status")?)?,
@@ -52,11 +52,8 @@ pub(crate) fn account(row: &AnyRow) -> Result<Account> {
     })
 }
 
-pub(crate) async fn load_account(
-    conn: &mut AnyConnection,
-    id: AccountId,
-) -> Result<Option<Account>> {
-    let row = sqlx::query(concat!(
+pub(crate) async fn load_account(conn: &mut Conn, id: AccountId) -> Result<Option<Account>> {
+    let row = sql::query(concat!(
         "SELECT ",
         account_cols!(),
         " FROM accounts WHERE id = $1"
@@ -67,8 +64,8 @@ pub(crate) async fn load_account(
     row.as_ref().map(account).transpose()
 }
 
-pub(crate) async fn load_order(conn: &mut AnyConnection, id: OrderId) -> Result<Option<Order>> {
-    let Some(row) = sqlx::query(
+pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Order>> {
+    let Some(row) = sql::query(
         "SELECT id, account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
          error_type, error_detail, certificate_id, created_at FROM orders WHERE id = $1",
     )
@@ -78,7 +75,7 @@ pub(crate) async fn load_order(conn: &mut AnyConnection, id: OrderId) -> Result<
     else {
         return Ok(None);
     };
-    let authz_ids = sqlx::query_scalar::<_, i64>(
+    let authz_ids = sql::query_scalar::<i64>(
         "SELECT authz_id FROM order_authorizations WHERE order_id = $1 ORDER BY position",
     )
     .bind(id.0)
@@ -105,7 +102,7 @@ pub(crate) async fn load_order(conn: &mut AnyConnection, id: OrderId) -> Result<
     }))
 }
 
-fn challenge(row: &AnyRow) -> Result<Challenge> {
+fn challenge(row: &Row) -> Result<Challenge> {
     Ok(Challenge {
         id: ChallengeId(row.try_get("id")?),
         authz_id: AuthzId(row.try_get("authz_id")?),
@@ -117,11 +114,8 @@ fn challenge(row: &AnyRow) -> Result<Challenge> {
     })
 }
 
-pub(crate) async fn load_challenge(
-    conn: &mut AnyConnection,
-    id: ChallengeId,
-) -> Result<Option<Challenge>> {
-    let row = sqlx::query(concat!(
+pub(crate) async fn load_challenge(conn: &mut Conn, id: ChallengeId) -> Result<Option<Challenge>> {
+    let row = sql::query(concat!(
         "SELECT ",
         challenge_cols!(),
         " FROM challenges WHERE id = $1"
@@ -133,10 +127,10 @@ pub(crate) async fn load_challenge(
 }
 
 pub(crate) async fn load_authorization(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     id: AuthzId,
 ) -> Result<Option<Authorization>> {
-    let Some(row) = sqlx::query(
+    let Some(row) = sql::query(
         "SELECT id, account_id, identifier_type, identifier_value, status, expires_at \
          FROM authorizations WHERE id = $1",
     )
@@ -146,7 +140,7 @@ pub(crate) async fn load_authorization(
     else {
         return Ok(None);
     };
-    let challenges = sqlx::query(concat!(
+    let challenges = sql::query(concat!(
         "SELECT ",
         challenge_cols!(),
         " FROM challenges WHERE authz_id = $1 ORDER BY id"
@@ -170,7 +164,7 @@ pub(crate) async fn load_authorization(
     }))
 }
 
-fn certificate(row: &AnyRow) -> Result<Certificate> {
+fn certificate(row: &Row) -> Result<Certificate> {
     let serial_hex: String = row.try_get("serial")?;
     let reason = row
         .try_get::<Option<i64>, _>("revocation_reason")?
@@ -197,10 +191,10 @@ fn certificate(row: &AnyRow) -> Result<Certificate> {
 }
 
 pub(crate) async fn load_certificate(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     id: CertificateId,
 ) -> Result<Option<Certificate>> {
-    let row = sqlx::query(concat!(
+    let row = sql::query(concat!(
         "SELECT ",
         certificate_cols!(),
         " FROM certificates WHERE id = $1"
@@ -212,10 +206,10 @@ pub(crate) async fn load_certificate(
 }
 
 pub(crate) async fn load_certificate_by_serial(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     serial: &Serial,
 ) -> Result<Option<Certificate>> {
-    let row = sqlx::query(concat!(
+    let row = sql::query(concat!(
         "SELECT ",
         certificate_cols!(),
         " FROM certificates WHERE serial = $1"

@@ -1,18 +1,19 @@
 //! Transitions shared by several operations (RFC 8555 §7.1.6), each run inside the caller's
 //! transaction so that an authorization and the orders that hold it always move together.
 
+use crate::sql;
+use crate::sql::Conn;
 use acme_core::ids::AuthzId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
-use sqlx::AnyConnection;
 
 use crate::Backend;
 use crate::Result;
 use crate::codec;
 
 /// A pending or ready order past its expiry becomes invalid.
-pub(crate) async fn expire_order(conn: &mut AnyConnection, id: OrderId, now: i64) -> Result<()> {
-    sqlx::query(
+pub(crate) async fn expire_order(conn: &mut Conn, id: OrderId, now: i64) -> Result<()> {
+    sql::query(
         "UPDATE orders SET status = 'invalid', updated_at = $2 \
          WHERE id = $1 AND status IN ('pending', 'ready') AND expires_at <= $2",
     )
@@ -25,8 +26,8 @@ pub(crate) async fn expire_order(conn: &mut AnyConnection, id: OrderId, now: i64
 
 /// A pending or valid authorization past its expiry becomes expired, and so do (as invalid) the
 /// unfinished orders that hold it. Returns whether it expired now.
-pub(crate) async fn expire_authz(conn: &mut AnyConnection, id: AuthzId, now: i64) -> Result<bool> {
-    let expired = sqlx::query(
+pub(crate) async fn expire_authz(conn: &mut Conn, id: AuthzId, now: i64) -> Result<bool> {
+    let expired = sql::query(
         "UPDATE authorizations SET status = 'expired' \
          WHERE id = $1 AND status IN ('pending', 'valid') AND expires_at <= $2",
     )
@@ -44,13 +45,13 @@ pub(crate) async fn expire_authz(conn: &mut AnyConnection, id: AuthzId, now: i64
 
 /// Pending and ready orders that hold the authorization become invalid, with the problem if any.
 pub(crate) async fn invalidate_orders_holding(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     authz: AuthzId,
     now: i64,
     problem: Option<&Problem>,
 ) -> Result<()> {
     let (error_type, error_detail) = codec::problem_columns(problem);
-    sqlx::query(
+    sql::query(
         "UPDATE orders SET status = 'invalid', error_type = $3, error_detail = $4, updated_at = $2 \
          WHERE status IN ('pending', 'ready') \
          AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1)",
@@ -66,12 +67,8 @@ pub(crate) async fn invalidate_orders_holding(
 
 /// Unfinished orders holding the authorization expire no later than `expires` (unix seconds):
 /// an order never outlives its authorizations.
-pub(crate) async fn cap_orders_expiry(
-    conn: &mut AnyConnection,
-    authz: AuthzId,
-    expires: i64,
-) -> Result<()> {
-    sqlx::query(
+pub(crate) async fn cap_orders_expiry(conn: &mut Conn, authz: AuthzId, expires: i64) -> Result<()> {
+    sql::query(
         "UPDATE orders SET expires_at = $2 \
          WHERE status IN ('pending', 'ready') AND expires_at > $2 \
          AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1)",
@@ -86,11 +83,11 @@ pub(crate) async fn cap_orders_expiry(
 /// Pending, unexpired orders holding the authorization become ready once all their
 /// authorizations are valid.
 pub(crate) async fn promote_orders_holding(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     authz: AuthzId,
     now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    sql::query(
         "UPDATE orders SET status = 'ready', updated_at = $2 \
          WHERE status = 'pending' AND expires_at > $2 \
          AND id IN (SELECT order_id FROM order_authorizations WHERE authz_id = $1) \
@@ -111,12 +108,12 @@ pub(crate) async fn promote_orders_holding(
 /// COMMITTED, would each still see the other authorization pending and neither would make the
 /// order ready. SQLite write transactions are already serial.
 pub(crate) async fn lock_orders_holding(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     backend: Backend,
     authz: AuthzId,
 ) -> Result<()> {
     if backend == Backend::Postgres {
-        sqlx::query(
+        sql::query(
             "SELECT id FROM orders WHERE id IN \
              (SELECT order_id FROM order_authorizations WHERE authz_id = $1) ORDER BY id FOR UPDATE",
         )
@@ -132,13 +129,8 @@ pub(crate) const JOB_VALIDATE: &str = "validate";
 pub(crate) const JOB_FINALIZE: &str = "finalize";
 
 /// Enqueues a job due now; a second request for the same work is absorbed by UNIQUE(kind, target).
-pub(crate) async fn enqueue_job(
-    conn: &mut AnyConnection,
-    kind: &str,
-    target: i64,
-    now: i64,
-) -> Result<()> {
-    sqlx::query(
+pub(crate) async fn enqueue_job(conn: &mut Conn, kind: &str, target: i64, now: i64) -> Result<()> {
+    sql::query(
         "INSERT INTO jobs (kind, target_id, run_at, attempts, created_at) VALUES ($1, $2, $3, 0, $3) \
          ON CONFLICT (kind, target_id) DO NOTHING",
     )

@@ -63,19 +63,24 @@ async fn a_new_sqlite_database_and_its_wal_files_are_private() {
     s.close().await;
 }
 
+/// SQLite: one writer and readers up to `max-connections` less one, no more than the CPUs.
 #[tokio::test]
 async fn pool_settings_size_the_pool() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("pool.db").display());
     let s = Storage::connect(&url).await.unwrap();
-    assert_eq!(
-        s.max_connections(),
-        storage::PoolSettings::default().max_connections
-    );
+    let default = storage::PoolSettings::default().max_connections as usize;
+    assert_eq!(s.max_connections() as usize, 1 + (default - 1).min(cpus));
     s.close().await;
-    let s = Storage::connect_with(&url, storage::PoolSettings { max_connections: 3 })
-        .await
-        .unwrap();
-    assert_eq!(s.max_connections(), 3);
-    s.close().await;
+    for (max, readers) in [(3, 2.min(cpus)), (2, 1), (1, 1)] {
+        let settings = storage::PoolSettings {
+            max_connections: max,
+            sqlite_synchronous: storage::Synchronous::Full,
+        };
+        let s = Storage::connect_with(&url, settings).await.unwrap();
+        assert_eq!(s.max_connections() as usize, 1 + readers, "max {max}");
+        s.ping().await.unwrap();
+        s.close().await;
+    }
 }

@@ -1,0 +1,275 @@
+//! Statements with their arguments, run against the pool or a connection of either backend.
+
+use std::marker::PhantomData;
+
+use sqlx::AssertSqlSafe;
+use sqlx::any::Any;
+use sqlx::any::AnyArguments;
+
+use crate::Result;
+use crate::error::Error;
+use crate::sql::Conn;
+use crate::sql::ConnKind;
+use crate::sql::Db;
+use crate::sql::lite;
+use crate::sql::row::Row;
+use crate::sql::value::Bind;
+use crate::sql::value::Decode;
+use crate::sql::value::NullKind;
+use crate::sql::value::Value;
+
+/// How much of the result the caller wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Rows changed only.
+    Done,
+    First,
+    All,
+}
+
+pub(crate) enum Output {
+    Done(u64),
+    Rows(Vec<Row>),
+}
+
+/// What a statement changed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Done {
+    rows: u64,
+}
+
+impl Done {
+    pub(crate) fn rows_affected(&self) -> u64 {
+        self.rows
+    }
+}
+
+#[derive(Debug)]
+enum Text {
+    Static(&'static str),
+    Owned(String),
+}
+
+/// A statement and its arguments.
+#[derive(Debug)]
+pub(crate) struct Query {
+    text: Text,
+    args: Vec<Value>,
+    persistent: bool,
+}
+
+/// A statement kept prepared on each connection that runs it.
+pub(crate) fn query(sql: &'static str) -> Query {
+    Query {
+        text: Text::Static(sql),
+        args: Vec::new(),
+        persistent: true,
+    }
+}
+
+/// A statement whose text is built at run time (a variable number of placeholders): prepared
+/// for one use only, so that each shape does not take a place in the statement caches.
+pub(crate) fn one_off(sql: String) -> Query {
+    Query {
+        text: Text::Owned(sql),
+        args: Vec::new(),
+        persistent: false,
+    }
+}
+
+/// A statement whose first column is the result.
+pub(crate) fn query_scalar<T: Decode>(sql: &'static str) -> QueryScalar<T> {
+    QueryScalar {
+        inner: query(sql),
+        _decoded: PhantomData,
+    }
+}
+
+/// Where a statement runs: the pool (any connection; SQLite picks a reader or the writer by
+/// what the statement does) or one connection the caller holds.
+pub(crate) enum Target<'a> {
+    Db(&'a Db),
+    Conn(&'a mut Conn),
+}
+
+impl<'a> From<&'a Db> for Target<'a> {
+    fn from(db: &'a Db) -> Self {
+        Target::Db(db)
+    }
+}
+
+impl<'a> From<&'a std::sync::Arc<Db>> for Target<'a> {
+    fn from(db: &'a std::sync::Arc<Db>) -> Self {
+        Target::Db(db)
+    }
+}
+
+impl<'a> From<&'a mut Conn> for Target<'a> {
+    fn from(conn: &'a mut Conn) -> Self {
+        Target::Conn(conn)
+    }
+}
+
+impl Query {
+    pub(crate) fn bind(mut self, value: impl Bind) -> Self {
+        self.args.push(value.into_value());
+        self
+    }
+
+    pub(crate) fn sql(&self) -> &str {
+        match &self.text {
+            Text::Static(s) => s,
+            Text::Owned(s) => s,
+        }
+    }
+
+    pub(crate) fn args(&self) -> &[Value] {
+        &self.args
+    }
+
+    pub(crate) fn persistent(&self) -> bool {
+        self.persistent
+    }
+
+    pub(crate) async fn execute<'a>(self, target: impl Into<Target<'a>>) -> Result<Done> {
+        match run(&self, target.into(), Want::Done).await? {
+            Output::Done(rows) => Ok(Done { rows }),
+            Output::Rows(_) => Err(Error::Corrupt("rows from an execute".into())),
+        }
+    }
+
+    pub(crate) async fn fetch_optional<'a>(
+        self,
+        target: impl Into<Target<'a>>,
+    ) -> Result<Option<Row>> {
+        Ok(rows(run(&self, target.into(), Want::First).await?)?
+            .into_iter()
+            .next())
+    }
+
+    pub(crate) async fn fetch_one<'a>(self, target: impl Into<Target<'a>>) -> Result<Row> {
+        self.fetch_optional(target).await?.ok_or(Error::NotFound)
+    }
+
+    pub(crate) async fn fetch_all<'a>(self, target: impl Into<Target<'a>>) -> Result<Vec<Row>> {
+        rows(run(&self, target.into(), Want::All).await?)
+    }
+
+    /// The sqlx form of this statement, borrowing its arguments.
+    fn for_sqlx(&self) -> sqlx::query::Query<'_, Any, AnyArguments> {
+        let mut q = match &self.text {
+            Text::Static(s) => sqlx::query(*s),
+            Text::Owned(s) => sqlx::query(AssertSqlSafe(s.clone())),
+        }
+        .persistent(self.persistent);
+        for value in &self.args {
+            q = match value {
+                Value::Null(NullKind::Int) => q.bind(None::<i64>),
+                Value::Null(NullKind::Text) => q.bind(None::<String>),
+                Value::Null(NullKind::Blob) => q.bind(None::<Vec<u8>>),
+                Value::Int(i) => q.bind(*i),
+                Value::Text(s) => q.bind(s.as_str()),
+                Value::Blob(b) => q.bind(b.as_slice()),
+            };
+        }
+        q
+    }
+}
+
+fn rows(output: Output) -> Result<Vec<Row>> {
+    match output {
+        Output::Rows(rows) => Ok(rows),
+        Output::Done(_) => Err(Error::Corrupt("no rows from a query".into())),
+    }
+}
+
+/// A [`Query`] whose first column is decoded as `T`.
+pub(crate) struct QueryScalar<T> {
+    inner: Query,
+    _decoded: PhantomData<fn() -> T>,
+}
+
+impl<T: Decode> QueryScalar<T> {
+    pub(crate) fn bind(mut self, value: impl Bind) -> Self {
+        self.inner = self.inner.bind(value);
+        self
+    }
+
+    pub(crate) async fn fetch_optional<'a>(
+        self,
+        target: impl Into<Target<'a>>,
+    ) -> Result<Option<T>> {
+        self.inner
+            .fetch_optional(target)
+            .await?
+            .map(|row| row.try_get(0_usize))
+            .transpose()
+    }
+
+    pub(crate) async fn fetch_one<'a>(self, target: impl Into<Target<'a>>) -> Result<T> {
+        self.inner.fetch_one(target).await?.try_get(0_usize)
+    }
+
+    pub(crate) async fn fetch_all<'a>(self, target: impl Into<Target<'a>>) -> Result<Vec<T>> {
+        self.inner
+            .fetch_all(target)
+            .await?
+            .iter()
+            .map(|row| row.try_get(0_usize))
+            .collect()
+    }
+}
+
+async fn run(query: &Query, target: Target<'_>, want: Want) -> Result<Output> {
+    match target {
+        Target::Db(Db::Postgres(pool)) => run_sqlx(pool, query, want).await,
+        Target::Db(Db::Sqlite(lite)) => run_lite_anywhere(lite, query, want).await,
+        Target::Conn(conn) => match &mut conn.0 {
+            ConnKind::Pooled(c) => run_sqlx(&mut **c, query, want).await,
+            ConnKind::Tx(tx) => run_sqlx(&mut **tx, query, want).await,
+            ConnKind::LiteAny(lite) => run_lite_anywhere(lite, query, want).await,
+            ConnKind::Lite(lease) => lite::run(lease.conn()?, query, want),
+        },
+    }
+}
+
+/// Outside a transaction: a reader for a statement that only reads, else the writer. The reader
+/// is given back before the writer is awaited, so no task ever holds one while waiting for the
+/// other.
+async fn run_lite_anywhere(lite: &lite::LiteDb, query: &Query, want: Want) -> Result<Output> {
+    {
+        let reader = lite.readers.lease().await?;
+        let conn = reader.conn()?;
+        if lite::is_read_only(conn, query)? {
+            return lite::run(conn, query, want);
+        }
+    }
+    let writer = lite.writer.lease().await?;
+    lite::run(writer.conn()?, query, want)
+}
+
+async fn run_sqlx<'c, E>(executor: E, query: &Query, want: Want) -> Result<Output>
+where
+    E: sqlx::Executor<'c, Database = Any>,
+{
+    let q = query.for_sqlx();
+    Ok(match want {
+        Want::Done => Output::Done(executor.execute(q).await?.rows_affected()),
+        Want::First => Output::Rows(
+            executor
+                .fetch_optional(q)
+                .await?
+                .into_iter()
+                .map(Row::Any)
+                .collect(),
+        ),
+        Want::All => Output::Rows(
+            executor
+                .fetch_all(q)
+                .await?
+                .into_iter()
+                .map(Row::Any)
+                .collect(),
+        ),
+    })
+}
