@@ -110,6 +110,7 @@ pub async fn start(
     let database_url = config.database_url();
     let pool = storage::PoolSettings {
         max_connections: config.database.max_connections,
+        sqlite_synchronous: config.database.sqlite_synchronous.into(),
     };
     let storage = Storage::connect_with(&database_url, pool)
         .await

@@ -250,6 +250,35 @@ pub struct DatabaseConfig {
     pub url: String,
     /// Size of the connection pool (both backends).
     pub max_connections: u32,
+    /// When a SQLite commit is durable: `normal` survives a crash of the process, `full` also
+    /// a power loss (docs/performance.md).
+    pub sqlite_synchronous: SqliteSynchronous,
+}
+
+/// `database.sqlite-synchronous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SqliteSynchronous {
+    Normal,
+    Full,
+}
+
+impl From<storage::Synchronous> for SqliteSynchronous {
+    fn from(value: storage::Synchronous) -> Self {
+        match value {
+            storage::Synchronous::Normal => Self::Normal,
+            storage::Synchronous::Full => Self::Full,
+        }
+    }
+}
+
+impl From<SqliteSynchronous> for storage::Synchronous {
+    fn from(value: SqliteSynchronous) -> Self {
+        match value {
+            SqliteSynchronous::Normal => Self::Normal,
+            SqliteSynchronous::Full => Self::Full,
+        }
+    }
 }
 
 impl Default for DatabaseConfig {
@@ -257,6 +286,7 @@ impl Default for DatabaseConfig {
         Self {
             url: String::new(),
             max_connections: storage::PoolSettings::default().max_connections,
+            sqlite_synchronous: storage::PoolSettings::default().sqlite_synchronous.into(),
         }
     }
 }
