@@ -2,7 +2,7 @@
 //! server right after that response.
 //!
 //! Sixteen clients run full flows (new account, new order, http-01, finalize, download) against
-//! the real `certeasy serve` binary on its embedded SQLite. Every response that says an object
+//! the real `certeasy serve` binary on its embedded SQLite (and again on PostgreSQL). Every response that says an object
 //! exists goes into a ledger: a 201 new-account (URL and key), a 201 new-order (URL, status,
 //! authorizations), every later order status a client saw, an accepted challenge or finalize, a
 //! certificate URL and the downloaded chain. Once enough certificates are out, the server is
@@ -716,7 +716,18 @@ fn configure(env: &mut TestEnv) {
 
 #[tokio::test]
 async fn sigkill_under_load_loses_nothing_a_client_was_told() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
+    kill_restart_check(Db::Sqlite).await;
+}
+
+/// The same promises on PostgreSQL, where a commit is the server's, not the file's.
+#[tokio::test]
+async fn sigkill_under_load_on_postgres_loses_nothing_a_client_was_told() {
+    kill_restart_check(Db::Postgres).await;
+}
+
+/// Rounds of load, SIGKILL, restart on the same data and ports, and a check of the whole ledger.
+async fn kill_restart_check(db: Db) {
+    let mut env = TestEnv::new(db).await;
     configure(&mut env);
     env.spawn_binary().await;
     let ledger = Mutex::new(Ledger::default());
