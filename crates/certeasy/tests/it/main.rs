@@ -12,6 +12,7 @@ mod e2e_lego;
 mod flow;
 mod harness;
 mod hostile;
+mod kill_under_load;
 mod listener;
 mod nonce_instances;
 mod ratelimit;
