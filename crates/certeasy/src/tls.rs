@@ -142,6 +142,12 @@ pub async fn serve_tls(
         // A `[::]` listener sees IPv4 clients as `::ffff:a.b.c.d`; everything downstream (limits,
         // whitelist, trusted proxies, logs) knows them by their IPv4 address.
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+        // A response leaves as several TLS records; with Nagle's algorithm the later ones wait
+        // for the ACK of the first, which a client delays by up to 40 ms. Every response is
+        // complete when written, so there is nothing to gain from coalescing.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY");
+        }
         let slot = Slot::taken(slot);
         let acceptor = acceptor.clone();
         let router = router.clone();

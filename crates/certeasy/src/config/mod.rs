@@ -25,7 +25,7 @@ pub use self::error::{ConfigError, ConfigProblem};
 pub use self::model::{
     AcmeConfig, CaConfig, Config, DatabaseConfig, ExistingCaConfig, IdentifiersConfig,
     IssuanceConfig, KeyAlgorithm, LogFormat, LoggingConfig, RedisConfig, ServerConfig,
-    ValidationConfig, ZombiePausingConfig,
+    SqliteSynchronous, ValidationConfig, ZombiePausingConfig,
 };
 
 /// The longest piece of offending source text quoted in a message.

@@ -52,6 +52,22 @@ fn defaults_are_the_documented_values() {
     assert_eq!(config.redis.timeout.std().as_millis(), 50);
     assert_eq!(config.logging.format, LogFormat::Text);
     assert_eq!(config.rate_limiting, RateLimitingConfig::default());
+    assert_eq!(
+        config.database.sqlite_synchronous,
+        super::SqliteSynchronous::Normal
+    );
+}
+
+#[test]
+fn sqlite_synchronous_takes_normal_or_full_only() {
+    let full = from_str("database:\n  sqlite-synchronous: full\n", "c.yaml").unwrap();
+    assert_eq!(
+        storage::Synchronous::from(full.database.sqlite_synchronous),
+        storage::Synchronous::Full
+    );
+    let problem = only_problem("database:\n  sqlite-synchronous: off\n");
+    assert_eq!(problem.key_path, "database.sqlite-synchronous");
+    assert!(problem.line.is_some(), "{problem}");
 }
 
 #[test]
