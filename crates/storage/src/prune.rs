@@ -196,14 +196,16 @@ impl Storage {
     }
 
     /// Authorizations that expired before `cutoff` and that no order names any more, with their
-    /// challenges. One with a validation job on a challenge stays until the job is settled.
+    /// challenges. One with a validation job on a challenge stays until the job is settled. The
+    /// job check goes challenge by challenge through `jobs (kind, target_id)`: a join from `jobs`
+    /// would read every pending validation for each authorization.
     async fn delete_authorizations(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "SELECT id FROM authorizations WHERE expires_at < $1 \
              AND NOT EXISTS (SELECT 1 FROM order_authorizations oa WHERE oa.authz_id = authorizations.id) \
-             AND NOT EXISTS (SELECT 1 FROM challenges c JOIN jobs j ON j.kind = $2 AND j.target_id = c.id \
-                 WHERE c.authz_id = authorizations.id) \
+             AND NOT EXISTS (SELECT 1 FROM challenges c WHERE c.authz_id = authorizations.id \
+                 AND EXISTS (SELECT 1 FROM jobs j WHERE j.kind = $2 AND j.target_id = c.id)) \
              LIMIT $3{}",
             self.skip_locked()
         );

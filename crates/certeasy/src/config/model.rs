@@ -250,13 +250,27 @@ pub struct DatabaseConfig {
     pub url: String,
     /// Size of the connection pool (both backends).
     pub max_connections: u32,
+    /// Run the background pruner (expired orders, authorizations and challenges; certificates
+    /// and revocations are kept).
+    pub prune: bool,
+    /// How long after its expiry an order or authorization is pruned.
+    pub prune_after: ConfigDuration,
+    /// Pause between two pruning passes.
+    pub prune_interval: ConfigDuration,
+    /// Rows per table per pruning transaction.
+    pub prune_batch: u32,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
+        let pruner = workers::pruner::PrunerSettings::default();
         Self {
             url: String::new(),
             max_connections: storage::PoolSettings::default().max_connections,
+            prune: true,
+            prune_after: ConfigDuration(pruner.retention.unsigned_abs()),
+            prune_interval: ConfigDuration(pruner.interval),
+            prune_batch: pruner.batch,
         }
     }
 }
