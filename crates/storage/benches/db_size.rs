@@ -6,10 +6,11 @@
 //! as the server does: an order for one name, its authorization with three challenges, the
 //! validation job claimed and completed, the CSR stored, the finalization job claimed and
 //! completed, the certificate (DER and PEM chain of realistic ECDSA sizes) stored; one account per
-//! 100 issuances. It then measures the data, prunes as the server would once everything expired
-//! longer than the retention ago, and measures again. Sizes are of live pages (SQLite:
-//! `page_count - freelist_count`, after a WAL checkpoint; the file after `VACUUM` is printed too)
-//! or of relations after `VACUUM FULL` (PostgreSQL, when `CERTEASY_DB_SIZE_POSTGRES_URL` names an
+//! 100 issuances. Then as many failed orders (validation refused, with its problem detail): what
+//! zombie clients leave behind. It measures after each phase, prunes as the server would once
+//! everything has been expired longer than the default retention, and measures again. Sizes are
+//! of the compacted data, so that free pages never count: SQLite's `VACUUM INTO` a scratch file,
+//! PostgreSQL's relations after `VACUUM FULL` (when `CERTEASY_DB_SIZE_POSTGRES_URL` names an
 //! admin URL: a scratch database is created and dropped).
 //!
 //! `cargo bench -p storage --bench db_size`
@@ -19,7 +20,11 @@ use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::AccountId;
 use acme_core::ids::Serial;
+use acme_core::problem::Problem;
+use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType;
+use std::path::Path;
+
 use sqlx::AnyConnection;
 use sqlx::AssertSqlSafe;
 use sqlx::Connection;
@@ -30,6 +35,7 @@ use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewCertificate;
 use storage::model::NewOrder;
+use storage::model::Order;
 use storage::model::OrderGuards;
 use time::Duration;
 use time::OffsetDateTime;
@@ -87,6 +93,9 @@ fn main() {
 
 async fn measure(label: &str, url: &str, n: u64) {
     let s = Storage::connect(url).await.unwrap();
+    let mut conn = AnyConnection::connect(url).await.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let empty = live_bytes(&mut conn, s.backend(), scratch.path()).await;
     let t0 = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
     let started = std::time::Instant::now();
     let mut account = AccountId(0);
@@ -98,8 +107,12 @@ async fn measure(label: &str, url: &str, n: u64) {
         issue(&s, account, i, now).await;
     }
     let wrote = started.elapsed();
-    let mut conn = AnyConnection::connect(url).await.unwrap();
-    let before = live_bytes(&mut conn, s.backend()).await;
+    let issued = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    for i in 0..n {
+        let now = t0 + Duration::seconds(i64::try_from(i).unwrap());
+        fail(&s, account, n + i, now).await;
+    }
+    let failed = live_bytes(&mut conn, s.backend(), scratch.path()).await;
     // Everything expired (valid authorizations live 30 days) longer than the default retention ago.
     let late = t0 + Duration::days(30) + storage::DEFAULT_PRUNE_AFTER + Duration::days(2);
     let pruned_at = std::time::Instant::now();
@@ -112,22 +125,30 @@ async fn measure(label: &str, url: &str, n: u64) {
         .await
         .unwrap();
     let pruning = pruned_at.elapsed();
-    let after = live_bytes(&mut conn, s.backend()).await;
-    let per_million = |bytes: u64| bytes as f64 * 1_000_000.0 / n as f64 / 1e9;
+    let kept = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    let per = |bytes: u64| bytes as f64 / n as f64;
+    let gb_per_million = |bytes: u64| per(bytes) * 1_000_000.0 / 1e9;
     println!(
-        "RESULT {label} issuances={n} write_s={:.1} prune_s={:.1} pruned={report:?}",
+        "RESULT {label} n={n} write_issuances_s={:.1} prune_s={:.1} pruned={report:?}",
         wrote.as_secs_f64(),
         pruning.as_secs_f64()
     );
+    println!("RESULT {label} empty_schema_bytes={empty}");
     println!(
-        "RESULT {label} without_pruning: {before} bytes = {:.0} B/issuance = {:.2} GB per million",
-        before as f64 / n as f64,
-        per_million(before)
+        "RESULT {label} issued_certificate_without_pruning: {:.0} B each = {:.2} GB per million",
+        per(issued - empty),
+        gb_per_million(issued - empty)
     );
     println!(
-        "RESULT {label} with_pruning: {after} bytes = {:.0} B/issuance = {:.2} GB per million",
-        after as f64 / n as f64,
-        per_million(after)
+        "RESULT {label} failed_order_without_pruning: {:.0} B each = {:.2} GB per million",
+        per(failed - issued),
+        gb_per_million(failed - issued)
+    );
+    println!(
+        "RESULT {label} issued_certificate_kept_after_pruning: {:.0} B each = {:.2} GB per million \
+         (failed orders: 0)",
+        per(kept.saturating_sub(empty)),
+        gb_per_million(kept.saturating_sub(empty))
     );
     for table in TABLES {
         let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
@@ -136,35 +157,27 @@ async fn measure(label: &str, url: &str, n: u64) {
             .unwrap();
         println!("RESULT {label} rows_after_pruning {table}={rows}");
     }
-    if s.backend() == Backend::Sqlite {
-        sqlx::query("VACUUM").execute(&mut conn).await.unwrap();
-        let file = std::fs::metadata(url.trim_start_matches("sqlite://"))
-            .unwrap()
-            .len();
-        println!("RESULT {label} file_after_vacuum: {file} bytes");
-    }
     conn.close().await.unwrap();
     s.close().await;
 }
 
-/// Bytes of live data: SQLite pages in use after a checkpoint; PostgreSQL relations (tables,
+/// Bytes the data takes once compacted, so that sizes compare whatever the free space: SQLite's
+/// `VACUUM INTO` a scratch file (WAL checkpointed first), PostgreSQL's relations (tables,
 /// indexes, TOAST) after `VACUUM FULL` rewrote them without dead tuples.
-async fn live_bytes(conn: &mut AnyConnection, backend: Backend) -> u64 {
+async fn live_bytes(conn: &mut AnyConnection, backend: Backend, scratch: &Path) -> u64 {
     match backend {
         Backend::Sqlite => {
             sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
                 .execute(&mut *conn)
                 .await
                 .unwrap();
-            let pages: i64 = sqlx::query_scalar("SELECT page_count - freelist_count FROM pragma_page_count(), pragma_freelist_count()")
-                .fetch_one(&mut *conn)
+            let copy = scratch.join("compact.db");
+            let _ = std::fs::remove_file(&copy);
+            sqlx::query(AssertSqlSafe(format!("VACUUM INTO '{}'", copy.display())))
+                .execute(&mut *conn)
                 .await
                 .unwrap();
-            let page_size: i64 = sqlx::query_scalar("SELECT page_size FROM pragma_page_size()")
-                .fetch_one(&mut *conn)
-                .await
-                .unwrap();
-            u64::try_from(pages * page_size).unwrap()
+            std::fs::metadata(&copy).unwrap().len()
         }
         Backend::Postgres => {
             sqlx::query("VACUUM FULL")
@@ -204,48 +217,89 @@ async fn new_account(s: &Storage, i: u64, now: OffsetDateTime) -> AccountId {
     .id
 }
 
-/// Bytes that look like what they stand for, distinct per issuance.
+/// Pseudo-random bytes (xorshift), distinct per issuance: keys, signatures and their base64 do
+/// not compress, and a periodic filler would let PostgreSQL's TOAST compression flatter the
+/// figures.
 fn filler(i: u64, len: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
-        .map(|k| {
-            let x = (i as usize)
-                .wrapping_mul(31)
-                .wrapping_add(k.wrapping_mul(7));
-            u8::try_from(x % 251).unwrap()
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
         })
         .collect()
 }
 
-async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
+/// Base64 text of `len` characters, as in a PEM body.
+fn base64_text(i: u64, len: usize) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    filler(i, len)
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(b % 64)]))
+        .collect()
+}
+
+/// An order for one name with its authorization and three challenges, as the API creates it.
+async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) -> Order {
     let identifier = Identifier::dns(&format!("host{i}.customer{}.example.com", i / 7)).unwrap();
     let identifiers = vec![identifier.clone()];
     // Tokens are 43 base64url characters, as the API makes them.
-    let token = |kind: &str| format!("{kind}{i:040}");
-    let order = s
-        .create_order(
-            NewOrder {
-                account_id: account,
-                set_hash: canonical_set_hash(&identifiers),
-                identifiers,
-                not_before: None,
-                not_after: None,
+    let token = |kind: &str| format!("{kind}{i:042}");
+    s.create_order(
+        NewOrder {
+            account_id: account,
+            set_hash: canonical_set_hash(&identifiers),
+            identifiers,
+            not_before: None,
+            not_after: None,
+            expires_at: now + Duration::days(7),
+            authorizations: vec![NewAuthz {
+                identifier,
                 expires_at: now + Duration::days(7),
-                authorizations: vec![NewAuthz {
-                    identifier,
-                    expires_at: now + Duration::days(7),
-                    challenges: vec![
-                        (ChallengeType::Http01, token("h")),
-                        (ChallengeType::Dns01, token("d")),
-                        (ChallengeType::TlsAlpn01, token("t")),
-                    ],
-                }],
-                reuse_valid_authz: false,
-            },
-            &OrderGuards::default(),
-            now,
-        )
+                challenges: vec![
+                    (ChallengeType::Http01, token("h")),
+                    (ChallengeType::Dns01, token("d")),
+                    (ChallengeType::TlsAlpn01, token("t")),
+                ],
+            }],
+            reuse_valid_authz: false,
+        },
+        &OrderGuards::default(),
+        now,
+    )
+    .await
+    .unwrap()
+}
+
+/// An order whose validation fails, with the problem a failed http-01 fetch records.
+async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
+    let order = new_order(s, account, i, now).await;
+    let authz = s
+        .authorization(order.authz_ids[0], now)
+        .await
+        .unwrap()
+        .unwrap();
+    let challenge = authz.challenges[0].id;
+    s.start_challenge(challenge, now).await.unwrap();
+    settle_job(s, now).await;
+    let problem = Problem::new(
+        ProblemType::Connection,
+        format!(
+            "fetching http://{}/.well-known/acme-challenge/{}: connection refused",
+            authz.identifier.value(),
+            authz.challenges[0].token
+        ),
+    )
+    .with_identifier(authz.identifier.clone());
+    s.record_validation(challenge, Err(problem), now)
         .await
         .unwrap();
+}
+
+async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
+    let order = new_order(s, account, i, now).await;
     let authz = s
         .authorization(order.authz_ids[0], now)
         .await
@@ -261,11 +315,8 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     settle_job(s, now).await;
     let mut serial = vec![0x01];
     serial.extend_from_slice(&i.to_be_bytes());
-    serial.extend_from_slice(&filler(i, 7));
-    let chain: String = filler(i, CHAIN_PEM_CHARS)
-        .iter()
-        .map(|b| char::from(b'A' + b % 26))
-        .collect();
+    serial.extend_from_slice(&filler(i.wrapping_add(1 << 41), 7));
+    let chain = base64_text(i.wrapping_add(1 << 40), CHAIN_PEM_CHARS);
     let completion = s
         .complete_order(
             order.id,
