@@ -14,6 +14,7 @@ mod harness;
 mod hostile;
 mod listener;
 mod nonce_instances;
+mod pruning;
 mod ratelimit;
 mod ratelimit_policies;
 mod raw;
