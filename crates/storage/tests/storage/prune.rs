@@ -14,6 +14,7 @@ use crate::harness::t0;
 crate::both_backends!(
     only_finished_transient_rows_go,
     batches_take_everything_over_several_transactions,
+    concurrent_pruners_share_the_work,
 );
 
 const RETENTION: Duration = Duration::days(7);
@@ -213,4 +214,21 @@ async fn batches_take_everything_over_several_transactions(s: &Storage) {
         assert!(order_gone(s, order.id, late).await);
     }
     assert!(s.prune(late, RETENTION, 2).await.unwrap().is_empty());
+}
+
+/// Two pruners at once (two instances on one PostgreSQL database, or two passes on SQLite):
+/// neither fails, and together they delete each row once.
+async fn concurrent_pruners_share_the_work(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    for i in 0..20 {
+        pending_order(s, acct.id, &format!("c{i}.example.com"), now).await;
+    }
+    let late = now + Duration::days(30);
+    let (a, b) = tokio::join!(s.prune(late, RETENTION, 3), s.prune(late, RETENTION, 3));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.orders + b.orders, 20, "{a:?} {b:?}");
+    assert_eq!(a.authorizations + b.authorizations, 20, "{a:?} {b:?}");
+    assert_eq!(a.challenges + b.challenges, 40, "{a:?} {b:?}");
+    assert!(s.prune(late, RETENTION, 3).await.unwrap().is_empty());
 }
