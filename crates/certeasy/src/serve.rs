@@ -31,6 +31,7 @@ use workers::Workers;
 use workers::hooks::FailedValidationHook;
 use workers::hooks::HookChain;
 use workers::hooks::ZombieHook;
+use workers::pruner::PrunerSettings;
 use workers::settings::WorkerSettings;
 
 use crate::config::Config;
@@ -201,6 +202,15 @@ pub async fn start(
         shutdown.clone(),
     ));
     tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
+    if config.database.prune {
+        // Stops between batches on shutdown: a batch under way commits first.
+        tasks.spawn(workers::pruner::run(
+            storage.clone(),
+            Arc::clone(&clock),
+            pruner_settings(config),
+            shutdown.clone(),
+        ));
+    }
     let reloader = Reloader::new(
         Arc::clone(&limits),
         listener_cert,
@@ -312,6 +322,15 @@ fn worker_settings(config: &Config) -> WorkerSettings {
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
         ..WorkerSettings::default()
+    }
+}
+
+fn pruner_settings(config: &Config) -> PrunerSettings {
+    let d = &config.database;
+    PrunerSettings {
+        retention: d.prune_after.time(),
+        interval: d.prune_interval.std(),
+        batch: d.prune_batch,
     }
 }
 

@@ -16,6 +16,7 @@ pub mod model;
 mod orders;
 mod pauses;
 mod private_file;
+mod prune;
 mod rows;
 mod sql;
 mod state;
@@ -53,6 +54,10 @@ use crate::model::ValidationRecorded;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub use crate::connect::PoolSettings;
+pub use crate::prune::DEFAULT_PRUNE_AFTER;
+pub use crate::prune::DEFAULT_PRUNE_BATCH;
+pub use crate::prune::MAX_PRUNE_BATCH;
+pub use crate::prune::PruneReport;
 use crate::sql::Db;
 pub use crate::sql::Synchronous;
 use crate::sql::Tx;

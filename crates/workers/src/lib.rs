@@ -7,6 +7,7 @@
 //! idempotent: recording a validation twice or completing an order twice changes nothing.
 
 pub mod hooks;
+pub mod pruner;
 pub mod runner;
 pub mod settings;
 

@@ -171,3 +171,22 @@ async fn an_instance_started_during_an_outage_shares_once_the_ledger_answers() {
     ledger.down.store(false, Ordering::SeqCst);
     wait_until_shared(&a, &b, t0()).await;
 }
+
+/// Used nonces stay bounded without any pruning job: the memory of an instance forgets a used
+/// nonce once its lifetime is over (a nonce that old is refused as expired, without a lookup),
+/// and the shared ledger's Redis keys carry that lifetime as their TTL (tested in
+/// `ratelimits`' `single_use_keys_expire_with_their_ttl`).
+#[tokio::test]
+async fn used_nonces_are_forgotten_once_they_expire() {
+    let svc = NonceService::new(Duration::minutes(10));
+    for _ in 0..100 {
+        let n = svc.issue(t0());
+        assert_eq!(svc.redeem(&n, t0()).await, Ok(()));
+    }
+    let remembered = || svc.used.lock().unwrap().entries.len();
+    assert_eq!(remembered(), 100);
+    let later = t0() + Duration::minutes(12);
+    let n = svc.issue(later);
+    assert_eq!(svc.redeem(&n, later).await, Ok(()));
+    assert_eq!(remembered(), 1);
+}

@@ -253,6 +253,15 @@ pub struct DatabaseConfig {
     /// When a SQLite commit is durable: `normal` survives a crash of the process, `full` also
     /// a power loss (docs/performance.md).
     pub sqlite_synchronous: SqliteSynchronous,
+    /// Run the background pruner (expired orders, authorizations and challenges; certificates
+    /// and revocations are kept).
+    pub prune: bool,
+    /// How long after its expiry an order or authorization is pruned.
+    pub prune_after: ConfigDuration,
+    /// Pause between two pruning passes.
+    pub prune_interval: ConfigDuration,
+    /// Rows per table per pruning transaction.
+    pub prune_batch: u32,
 }
 
 /// `database.sqlite-synchronous`.
@@ -283,10 +292,15 @@ impl From<SqliteSynchronous> for storage::Synchronous {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
+        let pruner = workers::pruner::PrunerSettings::default();
         Self {
             url: String::new(),
             max_connections: storage::PoolSettings::default().max_connections,
             sqlite_synchronous: storage::PoolSettings::default().sqlite_synchronous.into(),
+            prune: true,
+            prune_after: ConfigDuration(pruner.retention.unsigned_abs()),
+            prune_interval: ConfigDuration(pruner.interval),
+            prune_batch: pruner.batch,
         }
     }
 }

@@ -282,6 +282,12 @@ fn semantic_checks_cover_relations_and_formats() {
             "database.max-connections",
         ),
         (
+            "database:\n  prune-interval: 0s\n",
+            "database.prune-interval",
+        ),
+        ("database:\n  prune-batch: 0\n", "database.prune-batch"),
+        ("database:\n  prune-batch: 10001\n", "database.prune-batch"),
+        (
             "ca:\n  intermediate-validity: 4000d\n",
             "ca.intermediate-validity",
         ),
@@ -639,4 +645,25 @@ fn scale_config_shares_the_unpause_key_and_admin_token_it_mounts() {
         let dir = file.parent().unwrap().display().to_string();
         assert!(compose.contains(&format!(":{dir}:ro")), "{dir} not mounted");
     }
+}
+
+#[test]
+fn pruning_keys_parse_and_default_to_a_week_a_minute_and_500_rows() {
+    let defaults = Config::default().database;
+    assert!(defaults.prune);
+    assert_eq!(defaults.prune_after, ConfigDuration::from_secs(7 * 86_400));
+    assert_eq!(defaults.prune_interval, ConfigDuration::from_secs(60));
+    assert_eq!(defaults.prune_batch, 500);
+    let config = from_str(
+        "database:\n  prune: false\n  prune-after: 0s\n  prune-interval: 10s\n  prune-batch: 2\n",
+        "certeasy.yaml",
+    )
+    .unwrap();
+    assert!(!config.database.prune);
+    assert_eq!(config.database.prune_after, ConfigDuration::from_secs(0));
+    assert_eq!(
+        config.database.prune_interval,
+        ConfigDuration::from_secs(10)
+    );
+    assert_eq!(config.database.prune_batch, 2);
 }

@@ -262,6 +262,13 @@ impl Checker {
             "database.max-connections",
             u64::from(database.max_connections),
         );
+        self.positive_duration("database.prune-interval", database.prune_interval);
+        if !(1..=storage::MAX_PRUNE_BATCH).contains(&database.prune_batch) {
+            self.fail(
+                "database.prune-batch",
+                format!("must be between 1 and {}", storage::MAX_PRUNE_BATCH),
+            );
+        }
     }
 
     fn ca_and_issuance(&mut self, config: &Config) {

@@ -273,3 +273,35 @@ async fn fail_open_while_redis_is_down_and_recover() {
     let verdict = limiter.check(now, &request).await.unwrap();
     assert!(!verdict.allowed && !verdict.fail_open, "{verdict:?}");
 }
+
+/// The nonce ledger's record-once keys expire: used nonces never accumulate in Redis.
+#[tokio::test]
+async fn single_use_keys_expire_with_their_ttl() {
+    require_redis(SHARED_REDIS).await;
+    let prefix = unique_prefix("once");
+    let store =
+        RedisStore::new(&redis_config(vec![SHARED_REDIS.to_owned()], prefix.clone())).unwrap();
+    let guard = store.shared_secret("guard", "secret").await.unwrap();
+    let ttl = Duration::from_secs(700);
+    assert_eq!(
+        store
+            .insert_once_guarded("guard", &guard, "used:1", ttl)
+            .await
+            .unwrap(),
+        Some(true)
+    );
+    let client = redis::Client::open(SHARED_REDIS).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{prefix}used:1"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!((1..=700_000).contains(&pttl), "pttl {pttl}");
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{prefix}guard"))
+        .arg(format!("{prefix}used:1"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+}

@@ -20,6 +20,7 @@ use sqlx::pool::PoolConnection;
 use crate::Result;
 
 pub(crate) use crate::sql::query::one_off;
+pub(crate) use crate::sql::query::one_off_scalar;
 pub(crate) use crate::sql::query::query;
 pub(crate) use crate::sql::query::query_scalar;
 pub(crate) use crate::sql::row::Row;

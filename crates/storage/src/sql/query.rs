@@ -85,6 +85,14 @@ pub(crate) fn query_scalar<T: Decode>(sql: &'static str) -> QueryScalar<T> {
     }
 }
 
+/// [`one_off`] whose first column is the result.
+pub(crate) fn one_off_scalar<T: Decode>(sql: String) -> QueryScalar<T> {
+    QueryScalar {
+        inner: one_off(sql),
+        _decoded: PhantomData,
+    }
+}
+
 /// Where a statement runs: the pool (any connection; SQLite picks a reader or the writer by
 /// what the statement does) or one connection the caller holds.
 pub(crate) enum Target<'a> {

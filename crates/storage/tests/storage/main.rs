@@ -15,3 +15,4 @@ mod guards;
 mod jobs;
 mod orders;
 mod pauses;
+mod prune;
