@@ -163,6 +163,9 @@ pub(crate) struct ReportArgs {
     /// Write the markdown here.
     #[arg(long)]
     pub(crate) markdown: PathBuf,
+    /// Markdown put before the tables (e.g. the machine and date of the run).
+    #[arg(long)]
+    pub(crate) preamble: Option<PathBuf>,
     /// Draw the flows/s chart here (PNG).
     #[arg(long)]
     pub(crate) chart: Option<PathBuf>,

@@ -277,7 +277,12 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
     if grouped.is_empty() {
         bail!("no results in {}", args.results.display());
     }
-    let mut md = String::new();
+    let mut md = match &args.preamble {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => String::new(),
+    };
     let comparison = comparison_table(&grouped, &args.baseline, &args.subject);
     if comparison.lines().count() > 2 {
         md.push_str(&comparison);
@@ -285,7 +290,7 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
         md.push_str(&phase_table(&grouped, &args.baseline, &args.subject));
     }
     if let Some(scale) = scale_table(&grouped) {
-        if !md.is_empty() {
+        if !md.is_empty() && !md.ends_with("\n\n") {
             md.push('\n');
         }
         md.push_str(&scale);
