@@ -27,6 +27,7 @@ use plotters::style::text_anchor::VPos;
 use crate::report::Case;
 use crate::report::Grouped;
 use crate::report::ScenarioOrder;
+use crate::report::display;
 use crate::stats::Spread;
 
 const FAMILY: &str = "sans-serif";
@@ -81,13 +82,17 @@ pub(crate) fn draw(
             )
         })
         .collect();
-    let top = bars.iter().map(|&(b, s)| b.max(s)).fold(1.0, f64::max) * 1.15;
+    let top = bars.iter().map(|&(b, s)| b.max(s)).fold(1.0, f64::max) * 1.2;
 
     let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("ACME flows per second: {subject} vs {baseline} (median of rounds)"),
+            format!(
+                "ACME flows per second: {} and {} (median of rounds)",
+                display(subject),
+                display(baseline)
+            ),
             (FAMILY, 22).into_font(),
         )
         .margin(16)
@@ -99,6 +104,8 @@ pub(crate) fn draw(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
+        .y_max_light_lines(1)
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("flows/s")
         .label_style((FAMILY, 14).into_font())
         .axis_desc_style((FAMILY, 16).into_font())
@@ -120,7 +127,7 @@ pub(crate) fn draw(
         chart
             .draw_series(rectangles)
             .map_err(|e| anyhow!("{e}"))?
-            .label(label)
+            .label(display(label))
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], colour.filled()));
         let values = bars.iter().enumerate().map(|(i, &(b, s))| {
             let value = if series == 0 { b } else { s };
@@ -134,7 +141,7 @@ pub(crate) fn draw(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .label_font((FAMILY, 15).into_font())

@@ -110,7 +110,8 @@ pub(crate) fn ratio(subject: Option<Spread>, baseline: Option<Spread>) -> String
     }
 }
 
-fn display(label: &str) -> String {
+/// A label as a column or legend title: `pebble` becomes `Pebble`.
+pub(crate) fn display(label: &str) -> String {
     let mut chars = label.chars();
     chars
         .next()

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -415,8 +416,11 @@ fn summarise(
     }
 }
 
+/// Ignores write errors: a closed pipe (`| head`) must not turn a finished run into a panic.
 fn print_summary(result: &RunResult) {
-    println!(
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
         "{} {:?} x{}: {} flows in {:.2} s = {:.1} flows/s; {} errors, {} stalls; {:.1} polls/flow",
         result.label,
         result.scenario,
@@ -428,20 +432,22 @@ fn print_summary(result: &RunResult) {
         result.stalls,
         result.polls_per_flow
     );
-    let row = |name: &str, l: &Latency| {
-        println!(
+    let row = |out: &mut std::io::StdoutLock<'_>, name: &str, l: &Latency| {
+        let _ = writeln!(
+            out,
             "  {name:<16} n={:<7} p50 {:>8.2} ms  p90 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms",
             l.count, l.p50, l.p90, l.p99, l.max
         );
     };
-    row("flow", &result.latency_ms);
+    row(&mut out, "flow", &result.latency_ms);
     for phase in Phase::ALL {
         if let Some(latency) = result.phases_ms.get(phase.name()) {
-            row(phase.name(), latency);
+            row(&mut out, phase.name(), latency);
         }
     }
     if let Some(server) = &result.server {
-        println!(
+        let _ = writeln!(
+            out,
             "  server: {:.2} CPU s, {:.2} CPU ms/flow, VmHWM {:.1} MiB, VmRSS {:.1} MiB",
             server.cpu_s,
             server.cpu_ms_per_flow,
@@ -450,12 +456,13 @@ fn print_summary(result: &RunResult) {
         );
     }
     if let Some(scale) = &result.scale {
-        println!(
+        let _ = writeln!(
+            out,
             "  scale: {} accounts at {:.1}/s, {} orders at {:.1}/s",
             scale.accounts, scale.accounts_per_s, scale.orders, scale.orders_per_s
         );
     }
     for sample in &result.error_samples {
-        println!("  error: {sample}");
+        let _ = writeln!(out, "  error: {sample}");
     }
 }
