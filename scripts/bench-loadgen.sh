@@ -5,6 +5,7 @@
 #   scripts/bench-loadgen.sh issuance   # Pebble vs Certeasy, alternating rounds -> docs/performance.md
 #   scripts/bench-loadgen.sh scale      # 10,000 accounts and 100,000 orders: Certeasy's RSS
 #   scripts/bench-loadgen.sh cluster    # two instances (PostgreSQL + Redis) behind a TCP proxy vs one
+#   scripts/bench-loadgen.sh issuance-report  # render the last issuance results again (no run)
 #
 # Every run starts its server afresh: a new Pebble process, a new Certeasy data directory (and
 # database). Both servers validate http-01 against the load generator's responder and resolve
@@ -225,7 +226,8 @@ one_run() {
 stalled_summary() {
   if [ ! -s "$out/stalled.txt" ]; then echo "no run stalled"; return; fi
   printf 'runs set aside because a flow stalled and run again: %s' \
-    "$(cut -d' ' -f1 "$out/stalled.txt" | sort | uniq -c | awk '{printf "%s%s %d", NR > 1 ? ", " : "", $2, $1}')"
+    "$(cut -d' ' -f1-3 "$out/stalled.txt" | sort | uniq -c |
+      awk '{printf "%s%s %s %s %d times", (NR > 1 ? ", " : ""), $2, $3, $4, $1}')"
 }
 
 flame() {
@@ -276,8 +278,13 @@ issuance() {
     done
   done
   [ "${BENCH_FLAME:-1}" = 1 ] && flame
+  issuance_report
+}
+
+issuance_report() {
+  # The settings of the run that made the results (machine.txt), not of this shell.
   report issuance-vs-pebble pebble certeasy \
-    "$rounds rounds of $duration s per scenario, poll every $poll_ms ms, Pebble $(dpkg-query -W -f='${Version}' pebble 2>/dev/null); $(stalled_summary); cells are the median (min–max) over rounds"
+    "$(sed -n 5p "$out/machine.txt"), Pebble $(sed -n 4p "$out/machine.txt" | cut -d' ' -f2-); $(stalled_summary); cells are the median (min–max) over rounds"
 }
 
 # Renders $out/raw into $out/table.md (and the chart); with BENCH_UPDATE_DOCS=1 also between the
@@ -390,6 +397,7 @@ cluster_run() {
 
 case "$part" in
   issuance) issuance ;;
+  issuance-report) out="$CARGO_TARGET_DIR/bench-issuance" issuance_report ;;
   scale) scale ;;
   cluster) cluster ;;
   *) echo "unknown part $part: expected issuance, scale or cluster" >&2; exit 2 ;;

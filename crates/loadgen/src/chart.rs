@@ -49,12 +49,13 @@ fn register(font: &Path) -> anyhow::Result<()> {
         .map_err(|_| anyhow!("{} is not a usable TrueType font", font.display()))
 }
 
-fn median_flows(grouped: &Grouped, case: Case, label: &str) -> f64 {
+/// `None` when the server has no run of the case (e.g. every run stalled and was set aside).
+fn median_flows(grouped: &Grouped, case: Case, label: &str) -> Option<f64> {
     grouped
         .get(&case)
         .and_then(|labels| labels.get(label))
         .and_then(|runs| Spread::of(&runs.iter().map(|r| r.flows_per_s).collect::<Vec<_>>()))
-        .map_or(0.0, |s| s.median)
+        .map(|s| s.median)
 }
 
 pub(crate) fn draw(
@@ -73,7 +74,7 @@ pub(crate) fn draw(
     if cases.is_empty() {
         return Ok(());
     }
-    let bars: Vec<(f64, f64)> = cases
+    let bars: Vec<(Option<f64>, Option<f64>)> = cases
         .iter()
         .map(|&c| {
             (
@@ -82,7 +83,12 @@ pub(crate) fn draw(
             )
         })
         .collect();
-    let top = bars.iter().map(|&(b, s)| b.max(s)).fold(1.0, f64::max) * 1.2;
+    let top = bars
+        .iter()
+        .flat_map(|&(b, s)| [b, s])
+        .flatten()
+        .fold(1.0, f64::max)
+        * 1.2;
 
     let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
@@ -122,7 +128,10 @@ pub(crate) fn draw(
         let rectangles = bars.iter().enumerate().map(|(i, &(b, s))| {
             let value = if series == 0 { b } else { s };
             let x = i as f64 + offset;
-            Rectangle::new([(x, 0.0), (x + 0.38, value)], colour.filled())
+            Rectangle::new(
+                [(x, 0.0), (x + 0.38, value.unwrap_or(0.0))],
+                colour.filled(),
+            )
         });
         chart
             .draw_series(rectangles)
@@ -132,8 +141,8 @@ pub(crate) fn draw(
         let values = bars.iter().enumerate().map(|(i, &(b, s))| {
             let value = if series == 0 { b } else { s };
             Text::new(
-                format!("{value:.1}"),
-                (i as f64 + offset + 0.19, value),
+                value.map_or_else(|| "no figure".to_owned(), |v| format!("{v:.1}")),
+                (i as f64 + offset + 0.19, value.unwrap_or(0.0)),
                 value_style.clone(),
             )
         });
