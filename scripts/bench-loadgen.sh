@@ -27,7 +27,8 @@
 #   BENCH_PORT_BASE [18400]     first of the loopback ports used (ten consecutive ports)
 #   BENCH_UPDATE_DOCS [1]       write the table into docs/performance.md and the images to docs/img
 #   BENCH_SCALE_ACCOUNTS [10000], BENCH_SCALE_ORDERS [100000], BENCH_SCALE_CONCURRENCY [16]
-#   BENCH_CLUSTER_DURATION [20], BENCH_CLUSTER_CONCURRENCY [32], BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS]
+#   BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS], BENCH_CLUSTER_DURATION [BENCH_DURATION],
+#   BENCH_CLUSTER_SCENARIOS ["full:32 new-order:32"]
 #   CERTEASY_TEST_POSTGRES_URL [postgres://postgres@127.0.0.1:5432/postgres] (cluster)
 #   BENCH_REDIS_URL [redis://127.0.0.1:6379] (cluster; keys under a fresh per-run prefix)
 # Results: $CARGO_TARGET_DIR/bench-<part>/ (raw JSON per run, the table, the chart, logs of a
