@@ -287,8 +287,10 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
     let comparison = comparison_table(&grouped, &args.baseline, &args.subject);
     if comparison.lines().count() > 2 {
         md.push_str(&comparison);
-        md.push('\n');
-        md.push_str(&phase_table(&grouped, &args.baseline, &args.subject));
+        if grouped.keys().any(|c| c.scenario == ScenarioOrder::Full) {
+            md.push('\n');
+            md.push_str(&phase_table(&grouped, &args.baseline, &args.subject));
+        }
     }
     if let Some(scale) = scale_table(&grouped) {
         if !md.is_empty() && !md.ends_with("\n\n") {
