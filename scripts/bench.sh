@@ -5,9 +5,13 @@
 # them) and PostgreSQL on 127.0.0.1:5432. Benchmarks start their own redis-server processes on
 # free loopback ports and never touch the shared instance on 6379.
 #
-# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance]   (default: all)
+# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster]
+# (default: memory redis redis-memory issuance-inproc issuance; scale and cluster take minutes
+# and run only when named).
 # Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
-# BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance).
+# BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance-inproc); the
+# issuance (Certeasy vs Pebble), scale and cluster parts are scripts/bench-loadgen.sh, whose
+# header lists their tunables (BENCH_ROUNDS, BENCH_DURATION, BENCH_SCENARIOS, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +23,7 @@ mkdir -p "$CARGO_TARGET_DIR"
 : >"$raw"
 
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(memory redis redis-memory issuance)
+[ ${#parts[@]} -eq 0 ] && parts=(memory redis redis-memory issuance-inproc issuance)
 wants() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
 log() { printf '\n==> %s\n' "$*" >&2; }
@@ -86,14 +90,23 @@ if wants redis-memory; then
   cargo bench -p ratelimits --bench redis_memory | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
 fi
 
-if wants issuance; then
-  log "issuance (lego against the binary; instant-acme throughput on SQLite and PostgreSQL)"
+if wants issuance-inproc; then
+  log "issuance-inproc (lego against the binary; instant-acme throughput on SQLite and PostgreSQL)"
   # Builds the release `certeasy` binary with the bench (the binary it runs as `certeasy serve`);
   # a separate `cargo build --release -p certeasy` would resolve features without the
   # dev-dependencies and rebuild half the tree for nothing.
   cargo bench -p certeasy --bench issuance --no-run
   cargo bench -p certeasy --bench issuance | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
 fi
+
+# The load generator's parts write their own results ($CARGO_TARGET_DIR/bench-issuance/) and
+# docs/performance.md sections.
+for part in issuance scale cluster; do
+  if wants "$part"; then
+    log "$part (certeasy-loadgen)"
+    scripts/bench-loadgen.sh "$part" | tee -a "$raw"
+  fi
+done
 
 log "figures (also in $out; full output in $raw)"
 cat "$out"

@@ -51,9 +51,29 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Records {
     names: Mutex<HashMap<String, Entry>>,
+    /// `(suffix, address)`: names under a suffix that are not in `names` answer A `address`, so
+    /// a load generator need not register each of its millions of names first.
+    default_a: Mutex<Vec<(String, Ipv4Addr)>>,
 }
 
 impl Records {
+    /// The entry a name absent from the map gets from a [`TestDnsServer::set_default_a`] suffix.
+    fn default_entry(&self, name: &str) -> Option<Entry> {
+        self.default_a
+            .lock()
+            .iter()
+            .find(|(suffix, _)| {
+                name == suffix
+                    || name
+                        .strip_suffix(suffix.as_str())
+                        .is_some_and(|head| head.ends_with('.'))
+            })
+            .map(|(_, ip)| Entry {
+                a: vec![*ip],
+                ..Entry::default()
+            })
+    }
+
     fn update(&self, name: &str, change: impl FnOnce(&mut Entry)) {
         let mut names = self.names.lock();
         change(names.entry(normalise(name)).or_default());
@@ -69,7 +89,13 @@ impl Records {
         let mut owner = query_name.clone();
         let mut current = normalise(&query_name.to_ascii());
         for _ in 0..=MAX_CNAME_HOPS {
-            let Some(entry) = names.get(&current) else {
+            let default_entry;
+            let entry = if let Some(entry) = names.get(&current) {
+                entry
+            } else if let Some(entry) = self.default_entry(&current) {
+                default_entry = entry;
+                &default_entry
+            } else {
                 // A chain pointing outside the map ends here; the client re-queries the target.
                 let code = if answers.is_empty() {
                     ResponseCode::NXDomain
@@ -210,8 +236,19 @@ impl std::fmt::Debug for TestDnsServer {
 impl TestDnsServer {
     /// Starts the DNS server and its HTTP control endpoint. Must be called inside a tokio runtime.
     pub async fn start() -> io::Result<Self> {
+        Self::start_with(bind_udp_and_tcp().await?).await
+    }
+
+    /// Like [`TestDnsServer::start`] on a fixed address (UDP and TCP), for servers configured
+    /// before the test process runs, such as a Pebble started by a script.
+    pub async fn start_on(addr: SocketAddr) -> io::Result<Self> {
+        let udp = UdpSocket::bind(addr).await?;
+        let tcp = TcpListener::bind(addr).await?;
+        Self::start_with((udp, tcp)).await
+    }
+
+    async fn start_with((udp, tcp): (UdpSocket, TcpListener)) -> io::Result<Self> {
         let records = Arc::new(Records::default());
-        let (udp, tcp) = bind_udp_and_tcp().await?;
         let addr = udp.local_addr()?;
         let mut server = Server::new(Handler {
             records: Arc::clone(&records),
@@ -252,6 +289,12 @@ impl TestDnsServer {
     /// Replaces the A records of `name` with `ip`.
     pub fn set_a(&self, name: &str, ip: Ipv4Addr) {
         self.records.update(name, |e| e.a = vec![ip]);
+    }
+
+    /// Answers A `ip` for `suffix` and every name below it that has no records of its own
+    /// (like pebble-challtestsrv's default IPv4). Other types get NOERROR with no answers.
+    pub fn set_default_a(&self, suffix: &str, ip: Ipv4Addr) {
+        self.records.default_a.lock().push((normalise(suffix), ip));
     }
 
     /// Replaces the AAAA records of `name` with `ip`.
@@ -356,4 +399,51 @@ async fn clear_txt(State(records): State<Arc<Records>>, body: Bytes) -> StatusCo
     };
     records.update(&request.host, |e| e.txt.clear());
     StatusCode::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use hickory_proto::op::ResponseCode;
+    use hickory_proto::rr::Name;
+    use hickory_proto::rr::RData;
+    use hickory_proto::rr::RecordType;
+
+    use super::Records;
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).expect("valid name")
+    }
+
+    #[test]
+    fn default_a_answers_under_its_suffix_only() {
+        let records = Records::default();
+        records
+            .default_a
+            .lock()
+            .push(("bench.test".to_owned(), Ipv4Addr::LOCALHOST));
+        records.update("own.bench.test", |e| {
+            e.a = vec![Ipv4Addr::new(192, 0, 2, 1)]
+        });
+
+        let (code, answers) = records.answer(&name("x1.Bench.TEST."), RecordType::A);
+        assert_eq!(code, ResponseCode::NoError);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].data, RData::A(Ipv4Addr::LOCALHOST.into()));
+        // Other types: the name exists, with no records of that type.
+        let (code, answers) = records.answer(&name("x1.bench.test."), RecordType::AAAA);
+        assert_eq!((code, answers.len()), (ResponseCode::NoError, 0));
+        // A name of its own keeps its records.
+        let (_, answers) = records.answer(&name("own.bench.test."), RecordType::A);
+        assert_eq!(
+            answers[0].data,
+            RData::A(Ipv4Addr::new(192, 0, 2, 1).into())
+        );
+        // Not under the suffix, or only sharing its last characters.
+        for other in ["xbench.test.", "example.com."] {
+            let (code, _) = records.answer(&name(other), RecordType::A);
+            assert_eq!(code, ResponseCode::NXDomain, "{other}");
+        }
+    }
 }

@@ -36,7 +36,13 @@ pub struct Http01Responder {
 impl Http01Responder {
     /// Starts the responder on 127.0.0.1 and a random port. Must be called inside a tokio runtime.
     pub async fn start() -> io::Result<Self> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        Self::start_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await
+    }
+
+    /// Like [`Http01Responder::start`] on a fixed address, for servers configured with a fixed
+    /// http-01 port before the test process runs (Pebble's `httpPort`).
+    pub async fn start_on(addr: SocketAddr) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let content = Arc::new(Content::default());
         let app = Router::new()
