@@ -38,12 +38,10 @@ pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) ->
 }
 
 async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {
-    Ok(
-        sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
-            .bind(thumbprint)
-            .fetch_optional(&s.db)
-            .await?,
-    )
+    sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
+        .bind(thumbprint)
+        .fetch_optional(&s.db)
+        .await
 }
 
 pub(crate) async fn by_id(s: &Storage, id: AccountId) -> Result<Option<Account>> {

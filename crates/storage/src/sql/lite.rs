@@ -147,10 +147,10 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if !conn.is_autocommit() {
-                if let Err(e) = conn.execute_batch("ROLLBACK") {
-                    tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction");
-                }
+            if !conn.is_autocommit()
+                && let Err(e) = conn.execute_batch("ROLLBACK")
+            {
+                tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction");
             }
             if !self.pool.permits.is_closed() {
                 self.pool
