@@ -108,9 +108,11 @@ impl Workers {
         }
     }
 
-    /// Tells idle workers that a job was just enqueued.
+    /// Tells one idle worker that a job was just enqueued: one job, one worker. Waking them all
+    /// made every idle worker race for the job (a claim on the database writer and a due-time
+    /// query each, all but one in vain). If none is idle, the permit is kept for the next one to
+    /// go idle, and busy workers look for more work after each job anyway.
     pub fn wake(&self) {
-        self.inner.wake.notify_waiters();
         self.inner.wake.notify_one();
     }
 

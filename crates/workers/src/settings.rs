@@ -51,10 +51,16 @@ impl WorkerSettings {
     }
 }
 
+/// Workers per instance unless `validation.workers` says otherwise. A validation mostly waits
+/// (DNS, a connection, up to `validation.timeout` for a silent target), so a few slow targets
+/// must not hold up everyone else's orders; an idle worker costs a parked task and one due-time
+/// query per `poll_interval`.
+pub const DEFAULT_CONCURRENCY: usize = 32;
+
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
-            concurrency: 4,
+            concurrency: DEFAULT_CONCURRENCY,
             max_attempts: 3,
             lease: DEFAULT_JOB_LEASE,
             attempt_timeout: None,

@@ -491,7 +491,7 @@ impl Default for ValidationConfig {
             allow_loopback: false,
             deny_target_cidrs: Vec::new(),
             timeout: ConfigDuration::from_secs(10),
-            workers: 4,
+            workers: workers::settings::DEFAULT_CONCURRENCY,
             max_attempts: 3,
             job_lease: ConfigDuration::from_secs(
                 workers::settings::DEFAULT_JOB_LEASE
