@@ -241,10 +241,15 @@ async fn run(query: &Query, target: Target<'_>, want: Want) -> Result<Output> {
     }
 }
 
-/// Outside a transaction: a reader for a statement that only reads, else the writer. The reader
-/// is given back before the writer is awaited, so no task ever holds one while waiting for the
-/// other.
+/// Outside a transaction: the writer when it is idle, since its page cache is current (every
+/// commit makes the readers' caches stale, and a stale cache is read again from the file);
+/// otherwise a reader for a statement that only reads, else the writer once it is free. The
+/// reader is given back before the writer is awaited, so no task ever holds one while waiting
+/// for the other, and a task holding the writer in a transaction never waits for it again.
 async fn run_lite_anywhere(lite: &lite::LiteDb, query: &Query, want: Want) -> Result<Output> {
+    if let Some(writer) = lite.writer.try_lease() {
+        return lite::run(writer.conn()?, query, want);
+    }
     {
         let reader = lite.readers.lease().await?;
         let conn = reader.conn()?;
