@@ -4,7 +4,8 @@
 #
 #   scripts/bench-loadgen.sh issuance   # Pebble vs Certeasy, alternating rounds -> docs/performance.md
 #   scripts/bench-loadgen.sh scale      # 10,000 accounts and 100,000 orders: Certeasy's RSS
-#   scripts/bench-loadgen.sh cluster    # two instances (PostgreSQL + Redis) behind a TCP proxy vs one
+#   scripts/bench-loadgen.sh cluster    # two instances (PostgreSQL + Redis) behind a TCP proxy vs one,
+#                                       # and one on PostgreSQL + Redis vs one on the SQLite default
 #   scripts/bench-loadgen.sh issuance-report  # render the last issuance results again (no run)
 #
 # Every run starts its server afresh: a new Pebble process, a new Certeasy data directory (and
@@ -347,7 +348,7 @@ cluster() {
   scenarios="${BENCH_CLUSTER_SCENARIOS:-full:32 new-order:32}"
   machine | tee "$out/machine.txt" >&2
   for round in $(seq 1 "$rounds"); do
-    if [ $((round % 2)) = 1 ]; then order="1 2"; else order="2 1"; fi
+    if [ $((round % 2)) = 1 ]; then order="sqlite 1 2"; else order="2 1 sqlite"; fi
     for item in $scenarios; do
       scenario=${item%%:*}
       concurrency=${item##*:}
@@ -358,19 +359,28 @@ cluster() {
   done
   report cluster certeasy-1 certeasy-2 \
     "$rounds rounds of $duration s per scenario; PostgreSQL + Redis, one instance vs two behind one TCP round-robin proxy"
+  report postgres-vs-sqlite certeasy-sqlite certeasy-1 \
+    "$rounds rounds of $duration s per scenario, behind the same proxy; one instance on the embedded SQLite default vs one on PostgreSQL + Redis"
 }
 
 cluster_run() {
   local instances=$1 scenario=$2 concurrency=$3 round=$4 admin_url=$5 redis_url=$6
   local label="certeasy-$instances" db="certeasy_loadgen_$$_${round}_$RANDOM"
+  # "sqlite": one instance on the embedded default (SQLite, limits in memory), the baseline of
+  # the PostgreSQL figures.
+  local db_url redis_arg
+  if [ "$instances" = sqlite ]; then instances=1 db_url="" redis_arg=""; fi
   local prefix="certeasy-loadgen-$$-$RANDOM:" base_url=${admin_url%/*}
   log "round $round: $label, $scenario x$concurrency (load average $(cut -d' ' -f1 /proc/loadavg))"
-  psql "$admin_url" -v ON_ERROR_STOP=1 -qc "CREATE DATABASE $db" >/dev/null
+  if [ "$label" != certeasy-sqlite ]; then
+    psql "$admin_url" -v ON_ERROR_STOP=1 -qc "CREATE DATABASE $db" >/dev/null
+    db_url="$base_url/$db" redis_arg="$redis_url"
+  fi
   server_dir=$(mktemp -d "$out/run.$label.XXXX")
   local pids=() backends=() i port admin config
   for i in $(seq 1 "$instances"); do
     if [ "$i" = 1 ]; then port=$acme_port admin=$admin_port; else port=$acme2_port admin=$admin2_port; fi
-    config=$(certeasy_config "$server_dir" "$port" "$admin" "$proxy_port" "$base_url/$db" "$redis_url" "$prefix")
+    config=$(certeasy_config "$server_dir" "$port" "$admin" "$proxy_port" "$db_url" "$redis_arg" "$prefix")
     "$certeasy" serve --config "$config" >"$server_dir/server-$i.log" 2>&1 </dev/null &
     pids+=($!)
     backends+=(--backend "127.0.0.1:$port")
@@ -390,7 +400,7 @@ cluster_run() {
     --label "$label" --round "$round" --output "$out/raw/$label-$scenario-c$concurrency-r$round.json" >&2 ||
     { tail -20 "$server_dir"/server-*.log >&2; stop "$proxy_pid" "${pids[@]}"; return 1; }
   stop "$proxy_pid" "${pids[@]}"
-  psql "$admin_url" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
+  [ -n "$db_url" ] && { psql "$admin_url" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true; }
   # Only this run's keys (never a flush: the Redis instance is shared).
   redis-cli -u "$redis_url" --scan --pattern "$prefix*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true
   rm -rf "$server_dir"

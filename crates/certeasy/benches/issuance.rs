@@ -315,7 +315,7 @@ async fn throughput(label: &str, postgres: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut accounts = Vec::new();
     for _ in 0..accounts_n {
-        let (account, _) = Account::builder_with_root(&root)?
+        let (account, _) = Account::builder_with_http(testkit::acme_http::nodelay_client(&root)?)
             .create(
                 &NewAccount {
                     contact: &[],

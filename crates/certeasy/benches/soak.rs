@@ -555,7 +555,7 @@ async fn main() -> anyhow::Result<()> {
     let directory = format!("https://localhost:{acme_port}/directory");
     let mut accounts = Vec::new();
     for _ in 0..settings.accounts {
-        let (account, _) = Account::builder_with_root(&root)?
+        let (account, _) = Account::builder_with_http(testkit::acme_http::nodelay_client(&root)?)
             .create(
                 &NewAccount {
                     contact: &[],

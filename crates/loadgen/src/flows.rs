@@ -16,7 +16,7 @@ use instant_acme::OrderStatus;
 use serde::Serialize;
 use testkit::http01::Http01Responder;
 
-use crate::http::LaneClient;
+use testkit::acme_http::LaneClient;
 
 /// The steps of a full issuance, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

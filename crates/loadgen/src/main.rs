@@ -10,7 +10,6 @@ mod chart;
 mod cli;
 mod flame;
 mod flows;
-mod http;
 mod procfs;
 mod proxy;
 mod report;

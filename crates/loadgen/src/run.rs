@@ -25,10 +25,11 @@ use crate::cli::Scenario;
 use crate::flows;
 use crate::flows::Phase;
 use crate::flows::Timings;
-use crate::http;
-use crate::http::LaneClient;
+
 use crate::procfs;
 use crate::stats::Latency;
+use testkit::acme_http;
+use testkit::acme_http::LaneClient;
 
 /// Error messages kept in the result, so a failing run says why without flooding it.
 const ERROR_SAMPLES: usize = 5;
@@ -245,10 +246,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let challenges = Arc::new(
         Challenges::start(args.dns_listen, args.http01_listen, &args.domain_suffix).await?,
     );
-    let tls = http::tls_config(&args.ca_root)?;
+    let tls = acme_http::tls_config(&args.ca_root)?;
     let clients: Arc<Vec<LaneClient>> = Arc::new(
         (0..args.concurrency)
-            .map(|_| http::lane_client(tls.clone(), args.http1))
+            .map(|_| acme_http::lane_client(tls.clone(), args.http1))
             .collect(),
     );
     let directories = Arc::new(args.directories.clone());

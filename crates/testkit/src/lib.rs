@@ -1,5 +1,6 @@
 //! Test-only infrastructure: real servers on 127.0.0.1 that validation and end-to-end tests talk to.
 
+pub mod acme_http;
 pub mod dns;
 pub mod http01;
 pub mod tls_alpn;

@@ -321,8 +321,8 @@ impl TestEnv {
 
     /// An instant-acme account trusting this CA.
     pub async fn account(&self) -> instant_acme::Account {
-        let (account, _) = instant_acme::Account::builder_with_root(&self.root_path)
-            .unwrap()
+        let http = testkit::acme_http::nodelay_client(&self.root_path).unwrap();
+        let (account, _) = instant_acme::Account::builder_with_http(http)
             .create(
                 &instant_acme::NewAccount {
                     contact: &["mailto:ops@example.com"],
