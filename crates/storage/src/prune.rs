@@ -22,6 +22,8 @@ use crate::Result;
 use crate::Storage;
 use crate::sql;
 use crate::sql::Conn;
+use crate::sql::QueryScalar;
+use crate::sql::Tx;
 use crate::state;
 
 /// Default of `database.prune-after`: how long a finished order or an authorization is kept after
@@ -129,7 +131,7 @@ impl Storage {
     /// Orders without a certificate that expired before `cutoff`, with their links. An order in
     /// processing, or one a finalization job names, stays: its job will settle it first.
     async fn delete_orders(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let mut tx = self.begin_write().await?;
+        let tx = self.begin_write().await?;
         let sql = format!(
             "SELECT id FROM orders WHERE certificate_id IS NULL AND expires_at < $1 \
              AND status <> 'processing' \
@@ -138,27 +140,18 @@ impl Storage {
              LIMIT $3{}",
             self.skip_locked()
         );
-        let ids: Vec<i64> = sql::one_off_scalar(sql)
+        let select = sql::one_off_scalar(sql)
             .bind(cutoff)
             .bind(state::JOB_FINALIZE)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-        if ids.is_empty() {
-            tx.rollback().await?;
-            return Ok((0, 0));
-        }
-        let links = self
-            .by_ids(
-                &mut tx,
+            .bind(i64::from(limit));
+        let (links, orders) = self
+            .batch(
+                tx,
+                select,
                 "DELETE FROM order_authorizations WHERE order_id IN",
-                &ids,
+                "DELETE FROM orders WHERE id IN",
             )
             .await?;
-        let orders = self
-            .by_ids(&mut tx, "DELETE FROM orders WHERE id IN", &ids)
-            .await?;
-        tx.commit().await?;
         Ok((orders, links))
     }
 
@@ -166,32 +159,21 @@ impl Storage {
     /// go, the row stays for its certificate. Trimmed orders leave the `orders_untrimmed` index,
     /// so later passes never read them again.
     async fn trim_issued_orders(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let mut tx = self.begin_write().await?;
+        let tx = self.begin_write().await?;
         let sql = format!(
             "SELECT id FROM orders WHERE csr IS NOT NULL AND certificate_id IS NOT NULL \
              AND expires_at < $1 LIMIT $2{}",
             self.skip_locked()
         );
-        let ids: Vec<i64> = sql::one_off_scalar(sql)
-            .bind(cutoff)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-        if ids.is_empty() {
-            tx.rollback().await?;
-            return Ok((0, 0));
-        }
-        let links = self
-            .by_ids(
-                &mut tx,
+        let select = sql::one_off_scalar(sql).bind(cutoff).bind(i64::from(limit));
+        let (links, trimmed) = self
+            .batch(
+                tx,
+                select,
                 "DELETE FROM order_authorizations WHERE order_id IN",
-                &ids,
+                "UPDATE orders SET csr = NULL WHERE id IN",
             )
             .await?;
-        let trimmed = self
-            .by_ids(&mut tx, "UPDATE orders SET csr = NULL WHERE id IN", &ids)
-            .await?;
-        tx.commit().await?;
         Ok((trimmed, links))
     }
 
@@ -200,7 +182,7 @@ impl Storage {
     /// job check goes challenge by challenge through `jobs (kind, target_id)`: a join from `jobs`
     /// would read every pending validation for each authorization.
     async fn delete_authorizations(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let mut tx = self.begin_write().await?;
+        let tx = self.begin_write().await?;
         let sql = format!(
             "SELECT id FROM authorizations WHERE expires_at < $1 \
              AND NOT EXISTS (SELECT 1 FROM order_authorizations oa WHERE oa.authz_id = authorizations.id) \
@@ -209,24 +191,39 @@ impl Storage {
              LIMIT $3{}",
             self.skip_locked()
         );
-        let ids: Vec<i64> = sql::one_off_scalar(sql)
+        let select = sql::one_off_scalar(sql)
             .bind(cutoff)
             .bind(state::JOB_VALIDATE)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
+            .bind(i64::from(limit));
+        let (challenges, authorizations) = self
+            .batch(
+                tx,
+                select,
+                "DELETE FROM challenges WHERE authz_id IN",
+                "DELETE FROM authorizations WHERE id IN",
+            )
             .await?;
+        Ok((authorizations, challenges))
+    }
+
+    /// One batch in `tx`: the ids `select` returns, then `children (ids)` and `parent (ids)`
+    /// (each a statement head ending in `IN`), committed together; the rows each changed.
+    async fn batch(
+        &self,
+        mut tx: Tx,
+        select: QueryScalar<i64>,
+        children: &str,
+        parent: &str,
+    ) -> Result<(u64, u64)> {
+        let ids = select.fetch_all(&mut *tx).await?;
         if ids.is_empty() {
             tx.rollback().await?;
             return Ok((0, 0));
         }
-        let challenges = self
-            .by_ids(&mut tx, "DELETE FROM challenges WHERE authz_id IN", &ids)
-            .await?;
-        let authorizations = self
-            .by_ids(&mut tx, "DELETE FROM authorizations WHERE id IN", &ids)
-            .await?;
+        let children = self.by_ids(&mut tx, children, &ids).await?;
+        let parent = self.by_ids(&mut tx, parent, &ids).await?;
         tx.commit().await?;
-        Ok((authorizations, challenges))
+        Ok((children, parent))
     }
 
     /// PostgreSQL: lock the rows taken and pass over those another transaction holds (a request,

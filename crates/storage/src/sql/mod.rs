@@ -19,6 +19,7 @@ use sqlx::pool::PoolConnection;
 
 use crate::Result;
 
+pub(crate) use crate::sql::query::QueryScalar;
 pub(crate) use crate::sql::query::one_off;
 pub(crate) use crate::sql::query::one_off_scalar;
 pub(crate) use crate::sql::query::query;
