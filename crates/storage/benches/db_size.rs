@@ -30,6 +30,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::Connection;
 use storage::Backend;
 use storage::Storage;
+use storage::model::Authorization;
 use storage::model::Completion;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
@@ -273,17 +274,31 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
     .unwrap()
 }
 
-/// An order whose validation fails, with the problem a failed http-01 fetch records.
-async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
+/// A new order whose http-01 challenge was started and whose validation job a worker took and
+/// settled, ready for the verdict to be recorded.
+async fn validating_order(
+    s: &Storage,
+    account: AccountId,
+    i: u64,
+    now: OffsetDateTime,
+) -> (Order, Authorization) {
     let order = new_order(s, account, i, now).await;
     let authz = s
         .authorization(order.authz_ids[0], now)
         .await
         .unwrap()
         .unwrap();
-    let challenge = authz.challenges[0].id;
-    s.start_challenge(challenge, now).await.unwrap();
+    s.start_challenge(authz.challenges[0].id, now)
+        .await
+        .unwrap();
     settle_job(s, now).await;
+    (order, authz)
+}
+
+/// An order whose validation fails, with the problem a failed http-01 fetch records.
+async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
+    let (_, authz) = validating_order(s, account, i, now).await;
+    let challenge = authz.challenges[0].id;
     let problem = Problem::new(
         ProblemType::Connection,
         format!(
@@ -299,16 +314,10 @@ async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
 }
 
 async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
-    let order = new_order(s, account, i, now).await;
-    let authz = s
-        .authorization(order.authz_ids[0], now)
+    let (order, authz) = validating_order(s, account, i, now).await;
+    s.record_validation(authz.challenges[0].id, Ok(()), now)
         .await
-        .unwrap()
         .unwrap();
-    let challenge = authz.challenges[0].id;
-    s.start_challenge(challenge, now).await.unwrap();
-    settle_job(s, now).await;
-    s.record_validation(challenge, Ok(()), now).await.unwrap();
     s.begin_finalize(order.id, &filler(i, CSR_BYTES), now)
         .await
         .unwrap();

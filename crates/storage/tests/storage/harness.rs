@@ -9,6 +9,8 @@ use std::time::UNIX_EPOCH;
 use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::AccountId;
+use acme_core::ids::AuthzId;
+use acme_core::ids::ChallengeId;
 use acme_core::ids::Serial;
 use acme_core::status::ChallengeType;
 use sqlx::AnyConnection;
@@ -160,6 +162,24 @@ pub(crate) fn t0() -> OffsetDateTime {
 
 pub(crate) fn dns(name: &str) -> Identifier {
     Identifier::dns(name).unwrap()
+}
+
+/// Starts the first (http-01) challenge of `authz`, as a client's challenge POST does, which
+/// enqueues its validation job.
+pub(crate) async fn start_first_challenge(
+    s: &Storage,
+    authz: AuthzId,
+    now: OffsetDateTime,
+) -> ChallengeId {
+    let chal = s
+        .authorization(authz, now)
+        .await
+        .unwrap()
+        .unwrap()
+        .challenges[0]
+        .id;
+    s.start_challenge(chal, now).await.unwrap();
+    chal
 }
 
 pub(crate) async fn account(s: &Storage, now: OffsetDateTime) -> Account {

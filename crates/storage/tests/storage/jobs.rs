@@ -33,15 +33,7 @@ async fn enqueue_validations(s: &Storage, n: usize, now: OffsetDateTime) -> Vec<
         .unwrap();
     let mut started = Vec::new();
     for authz_id in order.authz_ids {
-        let chal = s
-            .authorization(authz_id, now)
-            .await
-            .unwrap()
-            .unwrap()
-            .challenges[0]
-            .id;
-        s.start_challenge(chal, now).await.unwrap();
-        started.push(chal);
+        started.push(harness::start_first_challenge(s, authz_id, now).await);
     }
     started
 }

@@ -72,14 +72,7 @@ async fn only_finished_transient_rows_go(s: &Storage) {
     // A validation job still names its challenge: the order goes, the authorization stays.
     let validating = pending_order(s, acct.id, "validating.example.com", now).await;
     let validating_authz = validating.authz_ids[0];
-    let chal = s
-        .authorization(validating_authz, now)
-        .await
-        .unwrap()
-        .unwrap()
-        .challenges[0]
-        .id;
-    s.start_challenge(chal, now).await.unwrap();
+    let chal = harness::start_first_challenge(s, validating_authz, now).await;
 
     // In processing with its finalization job: everything stays.
     let processing = harness::ready_order(s, acct.id, &["processing.example.com"], now).await;
