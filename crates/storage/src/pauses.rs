@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use crate::sql;
 use crate::sql::Conn;
+use crate::sql::Params;
 use crate::sql::Row;
 use crate::sql::one_off;
 use acme_core::identifier::Identifier;
@@ -296,32 +297,6 @@ fn chunks_by_kind<'a>(ids: &[&'a Identifier]) -> Vec<(&'static str, Vec<&'a Iden
     by_kind
 }
 
-/// Bind placeholders, written in the order the values are bound, each used once. SQLite gets
-/// anonymous `?`: it resolves every numbered or named parameter by a linear search of those seen
-/// so far, which makes a statement with thousands of them quadratic to prepare and bind.
-struct Params {
-    backend: Backend,
-    count: usize,
-}
-
-impl Params {
-    fn new(backend: Backend) -> Self {
-        Self { backend, count: 0 }
-    }
-
-    fn one(&mut self) -> String {
-        self.count += 1;
-        match self.backend {
-            Backend::Postgres => format!("${}", self.count),
-            Backend::Sqlite => "?".to_owned(),
-        }
-    }
-
-    fn many(&mut self, n: usize) -> String {
-        (0..n).map(|_| self.one()).collect::<Vec<_>>().join(", ")
-    }
-}
-
 /// `unpaused_at` of the rows that exist among `ids` (all of type `kind`), keyed by (type, value).
 /// With `lock`, PostgreSQL locks the rows until the transaction ends, so that a decision taken on
 /// what was read cannot race a concurrent pause or unpause (SQLite writers hold the database).
@@ -441,16 +416,6 @@ fn pair(row: &Row) -> Result<PausedPair> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placeholders_follow_the_backend() {
-        let mut pg = Params::new(Backend::Postgres);
-        assert_eq!(pg.one(), "$1");
-        assert_eq!(pg.many(3), "$2, $3, $4");
-        let mut lite = Params::new(Backend::Sqlite);
-        assert_eq!(lite.one(), "?");
-        assert_eq!(lite.many(2), "?, ?");
-    }
 
     #[test]
     fn chunks_group_by_kind_and_cap_their_size() {

@@ -22,6 +22,7 @@ use crate::Result;
 use crate::Storage;
 use crate::sql;
 use crate::sql::Conn;
+use crate::sql::Params;
 use crate::sql::QueryScalar;
 use crate::sql::Tx;
 use crate::state;
@@ -237,16 +238,9 @@ impl Storage {
 
     /// Runs `head (id, id, ...)` with the ids bound, returning the rows affected. The ids are
     /// those the batch selected (and, on PostgreSQL, locked), not a second subquery that could
-    /// see a different set under READ COMMITTED. SQLite gets anonymous `?` placeholders, which it
-    /// binds without a search per parameter.
+    /// see a different set under READ COMMITTED.
     async fn by_ids(&self, conn: &mut Conn, head: &str, ids: &[i64]) -> Result<u64> {
-        let placeholders = match self.backend {
-            Backend::Postgres => (1..=ids.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Backend::Sqlite => vec!["?"; ids.len()].join(", "),
-        };
+        let placeholders = Params::new(self.backend).many(ids.len());
         let mut query = sql::one_off(format!("{head} ({placeholders})"));
         for id in ids {
             query = query.bind(*id);

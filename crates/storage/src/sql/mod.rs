@@ -5,6 +5,7 @@
 //! (`query(..).bind(..).fetch_optional(..)`), and runs it against the [`Db`] or a [`Conn`].
 
 mod lite;
+mod params;
 mod query;
 mod row;
 mod value;
@@ -19,6 +20,7 @@ use sqlx::pool::PoolConnection;
 
 use crate::Result;
 
+pub(crate) use crate::sql::params::Params;
 pub(crate) use crate::sql::query::QueryScalar;
 pub(crate) use crate::sql::query::one_off;
 pub(crate) use crate::sql::query::one_off_scalar;
