@@ -308,14 +308,14 @@ async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
         ),
     )
     .with_identifier(authz.identifier.clone());
-    s.record_validation(challenge, Err(problem), now)
+    s.record_validation(challenge, Err(problem), now, None)
         .await
         .unwrap();
 }
 
 async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     let (order, authz) = validating_order(s, account, i, now).await;
-    s.record_validation(authz.challenges[0].id, Ok(()), now)
+    s.record_validation(authz.challenges[0].id, Ok(()), now, None)
         .await
         .unwrap();
     s.begin_finalize(order.id, &filler(i, CSR_BYTES), now)
@@ -337,6 +337,7 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
                 not_after: now + Duration::days(90),
             },
             now,
+            None,
         )
         .await
         .unwrap();

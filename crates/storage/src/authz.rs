@@ -15,8 +15,11 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::jobs;
 use crate::model::Authorization;
 use crate::model::Challenge;
+use crate::model::Job;
+use crate::model::JobKind;
 use crate::model::ValidationRecorded;
 use crate::rows;
 use crate::state;
@@ -70,12 +73,16 @@ async fn lock_authz_status(conn: &mut Conn, backend: Backend, id: AuthzId) -> Re
     codec::parse(&status)
 }
 
+/// `claim`: the lease under which the caller runs the validation job itself (see
+/// [`state::enqueue_job`]); the job comes back only when this call created it.
 pub(crate) async fn start_challenge(
     s: &Storage,
     id: ChallengeId,
     now: OffsetDateTime,
-) -> Result<Challenge> {
+    claim: Option<time::Duration>,
+) -> Result<(Challenge, Option<Job>)> {
     let now_s = codec::unix(now);
+    let mut job = None;
     let mut tx = s.begin_write().await?;
     let challenge = rows::load_challenge(&mut tx, id)
         .await?
@@ -84,10 +91,14 @@ pub(crate) async fn start_challenge(
     state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
     state::expire_authz(&mut tx, authz_id, now_s).await?;
     let authz_status = lock_authz_status(&mut tx, s.backend, authz_id).await?;
-    // Re-read under the lock: a concurrent start may have moved it.
-    let challenge = rows::load_challenge(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
+    // On PostgreSQL, re-read under the lock: a concurrent start may have moved it. SQLite's
+    // IMMEDIATE transaction held the write lock before the first read.
+    let mut challenge = match s.backend {
+        Backend::Postgres => rows::load_challenge(&mut tx, id)
+            .await?
+            .ok_or(Error::NotFound)?,
+        Backend::Sqlite => challenge,
+    };
     let refusal = if challenge.status != ChallengeStatus::Pending {
         None
     } else if authz_status != AuthzStatus::Pending {
@@ -100,23 +111,28 @@ pub(crate) async fn start_challenge(
             "another challenge of this authorization is already being validated".into(),
         ))
     } else {
+        // Pending under the lock, so this moves it.
         sql::query(
             "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending'",
         )
         .bind(id.0)
         .execute(&mut *tx)
         .await?;
-        state::enqueue_job(&mut tx, state::JOB_VALIDATE, id.0, now_s).await?;
+        challenge.status = ChallengeStatus::Processing;
+        job = state::enqueue_job(
+            &mut tx,
+            JobKind::Validate(id),
+            now_s,
+            claim.map(|lease| jobs::lease_end(now, lease)),
+        )
+        .await?;
         None
     };
-    let challenge = rows::load_challenge(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
     // Commit even when refusing, so that an expiry found on the way is persisted.
     tx.commit().await?;
     match refusal {
         Some(e) => Err(e),
-        None => Ok(challenge),
+        None => Ok((challenge, job)),
     }
 }
 
@@ -130,11 +146,13 @@ async fn other_challenge_started(conn: &mut Conn, authz: AuthzId) -> Result<bool
     Ok(n > 0)
 }
 
+/// `settle`: the claim of the job that produced the verdict, deleted in the same transaction.
 pub(crate) async fn record_validation(
     s: &Storage,
     id: ChallengeId,
     outcome: std::result::Result<(), Problem>,
     now: OffsetDateTime,
+    settle: Option<&Job>,
 ) -> Result<ValidationRecorded> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
@@ -164,6 +182,9 @@ pub(crate) async fn record_validation(
         status,
         changed,
     };
+    if let Some(job) = settle {
+        state::settle_job(&mut tx, job).await?;
+    }
     match current.status {
         ChallengeStatus::Valid | ChallengeStatus::Invalid => {
             tx.commit().await?;

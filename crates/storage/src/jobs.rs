@@ -17,6 +17,11 @@ use crate::model::JobKind;
 use crate::sql;
 use crate::state;
 
+/// The end of a lease taken at `now`, in whole seconds and never shorter than `lease`.
+pub(crate) fn lease_end(now: OffsetDateTime, lease: Duration) -> i64 {
+    codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1))
+}
+
 pub(crate) async fn claim(
     s: &Storage,
     now: OffsetDateTime,
@@ -24,7 +29,7 @@ pub(crate) async fn claim(
     max_attempts: u32,
 ) -> Result<Option<Job>> {
     let now_s = codec::unix(now);
-    let lease_until = codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1));
+    let lease_until = lease_end(now, lease);
     // One statement: on SQLite an UPDATE takes the write lock before it reads, so two claimers
     // are serialised; on PostgreSQL SKIP LOCKED lets each claimer pass over rows another holds.
     let query = match s.backend {
@@ -78,7 +83,7 @@ pub(crate) async fn renew(
     now: OffsetDateTime,
     lease: Duration,
 ) -> Result<Option<OffsetDateTime>> {
-    let until = codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1));
+    let until = lease_end(now, lease);
     let renewed: Option<i64> = sql::query_scalar(
         "UPDATE jobs SET lease_until = CASE WHEN lease_until > $3 THEN lease_until ELSE $3 END \
          WHERE id = $1 AND attempts = $2 AND lease_until IS NOT NULL \
@@ -94,16 +99,11 @@ pub(crate) async fn renew(
 
 /// A claim is named by the job's id and its claim count: every later claim has a higher count.
 pub(crate) async fn complete(s: &Storage, job: &Job) -> Result<()> {
-    let deleted = sql::query("DELETE FROM jobs WHERE id = $1 AND attempts = $2")
-        .bind(job.id.0)
-        .bind(i64::from(job.attempts))
-        .execute(&s.db)
-        .await?
-        .rows_affected();
-    if deleted == 0 {
-        Err(Error::NotFound)
-    } else {
+    let mut conn = s.db.acquire().await?;
+    if state::settle_job(&mut conn, job).await? {
         Ok(())
+    } else {
+        Err(Error::NotFound)
     }
 }
 

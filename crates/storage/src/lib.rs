@@ -218,20 +218,35 @@ impl Storage {
     /// `Error::WrongState` when the authorization is no longer pending (expiry applied first), or
     /// when another challenge of it was already started: one validation per authorization.
     pub async fn start_challenge(&self, id: ChallengeId, now: OffsetDateTime) -> Result<Challenge> {
-        authz::start_challenge(self, id, now).await
+        Ok(authz::start_challenge(self, id, now, None).await?.0)
+    }
+    /// [`Storage::start_challenge`], but the `Validate` job is inserted already claimed by the
+    /// caller, leased for `lease`, and returned, so the caller runs it at once instead of
+    /// waking the queue. `None` when the challenge was already started (the job exists).
+    pub async fn start_challenge_claimed(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<(Challenge, Option<Job>)> {
+        authz::start_challenge(self, id, now, Some(lease)).await
     }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
     /// all its authorizations are valid, invalid with the problem when one is invalid). A valid
     /// authorization expires the valid-authorization lifetime after `now`, and the unfinished
     /// orders holding it expire no later.
+    ///
+    /// `settle`: the job claim that produced the verdict; it is deleted in the same transaction
+    /// (if the claim still holds it), so recording and finishing the job are one commit.
     pub async fn record_validation(
         &self,
         id: ChallengeId,
         outcome: std::result::Result<(), Problem>,
         now: OffsetDateTime,
+        settle: Option<&Job>,
     ) -> Result<ValidationRecorded> {
-        authz::record_validation(self, id, outcome, now).await
+        authz::record_validation(self, id, outcome, now, settle).await
     }
     /// Client deactivation of a pending or valid authorization; its pending/ready orders become
     /// invalid. `Error::WrongState` otherwise.
@@ -254,7 +269,20 @@ impl Storage {
         csr_der: &[u8],
         now: OffsetDateTime,
     ) -> Result<Order> {
-        orders::begin_finalize(self, id, csr_der, now).await
+        Ok(orders::begin_finalize(self, id, csr_der, now, None)
+            .await?
+            .0)
+    }
+    /// [`Storage::begin_finalize`] with the `Finalize` job claimed by the caller, as
+    /// [`Storage::start_challenge_claimed`] does.
+    pub async fn begin_finalize_claimed(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<(Order, Option<Job>)> {
+        orders::begin_finalize(self, id, csr_der, now, Some(lease)).await
     }
     /// The stored CSR of an order in processing.
     pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {
@@ -264,22 +292,26 @@ impl Storage {
     /// also checks (and on PostgreSQL share-locks) the account: a deactivation commits either
     /// before (nothing is stored: `AccountNotValid`) or after the certificate exists. Idempotent:
     /// an order that is already valid returns its certificate.
+    /// `settle` as for [`Storage::record_validation`], except that `AccountNotValid` leaves the
+    /// job in place (the caller fails the order next and settles it then).
     pub async fn complete_order(
         &self,
         id: OrderId,
         cert: NewCertificate,
         now: OffsetDateTime,
+        settle: Option<&Job>,
     ) -> Result<Completion> {
-        orders::complete(self, id, cert, now).await
+        orders::complete(self, id, cert, now, settle).await
     }
-    /// processing → invalid with the problem.
+    /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].
     pub async fn fail_order(
         &self,
         id: OrderId,
         problem: Problem,
         now: OffsetDateTime,
+        settle: Option<&Job>,
     ) -> Result<Order> {
-        orders::fail(self, id, problem, now).await
+        orders::fail(self, id, problem, now, settle).await
     }
     pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
         certificates::by_id(self, id).await

@@ -4,12 +4,15 @@
 use crate::sql;
 use crate::sql::Conn;
 use acme_core::ids::AuthzId;
+use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
 
 use crate::Backend;
 use crate::Result;
 use crate::codec;
+use crate::model::Job;
+use crate::model::JobKind;
 
 /// A pending or ready order past its expiry becomes invalid.
 pub(crate) async fn expire_order(conn: &mut Conn, id: OrderId, now: i64) -> Result<()> {
@@ -129,15 +132,67 @@ pub(crate) const JOB_VALIDATE: &str = "validate";
 pub(crate) const JOB_FINALIZE: &str = "finalize";
 
 /// Enqueues a job due now; a second request for the same work is absorbed by UNIQUE(kind, target).
-pub(crate) async fn enqueue_job(conn: &mut Conn, kind: &str, target: i64, now: i64) -> Result<()> {
-    sql::query(
-        "INSERT INTO jobs (kind, target_id, run_at, attempts, created_at) VALUES ($1, $2, $3, 0, $3) \
-         ON CONFLICT (kind, target_id) DO NOTHING",
+///
+/// With `claim_until`, the job is inserted already claimed (its first attempt counted, leased
+/// until then) and returned: the request that enqueues it runs it at once, and the queue's
+/// workers pass over it unless the lease runs out (the process died), so nothing accepted is
+/// lost and nothing runs twice while its holder lives. `None` when the job existed already.
+pub(crate) async fn enqueue_job(
+    conn: &mut Conn,
+    kind: JobKind,
+    now: i64,
+    claim_until: Option<i64>,
+) -> Result<Option<Job>> {
+    let (name, target) = match kind {
+        JobKind::Validate(id) => (JOB_VALIDATE, id.0),
+        JobKind::Finalize(id) => (JOB_FINALIZE, id.0),
+    };
+    let Some(until) = claim_until else {
+        sql::query(
+            "INSERT INTO jobs (kind, target_id, run_at, attempts, created_at) VALUES ($1, $2, $3, 0, $3) \
+             ON CONFLICT (kind, target_id) DO NOTHING",
+        )
+        .bind(name)
+        .bind(target)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        return Ok(None);
+    };
+    let id: Option<i64> = sql::query_scalar(
+        "INSERT INTO jobs (kind, target_id, run_at, attempts, lease_until, created_at) \
+         VALUES ($1, $2, $3, 1, $4, $3) ON CONFLICT (kind, target_id) DO NOTHING RETURNING id",
     )
-    .bind(kind)
+    .bind(name)
     .bind(target)
     .bind(now)
-    .execute(&mut *conn)
+    .bind(until)
+    .fetch_optional(&mut *conn)
     .await?;
-    Ok(())
+    id.map(|id| {
+        Ok(Job {
+            id: JobId(id),
+            kind,
+            attempts: 1,
+            lease_until: codec::time_from_unix(until)?,
+            exhausted: false,
+        })
+    })
+    .transpose()
+}
+
+/// Deletes the job in the transaction that records its outcome, if this claim still holds it:
+/// the outcome and the end of the job commit together, one commit instead of two. A claim that
+/// was overtaken (its lease ran out and another worker holds the job) leaves the job to its new
+/// holder, which finds the object settled and ends it. Returns whether the job was deleted.
+pub(crate) async fn settle_job(conn: &mut Conn, job: &Job) -> Result<bool> {
+    Ok(
+        sql::query("DELETE FROM jobs WHERE id = $1 AND attempts = $2")
+            .bind(job.id.0)
+            .bind(i64::from(job.attempts))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            > 0,
+    )
 }

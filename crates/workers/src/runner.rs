@@ -16,8 +16,11 @@ use storage::model::Job;
 use storage::model::JobKind;
 use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use validation::Validator;
 
@@ -38,10 +41,18 @@ pub enum Error {
     TimedOut(std::time::Duration),
 }
 
+/// Whether an attempt's last transaction also deleted the job: the outcome and the end of the
+/// job commit together, so the runner has nothing left to delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    Yes,
+    No,
+}
+
 /// How one attempt ended.
 enum Attempt {
     /// It ran to the end (or hit the backstop, as `Error::TimedOut`).
-    Finished(Result<(), Error>),
+    Finished(Result<Settled, Error>),
     /// Another worker claimed the job while this one ran: it is that worker's now.
     LeaseLost,
 }
@@ -56,6 +67,16 @@ struct Inner {
     attempt_timeout: std::time::Duration,
     hook: Arc<dyn ValidationHook>,
     wake: Notify,
+    /// One permit per job that may run at once, in this instance: taken by a job loop before it
+    /// claims from the queue, or by a request that runs the job it created ([`Workers::try_slot`]).
+    /// So `settings.concurrency` bounds both together.
+    slots: Arc<Semaphore>,
+}
+
+/// A reserved place for one job to run now; see [`Workers::try_slot`].
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
 }
 
 /// Handle to the running workers; cheap to clone. Dropping it does not stop them: call
@@ -65,6 +86,8 @@ pub struct Workers {
     inner: Arc<Inner>,
     cancel: CancellationToken,
     tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
+    /// Jobs started by requests (`run_claimed`), so that shutdown waits for them too.
+    direct: TaskTracker,
 }
 
 impl Workers {
@@ -78,6 +101,7 @@ impl Workers {
         settings: WorkerSettings,
         hook: Arc<dyn ValidationHook>,
     ) -> Self {
+        let settings_concurrency = settings.concurrency.max(1);
         let attempt_timeout = settings
             .attempt_timeout
             .unwrap_or_else(|| WorkerSettings::attempt_backstop(validator.worst_case_attempt()));
@@ -90,10 +114,11 @@ impl Workers {
             settings,
             hook,
             wake: Notify::new(),
+            slots: Arc::new(Semaphore::new(settings_concurrency)),
         });
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        for n in 0..inner.settings.concurrency.max(1) {
+        for n in 0..settings_concurrency {
             let inner = Arc::clone(&inner);
             let cancel = cancel.clone();
             tasks.spawn(
@@ -105,7 +130,44 @@ impl Workers {
             inner,
             cancel,
             tasks: Arc::new(tokio::sync::Mutex::new(tasks)),
+            direct: TaskTracker::new(),
         }
+    }
+
+    /// Reserves a place to run a job at once, if one is free now. The caller then creates the job
+    /// already claimed (`Storage::start_challenge_claimed`, `Storage::begin_finalize_claimed`)
+    /// and hands it to [`Workers::run_claimed`]: no queue round trip (a claim commit, a worker
+    /// wake-up, a deletion commit) and no wait for a worker. `None` when every place is taken;
+    /// the job then goes through the queue as before.
+    pub fn try_slot(&self) -> Option<Slot> {
+        if self.cancel.is_cancelled() {
+            return None;
+        }
+        Arc::clone(&self.inner.slots)
+            .try_acquire_owned()
+            .ok()
+            .map(|permit| Slot { _permit: permit })
+    }
+
+    /// The lease a job created for [`Workers::run_claimed`] is claimed under.
+    pub fn lease(&self) -> time::Duration {
+        self.inner.settings.lease
+    }
+
+    /// Runs a job its caller created already claimed, on its own task, under the same lease
+    /// heartbeat, backstop and recording as a job from the queue. The returned handle finishes
+    /// when the attempt has been recorded (or left to the queue); awaiting it is optional, and
+    /// dropping it does not stop the job.
+    pub fn run_claimed(&self, slot: Slot, job: Job) -> tokio::task::JoinHandle<()> {
+        let inner = Arc::clone(&self.inner);
+        let kind = job_kind_name(&job);
+        self.direct.spawn(
+            async move {
+                run_job(&inner, job).await;
+                drop(slot);
+            }
+            .instrument(tracing::info_span!("job", kind)),
+        )
     }
 
     /// Tells one idle worker that a job was just enqueued: one job, one worker. Waking them all
@@ -122,20 +184,37 @@ impl Workers {
         self.inner.wake.notify_waiters();
         let mut tasks = self.tasks.lock().await;
         while tasks.join_next().await.is_some() {}
+        self.direct.close();
+        self.direct.wait().await;
     }
 }
 
 async fn run_loop(inner: &Inner, cancel: &CancellationToken) {
     while !cancel.is_cancelled() {
+        // A place first, then a claim: a claimed job never waits for one.
+        let slot = tokio::select! {
+            slot = Arc::clone(&inner.slots).acquire_owned() => slot,
+            () = cancel.cancelled() => return,
+        };
+        let Ok(slot) = slot else {
+            return; // The semaphore is never closed; if it were, there would be no more work.
+        };
         let now = inner.clock.now();
         match inner
             .storage
             .claim_job(now, inner.settings.lease, inner.settings.max_attempts)
             .await
         {
-            Ok(Some(job)) => run_job(inner, job).await,
-            Ok(None) => idle(inner, cancel).await,
+            Ok(Some(job)) => {
+                run_job(inner, job).await;
+                drop(slot);
+            }
+            Ok(None) => {
+                drop(slot);
+                idle(inner, cancel).await;
+            }
             Err(e) => {
+                drop(slot);
                 tracing::warn!(error = %e, "claiming a job failed; retrying shortly");
                 metrics::counter!("certeasy_worker_errors_total", "stage" => "claim").increment(1);
                 sleep_or_cancel(cancel, std::time::Duration::from_millis(500)).await;
@@ -169,11 +248,15 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: std::time::Duration) {
     }
 }
 
-async fn run_job(inner: &Inner, job: Job) {
-    let kind = match job.kind {
+fn job_kind_name(job: &Job) -> &'static str {
+    match job.kind {
         JobKind::Validate(_) => "validate",
         JobKind::Finalize(_) => "finalize",
-    };
+    }
+}
+
+async fn run_job(inner: &Inner, job: Job) {
+    let kind = job_kind_name(&job);
     if job.exhausted {
         // Its last allowed attempt ended without a report (the worker crashed or lost its
         // lease): running it again would exceed max-attempts, so it is settled instead.
@@ -200,10 +283,12 @@ async fn run_job(inner: &Inner, job: Job) {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "lease_lost")
                 .increment(1);
         }
-        Attempt::Finished(Ok(())) => {
+        Attempt::Finished(Ok(settled)) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "done")
                 .increment(1);
-            if let Err(e) = inner.storage.complete_job(&job).await {
+            if settled == Settled::No
+                && let Err(e) = inner.storage.complete_job(&job).await
+            {
                 tracing::warn!(job = %job.id, error = %e, "could not delete a finished job (or another worker claimed it since); it will run again harmlessly");
             }
         }
@@ -233,8 +318,8 @@ async fn attempt_under_lease(inner: &Inner, job: &Job) -> Attempt {
     let work = async {
         let run = async {
             match job.kind {
-                JobKind::Validate(id) => validate(inner, id).await,
-                JobKind::Finalize(id) => finalize(inner, id).await,
+                JobKind::Validate(id) => validate(inner, job, id).await,
+                JobKind::Finalize(id) => finalize(inner, job, id).await,
             }
         };
         // Dropping the attempt on timeout cancels its I/O; an open transaction rolls back.
@@ -281,13 +366,18 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     let settled = match job.kind {
         JobKind::Validate(id) => inner
             .storage
-            .record_validation(id, Err(problem), now)
+            .record_validation(id, Err(problem), now, Some(job))
             .await
             .map(|_| ()),
-        JobKind::Finalize(id) => inner.storage.fail_order(id, problem, now).await.map(|_| ()),
+        JobKind::Finalize(id) => inner
+            .storage
+            .fail_order(id, problem, now, Some(job))
+            .await
+            .map(|_| ()),
     };
     match settled {
-        Ok(()) => {}
+        // Recorded and deleted together (or, if another claim overtook this one, left to it).
+        Ok(()) => return,
         // Already final (a finished attempt whose job was not deleted) or gone: nothing to settle.
         Err(storage::error::Error::WrongState(state)) => {
             tracing::info!(job = %job.id, state, "abandoned job's object was already settled");
@@ -307,7 +397,7 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     }
 }
 
-async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
+async fn validate(inner: &Inner, job: &Job, id: ChallengeId) -> Result<Settled, Error> {
     let challenge = inner
         .storage
         .challenge(id)
@@ -316,7 +406,7 @@ async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
     if challenge.status != ChallengeStatus::Processing {
         // Already decided (a repeat after a crash between commit and job deletion): validating
         // again would only run the hook a second time.
-        return Ok(());
+        return Ok(Settled::No);
     }
     let now = inner.clock.now();
     let authz = inner
@@ -370,12 +460,13 @@ async fn validate(inner: &Inner, id: ChallengeId) -> Result<(), Error> {
     inner.hook.on_validation(&verdict).await;
     inner
         .storage
-        .record_validation(id, outcome, inner.clock.now())
+        .record_validation(id, outcome, inner.clock.now(), Some(job))
         .await?;
-    Ok(())
+    // Deleted with the verdict, or overtaken by a later claim that will find it recorded.
+    Ok(Settled::Yes)
 }
 
-async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
+async fn finalize(inner: &Inner, job: &Job, id: OrderId) -> Result<Settled, Error> {
     let now = inner.clock.now();
     let order = inner
         .storage
@@ -384,7 +475,7 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
         .ok_or_else(|| Error::Missing(format!("order {id}")))?;
     if order.status != acme_core::status::OrderStatus::Processing {
         // Already settled (a repeat after a crash between commit and job deletion).
-        return Ok(());
+        return Ok(Settled::No);
     }
     // A deactivated account gets nothing more (RFC 8555 §7.3.6); checked here so nothing is
     // signed, and again in the transaction that would store the certificate.
@@ -394,7 +485,7 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
         .await?
         .ok_or_else(|| Error::Missing(format!("account {}", order.account_id)))?;
     if account.status != AccountStatus::Valid {
-        return refuse_deactivated(inner, id, now).await;
+        return refuse_deactivated(inner, job, id, now).await;
     }
     let csr = inner
         .storage
@@ -407,9 +498,14 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
             tracing::warn!(order_id = %id, error = %e, "the stored CSR no longer passes; the order fails");
             inner
                 .storage
-                .fail_order(id, Problem::new(ProblemType::BadCsr, e.to_string()), now)
+                .fail_order(
+                    id,
+                    Problem::new(ProblemType::BadCsr, e.to_string()),
+                    now,
+                    Some(job),
+                )
                 .await?;
-            return Ok(());
+            return Ok(Settled::Yes);
         }
     };
     let not_before = order.not_before.unwrap_or(now - inner.settings.backdate);
@@ -434,9 +530,10 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
                         "The CA could not sign the certificate",
                     ),
                     now,
+                    Some(job),
                 )
                 .await?;
-            return Ok(());
+            return Ok(Settled::Yes);
         }
     };
     let cert = storage::model::NewCertificate {
@@ -448,26 +545,29 @@ async fn finalize(inner: &Inner, id: OrderId) -> Result<(), Error> {
     };
     match inner
         .storage
-        .complete_order(id, cert, inner.clock.now())
+        .complete_order(id, cert, inner.clock.now(), Some(job))
         .await?
     {
         Completion::Issued(stored) => {
             tracing::info!(order_id = %id, account_id = %order.account_id, serial = %stored.serial, "certificate issued");
             metrics::counter!("certeasy_certificates_issued_total").increment(1);
-            Ok(())
+            Ok(Settled::Yes)
         }
         // Deactivated while signing: the certificate was never stored, so it never existed for
         // anyone; it is dropped here.
-        Completion::AccountNotValid(_) => refuse_deactivated(inner, id, inner.clock.now()).await,
+        Completion::AccountNotValid(_) => {
+            refuse_deactivated(inner, job, id, inner.clock.now()).await
+        }
     }
 }
 
 /// Ends an order whose account was deactivated while it was processing.
 async fn refuse_deactivated(
     inner: &Inner,
+    job: &Job,
     id: OrderId,
     now: time::OffsetDateTime,
-) -> Result<(), Error> {
+) -> Result<Settled, Error> {
     tracing::info!(order_id = %id, "the account was deactivated; the order is not issued");
     inner
         .storage
@@ -478,7 +578,8 @@ async fn refuse_deactivated(
                 "The account was deactivated before the certificate was issued",
             ),
             now,
+            Some(job),
         )
         .await?;
-    Ok(())
+    Ok(Settled::Yes)
 }

@@ -672,3 +672,86 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
     assert!(env.storage.next_job_due().await.unwrap().is_none());
     workers.shutdown().await;
 }
+
+/// A request that creates a job claimed runs it through `run_claimed`: validated and issued
+/// without the queue, each job deleted with its outcome. Places are bounded by the concurrency,
+/// shared with the job loops: with every place taken, `try_slot` says no and the caller falls
+/// back to the queue.
+#[tokio::test]
+async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
+    let env = env().await;
+    let hook = Arc::new(Counting::default());
+    let workers = spawn_with(
+        &env,
+        hook.clone(),
+        WorkerSettings {
+            concurrency: 1,
+            ..test_settings()
+        },
+    );
+    let (order, challenge) = order_for(&env, "now.workers.test", "tok-now").await;
+    env.http.add("tok-now", "tok-now.tp");
+    let lease = workers.lease();
+
+    let slot = workers.try_slot().expect("the one place is free");
+    assert!(workers.try_slot().is_none(), "one place, already taken");
+    let (_, job) = env
+        .storage
+        .start_challenge_claimed(challenge, OffsetDateTime::now_utc(), lease)
+        .await
+        .unwrap();
+    workers.run_claimed(slot, job.unwrap()).await.unwrap();
+    // Recorded by the time the handle finishes, and no job is left behind.
+    let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+    assert_eq!(ch.status, ChallengeStatus::Valid);
+    assert_eq!(hook.0.load(Ordering::SeqCst), 1);
+    assert_eq!(env.storage.next_job_due().await.unwrap(), None);
+
+    let slot = workers.try_slot().expect("the place came back");
+    let (_, job) = env
+        .storage
+        .begin_finalize_claimed(
+            order,
+            &csr("now.workers.test"),
+            OffsetDateTime::now_utc(),
+            lease,
+        )
+        .await
+        .unwrap();
+    workers.run_claimed(slot, job.unwrap()).await.unwrap();
+    let o = env
+        .storage
+        .order(order, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.status, OrderStatus::Valid);
+    assert!(o.certificate_id.is_some());
+    assert_eq!(env.storage.next_job_due().await.unwrap(), None);
+
+    // While a request holds the only place, a queued job waits for it; it runs once freed.
+    let (order2, challenge2) = order_for(&env, "queued.workers.test", "tok-q").await;
+    env.http.add("tok-q", "tok-q.tp");
+    let held = workers.try_slot().unwrap();
+    env.storage
+        .start_challenge(challenge2, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        env.storage
+            .challenge(challenge2)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ChallengeStatus::Processing,
+        "no place, so no worker claimed it"
+    );
+    drop(held);
+    wait_for(&env, order2, OrderStatus::Ready).await;
+
+    workers.shutdown().await;
+    assert!(workers.try_slot().is_none(), "no new work after shutdown");
+}

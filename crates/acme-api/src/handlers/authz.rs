@@ -12,6 +12,7 @@ use axum::response::Response;
 use storage::model::Authorization;
 
 use crate::auth::KidRequest;
+use crate::handlers::run_now;
 use crate::problem::ApiError;
 use crate::response::Resource;
 use crate::state::ApiState;
@@ -81,10 +82,33 @@ pub(crate) async fn challenge(
                 authz.status.as_str()
             )));
         }
-        let started = storage
-            .start_challenge(challenge_id, state.inner.clock.now())
-            .await?;
-        state.inner.workers.wake();
+        let workers = &state.inner.workers;
+        let now = state.inner.clock.now();
+        // Validated at once when a worker place is free, and answered with the verdict if it
+        // comes within `run_now::VALIDATION_WAIT`; through the queue otherwise.
+        let started = match workers.try_slot() {
+            Some(slot) => {
+                let (started, job) = storage
+                    .start_challenge_claimed(challenge_id, now, workers.lease())
+                    .await?;
+                let finished = match job {
+                    Some(job) => {
+                        run_now::run_and_wait(&state, slot, job, run_now::VALIDATION_WAIT).await
+                    }
+                    None => false,
+                };
+                if finished {
+                    storage.challenge(challenge_id).await?.unwrap_or(started)
+                } else {
+                    started
+                }
+            }
+            None => {
+                let started = storage.start_challenge(challenge_id, now).await?;
+                workers.wake();
+                started
+            }
+        };
         tracing::info!(account_id = %account, challenge_id = %challenge_id, kind = started.kind.as_str(), "validation requested");
         started
     };

@@ -5,6 +5,7 @@ mod authz;
 mod certificate;
 mod directory;
 mod order;
+mod run_now;
 
 use axum::Router;
 use axum::middleware;

@@ -34,6 +34,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::auth::KidRequest;
+use crate::handlers::run_now;
 use crate::limit_headers::PolicyItem;
 use crate::limits::RateLimitInfo;
 use crate::limits::Spent;
@@ -307,14 +308,48 @@ pub(crate) async fn finalize(
         .map_err(|_| ApiError::new(ProblemType::BadCsr, "\"csr\" is not base64url-encoded DER"))?;
     let checked = issuance::check_csr(&csr, &order.identifiers)?;
     refuse_account_key(&state, &account, checked.spki_der()).await?;
-    let updated = state
+    let storage = &state.inner.storage;
+    let workers = &state.inner.workers;
+    let now = state.inner.clock.now();
+    let updated = match workers.try_slot() {
+        Some(slot) => {
+            let (updated, job) = storage
+                .begin_finalize_claimed(order.id, &csr, now, workers.lease())
+                .await?;
+            tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
+            match job {
+                Some(job) => issue_now(&state, slot, job, updated).await?,
+                None => updated,
+            }
+        }
+        None => {
+            let updated = storage.begin_finalize(order.id, &csr, now).await?;
+            workers.wake();
+            tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted (queued)");
+            updated
+        }
+    };
+    Ok(order_resource(&state, &updated).into_response())
+}
+
+/// Runs the claimed finalization job and, if it ends within [`run_now::ISSUE_WAIT`], returns the
+/// order as it ended (`valid`, or `invalid` with its error); `processing` otherwise.
+async fn issue_now(
+    state: &ApiState,
+    slot: workers::runner::Slot,
+    job: storage::model::Job,
+    processing: Order,
+) -> Result<Order, ApiError> {
+    if !run_now::run_and_wait(state, slot, job, run_now::ISSUE_WAIT).await {
+        return Ok(processing);
+    }
+    let now = state.inner.clock.now();
+    Ok(state
         .inner
         .storage
-        .begin_finalize(order.id, &csr, state.inner.clock.now())
-        .await?;
-    state.inner.workers.wake();
-    tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
-    Ok(order_resource(&state, &updated).into_response())
+        .order(processing.id, now)
+        .await?
+        .unwrap_or(processing))
 }
 
 /// A certificate must not carry the key of any ACME account, the requester's or another's: the

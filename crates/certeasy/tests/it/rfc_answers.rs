@@ -647,3 +647,68 @@ async fn a_wildcard_cannot_cover_a_denied_domain() {
         .await;
     assert_eq!(r.status, 201, "{r:?}");
 }
+
+// ---- §7.5.1 and §7.4: quick work is answered with its outcome ----
+
+#[tokio::test]
+async fn a_quick_validation_and_issuance_answer_with_their_outcome_sqlite() {
+    a_quick_validation_and_issuance_answer_with_their_outcome(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_quick_validation_and_issuance_answer_with_their_outcome_postgres() {
+    a_quick_validation_and_issuance_answer_with_their_outcome(Db::Postgres).await;
+}
+
+/// A reachable http-01 target is validated while the challenge request waits, so its response
+/// already says `valid` (no `Retry-After`: nothing to poll for), and the order is ready at once;
+/// a finalization answers `valid` with the certificate URL. A slow target still gets
+/// `processing` (restart.rs, bounded_work.rs).
+async fn a_quick_validation_and_issuance_answer_with_their_outcome(db: Db) {
+    let mut env = TestEnv::new(db).await;
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("quick");
+    let r = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let order_url = r.location();
+    let ch = raw.http01_challenge(&r.body).await;
+    let token = ch["token"].as_str().unwrap();
+    env.http.add(token, &raw.key_authorization(token));
+    let started = raw
+        .post(ch["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    assert_eq!(started.status, 200, "{started:?}");
+    assert_eq!(started.body["status"], "valid", "{started:?}");
+    assert!(started.body["validated"].is_string(), "{started:?}");
+    assert_eq!(started.header("retry-after"), None, "{started:?}");
+    assert!(
+        started
+            .header("link")
+            .is_some_and(|l| l.contains("rel=\"up\"")),
+        "{started:?}"
+    );
+    let order = raw.post(&order_url, None).await;
+    assert_eq!(order.body["status"], "ready", "{order:?}");
+
+    let cert_key = rcgen::KeyPair::generate().unwrap();
+    let finalize = order.body["finalize"].as_str().unwrap().to_owned();
+    let r = raw
+        .post(&finalize, Some(&json!({"csr": csr(&[&name], &cert_key)})))
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["status"], "valid", "{r:?}");
+    assert_eq!(r.header("retry-after"), None, "{r:?}");
+    assert_eq!(r.location(), order_url);
+    let cert = raw
+        .post(r.body["certificate"].as_str().unwrap(), None)
+        .await;
+    assert_eq!(cert.status, 200, "{cert:?}");
+    crate::certcheck::assert_chain(&cert.text, &env.root_pem(), &[&name]);
+}

@@ -34,7 +34,9 @@ async fn validate(s: &Storage, order: &Order, at: OffsetDateTime) {
         let authz = s.authorization(*authz_id, at).await.unwrap().unwrap();
         let challenge = &authz.challenges[0];
         s.start_challenge(challenge.id, at).await.unwrap();
-        s.record_validation(challenge.id, Ok(()), at).await.unwrap();
+        s.record_validation(challenge.id, Ok(()), at, None)
+            .await
+            .unwrap();
     }
 }
 

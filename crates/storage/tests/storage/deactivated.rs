@@ -24,7 +24,7 @@ async fn completion_is_refused_once_the_account_is_deactivated(s: &Storage) {
     assert_eq!(processing.status, OrderStatus::Processing);
 
     let done = s
-        .complete_order(order.id, harness::new_cert(7, now), now)
+        .complete_order(order.id, harness::new_cert(7, now), now, None)
         .await
         .unwrap();
     assert_eq!(
@@ -52,7 +52,7 @@ async fn completion_before_deactivation_stands(s: &Storage) {
     let order = s.order(cert.order_id, now).await.unwrap().unwrap();
     assert_eq!(order.status, OrderStatus::Valid);
     assert_eq!(
-        s.complete_order(order.id, harness::new_cert(8, now), now)
+        s.complete_order(order.id, harness::new_cert(8, now), now, None)
             .await
             .unwrap(),
         Completion::Issued(cert)

@@ -263,7 +263,7 @@ pub(crate) async fn ready_order(
         let authz = s.authorization(*authz_id, now).await.unwrap().unwrap();
         let challenge = &authz.challenges[0];
         s.start_challenge(challenge.id, now).await.unwrap();
-        s.record_validation(challenge.id, Ok(()), now)
+        s.record_validation(challenge.id, Ok(()), now, None)
             .await
             .unwrap();
     }
@@ -293,7 +293,7 @@ pub(crate) async fn issue(
     let order = ready_order(s, account, names, now).await;
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
     issued(
-        s.complete_order(order.id, new_cert(serial, now), now)
+        s.complete_order(order.id, new_cert(serial, now), now, None)
             .await
             .unwrap(),
     )

@@ -16,6 +16,8 @@ crate::both_backends!(
     concurrent_claimers_never_share,
     a_job_past_its_attempts_is_only_handed_out_to_be_settled,
     only_the_holder_renews_a_lease,
+    a_job_created_claimed_is_settled_with_its_outcome,
+    a_claimed_job_whose_holder_died_goes_back_to_the_queue,
 );
 
 /// Starts the first challenge of `n` fresh authorizations, enqueuing `n` validation jobs due at `now`.
@@ -289,4 +291,129 @@ async fn only_the_holder_renews_a_lease(s: &Storage) {
             .unwrap(),
         None
     );
+}
+
+/// A request that runs the job it creates: the job is inserted already claimed, the queue passes
+/// over it while its lease runs, and recording the outcome deletes it in the same transaction.
+async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(30);
+    let acct = harness::account(s, now).await;
+    let order = s
+        .create_order(
+            harness::new_order(acct.id, &["claimed.example.com"], now, false),
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    let authz = s
+        .authorization(order.authz_ids[0], now)
+        .await
+        .unwrap()
+        .unwrap();
+    let chal = authz.challenges[0].id;
+
+    let (started, job) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    assert_eq!(
+        started.status,
+        acme_core::status::ChallengeStatus::Processing
+    );
+    // Read back, the challenge is what the call returned.
+    assert_eq!(s.challenge(chal).await.unwrap(), Some(started.clone()));
+    let job = job.expect("a new job comes back claimed");
+    assert_eq!(job.kind, JobKind::Validate(chal));
+    assert_eq!(job.attempts, 1, "its first attempt is counted");
+    assert_eq!(job.lease_until, now + lease);
+    assert!(!job.exhausted);
+    assert_eq!(
+        s.claim_job(now, lease, 3).await.unwrap(),
+        None,
+        "held by its creator"
+    );
+    // Starting again (a client's repeated POST) creates nothing more and claims nothing.
+    let (again, none) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    assert_eq!(again.status, acme_core::status::ChallengeStatus::Processing);
+    assert_eq!(none, None);
+
+    s.record_validation(chal, Ok(()), now, Some(&job))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.next_job_due().await.unwrap(),
+        None,
+        "deleted with the verdict"
+    );
+    assert_eq!(s.claim_job(now + lease, lease, 3).await.unwrap(), None);
+
+    // Finalization: the same, and the certificate and the deletion commit together.
+    let (processing, job) = s
+        .begin_finalize_claimed(order.id, b"csr", now, lease)
+        .await
+        .unwrap();
+    assert_eq!(
+        processing.status,
+        acme_core::status::OrderStatus::Processing
+    );
+    let job = job.expect("claimed finalize job");
+    assert_eq!(job.kind, JobKind::Finalize(order.id));
+    assert_eq!(s.claim_job(now, lease, 3).await.unwrap(), None);
+    harness::issued(
+        s.complete_order(order.id, harness::new_cert(7, now), now, Some(&job))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(s.next_job_due().await.unwrap(), None);
+    assert_eq!(
+        s.order(order.id, now).await.unwrap().unwrap().status,
+        acme_core::status::OrderStatus::Valid
+    );
+}
+
+/// Nothing accepted is lost: if the request that holds a job it created dies, the lease runs out
+/// and a worker claims the job as its second attempt. The first holder, if it comes back, can no
+/// longer delete it: its outcome is recorded, and the job stays for its new holder to end.
+async fn a_claimed_job_whose_holder_died_goes_back_to_the_queue(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(30);
+    let acct = harness::account(s, now).await;
+    let order = s
+        .create_order(
+            harness::new_order(acct.id, &["orphan.example.com"], now, false),
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    let authz = s
+        .authorization(order.authz_ids[0], now)
+        .await
+        .unwrap()
+        .unwrap();
+    let chal = authz.challenges[0].id;
+    let (_, first) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    let first = first.unwrap();
+    assert_eq!(s.next_job_due().await.unwrap(), Some(now + lease));
+    assert_eq!(
+        s.claim_job(now + lease - Duration::seconds(1), lease, 3)
+            .await
+            .unwrap(),
+        None
+    );
+    let second = s.claim_job(now + lease, lease, 3).await.unwrap().unwrap();
+    assert_eq!(second.id, first.id);
+    assert_eq!(second.attempts, 2);
+
+    // The stale holder records its verdict: kept, but the job is not its to delete.
+    s.record_validation(chal, Ok(()), now + lease, Some(&first))
+        .await
+        .unwrap();
+    assert_eq!(s.next_job_due().await.unwrap(), Some(second.lease_until));
+    // The new holder finds the verdict recorded and ends the job.
+    let recorded = s
+        .record_validation(chal, Ok(()), now + lease, Some(&second))
+        .await
+        .unwrap();
+    assert!(!recorded.changed);
+    assert_eq!(s.next_job_due().await.unwrap(), None);
 }

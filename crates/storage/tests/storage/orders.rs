@@ -125,19 +125,27 @@ async fn valid_path_to_certificate(s: &Storage) {
 
     // A verdict for a challenge nobody started is refused.
     assert!(matches!(
-        s.record_validation(second.challenges[0].id, Ok(()), now)
+        s.record_validation(second.challenges[0].id, Ok(()), now, None)
             .await,
         Err(Error::WrongState(_))
     ));
 
-    let recorded = s.record_validation(http.id, Ok(()), now).await.unwrap();
+    let recorded = s
+        .record_validation(http.id, Ok(()), now, None)
+        .await
+        .unwrap();
     assert!(recorded.changed);
     assert_eq!(recorded.status, ChallengeStatus::Valid);
     assert_eq!(recorded.account_id, acct.id);
     assert_eq!(recorded.authz_id, first.id);
     assert_eq!(recorded.identifier, dns("a.example.com"));
     let again = s
-        .record_validation(http.id, Err(Problem::new(ProblemType::Dns, "late")), now)
+        .record_validation(
+            http.id,
+            Err(Problem::new(ProblemType::Dns, "late")),
+            now,
+            None,
+        )
         .await
         .unwrap();
     assert!(!again.changed);
@@ -157,7 +165,9 @@ async fn valid_path_to_certificate(s: &Storage) {
 
     let dns_chal = second.challenges[1].id;
     s.start_challenge(dns_chal, now).await.unwrap();
-    s.record_validation(dns_chal, Ok(()), now).await.unwrap();
+    s.record_validation(dns_chal, Ok(()), now, None)
+        .await
+        .unwrap();
     let ready = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(ready.status, OrderStatus::Ready);
 
@@ -188,7 +198,7 @@ async fn valid_path_to_certificate(s: &Storage) {
 
     let later = now + Duration::seconds(5);
     let cert = harness::issued(
-        s.complete_order(order.id, harness::new_cert(1, later), later)
+        s.complete_order(order.id, harness::new_cert(1, later), later, None)
             .await
             .unwrap(),
     );
@@ -207,7 +217,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     // A repeated completion (a retried job) returns the stored certificate.
     assert_eq!(
         harness::issued(
-            s.complete_order(order.id, harness::new_cert(2, later), later)
+            s.complete_order(order.id, harness::new_cert(2, later), later, None)
                 .await
                 .unwrap()
         ),
@@ -340,7 +350,7 @@ async fn invalid_validation_propagates(s: &Storage) {
 
     s.start_challenge(a.challenges[0].id, now).await.unwrap();
     let recorded = s
-        .record_validation(a.challenges[0].id, Err(problem.clone()), now)
+        .record_validation(a.challenges[0].id, Err(problem.clone()), now, None)
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -363,7 +373,7 @@ async fn invalid_validation_propagates(s: &Storage) {
 
     // The other authorization can still succeed, but the order stays invalid.
     s.start_challenge(b.challenges[0].id, now).await.unwrap();
-    s.record_validation(b.challenges[0].id, Ok(()), now)
+    s.record_validation(b.challenges[0].id, Ok(()), now, None)
         .await
         .unwrap();
     assert_eq!(
@@ -495,7 +505,7 @@ async fn order_and_authz_expiry(s: &Storage) {
     // The valid lifetime (not the pending one) decides when a valid authorization expires.
     s.clone()
         .with_valid_authorization_lifetime(Duration::hours(3))
-        .record_validation(authz.challenges[0].id, Ok(()), now)
+        .record_validation(authz.challenges[0].id, Ok(()), now, None)
         .await
         .unwrap();
     assert_eq!(
@@ -537,7 +547,7 @@ async fn order_and_authz_expiry(s: &Storage) {
         .unwrap();
     let at = now + Duration::hours(4);
     let recorded = s
-        .record_validation(authz.challenges[0].id, Ok(()), at)
+        .record_validation(authz.challenges[0].id, Ok(()), at, None)
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -630,24 +640,30 @@ async fn fail_order_and_account_listing(s: &Storage) {
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
     let problem = Problem::new(ProblemType::BadCsr, "CSR names do not match the order");
     assert!(matches!(
-        s.fail_order(order.id, problem.clone(), now).await,
+        s.fail_order(order.id, problem.clone(), now, None).await,
         Err(Error::WrongState(_))
     ));
     assert!(matches!(
-        s.complete_order(order.id, harness::new_cert(9, now), now)
+        s.complete_order(order.id, harness::new_cert(9, now), now, None)
             .await,
         Err(Error::WrongState(_))
     ));
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
-    let failed = s.fail_order(order.id, problem.clone(), now).await.unwrap();
+    let failed = s
+        .fail_order(order.id, problem.clone(), now, None)
+        .await
+        .unwrap();
     assert_eq!(failed.status, OrderStatus::Invalid);
     assert_eq!(failed.error, Some(problem.clone()));
     assert_eq!(
-        s.fail_order(order.id, problem.clone(), now).await.unwrap(),
+        s.fail_order(order.id, problem.clone(), now, None)
+            .await
+            .unwrap(),
         failed
     );
     assert!(matches!(
-        s.fail_order(OrderId(order.id.0 + 1000), problem, now).await,
+        s.fail_order(OrderId(order.id.0 + 1000), problem, now, None)
+            .await,
         Err(Error::NotFound)
     ));
 
