@@ -3,6 +3,9 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
@@ -10,10 +13,13 @@ use acme_core::problem::ProblemType;
 use acme_core::status::AccountStatus;
 use acme_core::status::ChallengeStatus;
 use issuance::Ca;
+use issuance::CheckedCsr;
 use storage::Storage;
+use storage::model::Challenge;
 use storage::model::Completion;
 use storage::model::Job;
 use storage::model::JobKind;
+use storage::model::Order;
 use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
 use tokio::sync::OwnedSemaphorePermit;
@@ -71,6 +77,32 @@ struct Inner {
     /// claims from the queue, or by a request that runs the job it created ([`Workers::try_slot`]).
     /// So `settings.concurrency` bounds both together.
     slots: Arc<Semaphore>,
+}
+
+/// What the request that created a job already holds and checked, handed to
+/// [`Workers::run_claimed`] so the job does not read and check it again. A job from the queue
+/// (after a crash, or without a free place) reads everything from the database instead.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The challenge as `start_challenge` left it (`processing`), and what the validation needs
+    /// of its authorization and account.
+    Validate(ValidationTarget),
+    /// The order as `begin_finalize` left it (`processing`), of an account that was valid when the
+    /// request was authenticated, and its CSR, checked against the order. The account is checked
+    /// again in the transaction that stores the certificate.
+    Finalize { order: Order, csr: CheckedCsr },
+}
+
+/// What one validation needs: the challenge, its authorization's identifier and the account
+/// whose key authorization the target must serve.
+#[derive(Debug, Clone)]
+pub struct ValidationTarget {
+    pub challenge: Challenge,
+    pub authz_id: AuthzId,
+    pub identifier: Identifier,
+    pub account_id: AccountId,
+    /// RFC 7638 thumbprint of the account key (RFC 8555 §8.1 key authorization).
+    pub thumbprint: String,
 }
 
 /// A reserved place for one job to run now; see [`Workers::try_slot`].
@@ -158,12 +190,17 @@ impl Workers {
     /// heartbeat, backstop and recording as a job from the queue. The returned handle finishes
     /// when the attempt has been recorded (or left to the queue); awaiting it is optional, and
     /// dropping it does not stop the job.
-    pub fn run_claimed(&self, slot: Slot, job: Job) -> tokio::task::JoinHandle<()> {
+    pub fn run_claimed(
+        &self,
+        slot: Slot,
+        job: Job,
+        prepared: Option<Prepared>,
+    ) -> tokio::task::JoinHandle<()> {
         let inner = Arc::clone(&self.inner);
         let kind = job_kind_name(&job);
         self.direct.spawn(
             async move {
-                run_job(&inner, job).await;
+                run_job(&inner, job, prepared).await;
                 drop(slot);
             }
             .instrument(tracing::info_span!("job", kind)),
@@ -206,7 +243,7 @@ async fn run_loop(inner: &Inner, cancel: &CancellationToken) {
             .await
         {
             Ok(Some(job)) => {
-                run_job(inner, job).await;
+                run_job(inner, job, None).await;
                 drop(slot);
             }
             Ok(None) => {
@@ -255,7 +292,7 @@ fn job_kind_name(job: &Job) -> &'static str {
     }
 }
 
-async fn run_job(inner: &Inner, job: Job) {
+async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
     let kind = job_kind_name(&job);
     if job.exhausted {
         // Its last allowed attempt ended without a report (the worker crashed or lost its
@@ -272,7 +309,7 @@ async fn run_job(inner: &Inner, job: Job) {
         return;
     }
     let started = std::time::Instant::now();
-    let attempt = attempt_under_lease(inner, &job).await;
+    let attempt = attempt_under_lease(inner, &job, prepared).await;
     metrics::histogram!("certeasy_job_seconds", "kind" => kind)
         .record(started.elapsed().as_secs_f64());
     match attempt {
@@ -313,13 +350,13 @@ async fn run_job(inner: &Inner, job: Job) {
 /// Runs one attempt under the backstop timeout while a heartbeat keeps its lease. The lease is
 /// short so a dead worker's job is soon picked up again, and renewed so a slow attempt never has
 /// its job taken by a second worker (which would then hold two workers for one stuck name).
-async fn attempt_under_lease(inner: &Inner, job: &Job) -> Attempt {
+async fn attempt_under_lease(inner: &Inner, job: &Job, prepared: Option<Prepared>) -> Attempt {
     let limit = inner.attempt_timeout;
     let work = async {
         let run = async {
             match job.kind {
-                JobKind::Validate(id) => validate(inner, job, id).await,
-                JobKind::Finalize(id) => finalize(inner, job, id).await,
+                JobKind::Validate(id) => validate(inner, job, id, prepared).await,
+                JobKind::Finalize(id) => finalize(inner, job, id, prepared).await,
             }
         };
         // Dropping the attempt on timeout cancels its I/O; an open transaction rolls back.
@@ -397,34 +434,32 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     }
 }
 
-async fn validate(inner: &Inner, job: &Job, id: ChallengeId) -> Result<Settled, Error> {
-    let challenge = inner
-        .storage
-        .challenge(id)
-        .await?
-        .ok_or_else(|| Error::Missing(format!("challenge {id}")))?;
-    if challenge.status != ChallengeStatus::Processing {
-        // Already decided (a repeat after a crash between commit and job deletion): validating
-        // again would only run the hook a second time.
-        return Ok(Settled::No);
-    }
-    let now = inner.clock.now();
-    let authz = inner
-        .storage
-        .authorization(challenge.authz_id, now)
-        .await?
-        .ok_or_else(|| Error::Missing(format!("authorization {}", challenge.authz_id)))?;
-    let account = inner
-        .storage
-        .account(authz.account_id)
-        .await?
-        .ok_or_else(|| Error::Missing(format!("account {}", authz.account_id)))?;
-    let key_authorization = format!("{}.{}", challenge.token, account.thumbprint);
-    let span = tracing::info_span!("validation", account_id = %account.id, authz_id = %authz.id, challenge = challenge.kind.as_str(), identifier = %authz.identifier);
+async fn validate(
+    inner: &Inner,
+    job: &Job,
+    id: ChallengeId,
+    prepared: Option<Prepared>,
+) -> Result<Settled, Error> {
+    let target = match prepared {
+        Some(Prepared::Validate(target)) if target.challenge.id == id => target,
+        _ => match load_validation(inner, id).await? {
+            Some(target) => target,
+            None => return Ok(Settled::No),
+        },
+    };
+    let ValidationTarget {
+        challenge,
+        authz_id,
+        identifier,
+        account_id,
+        thumbprint,
+    } = target;
+    let key_authorization = format!("{}.{}", challenge.token, thumbprint);
+    let span = tracing::info_span!("validation", account_id = %account_id, authz_id = %authz_id, challenge = challenge.kind.as_str(), identifier = %identifier);
     let outcome = inner
         .validator
         .validate(
-            &authz.identifier,
+            &identifier,
             challenge.kind,
             &challenge.token,
             &key_authorization,
@@ -447,9 +482,9 @@ async fn validate(inner: &Inner, job: &Job, id: ChallengeId) -> Result<Settled, 
     // attempt spends again, over-counting one failure; that errs towards refusing, and a repeat
     // after the commit spends nothing (the challenge is no longer processing, see above).
     let verdict = ValidationRecorded {
-        account_id: account.id,
-        authz_id: authz.id,
-        identifier: authz.identifier.clone(),
+        account_id,
+        authz_id,
+        identifier,
         status: if outcome.is_ok() {
             ChallengeStatus::Valid
         } else {
@@ -466,47 +501,54 @@ async fn validate(inner: &Inner, job: &Job, id: ChallengeId) -> Result<Settled, 
     Ok(Settled::Yes)
 }
 
-async fn finalize(inner: &Inner, job: &Job, id: OrderId) -> Result<Settled, Error> {
-    let now = inner.clock.now();
-    let order = inner
+/// The challenge in `processing`, its authorization and its account: what a job from the queue
+/// starts from. `None` when the challenge is already decided (a repeat after a crash between
+/// commit and job deletion): validating again would only run the hook a second time.
+async fn load_validation(
+    inner: &Inner,
+    id: ChallengeId,
+) -> Result<Option<ValidationTarget>, Error> {
+    let challenge = inner
         .storage
-        .order(id, now)
+        .challenge(id)
         .await?
-        .ok_or_else(|| Error::Missing(format!("order {id}")))?;
-    if order.status != acme_core::status::OrderStatus::Processing {
-        // Already settled (a repeat after a crash between commit and job deletion).
-        return Ok(Settled::No);
+        .ok_or_else(|| Error::Missing(format!("challenge {id}")))?;
+    if challenge.status != ChallengeStatus::Processing {
+        return Ok(None);
     }
-    // A deactivated account gets nothing more (RFC 8555 §7.3.6); checked here so nothing is
-    // signed, and again in the transaction that would store the certificate.
+    let now = inner.clock.now();
+    let authz = inner
+        .storage
+        .authorization(challenge.authz_id, now)
+        .await?
+        .ok_or_else(|| Error::Missing(format!("authorization {}", challenge.authz_id)))?;
     let account = inner
         .storage
-        .account(order.account_id)
+        .account(authz.account_id)
         .await?
-        .ok_or_else(|| Error::Missing(format!("account {}", order.account_id)))?;
-    if account.status != AccountStatus::Valid {
-        return refuse_deactivated(inner, job, id, now).await;
-    }
-    let csr = inner
-        .storage
-        .order_csr(id)
-        .await?
-        .ok_or_else(|| Error::Missing(format!("CSR of order {id}")))?;
-    let checked = match issuance::check_csr(&csr, &order.identifiers) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(order_id = %id, error = %e, "the stored CSR no longer passes; the order fails");
-            inner
-                .storage
-                .fail_order(
-                    id,
-                    Problem::new(ProblemType::BadCsr, e.to_string()),
-                    now,
-                    Some(job),
-                )
-                .await?;
-            return Ok(Settled::Yes);
-        }
+        .ok_or_else(|| Error::Missing(format!("account {}", authz.account_id)))?;
+    Ok(Some(ValidationTarget {
+        challenge,
+        authz_id: authz.id,
+        identifier: authz.identifier,
+        account_id: account.id,
+        thumbprint: account.thumbprint,
+    }))
+}
+
+async fn finalize(
+    inner: &Inner,
+    job: &Job,
+    id: OrderId,
+    prepared: Option<Prepared>,
+) -> Result<Settled, Error> {
+    let now = inner.clock.now();
+    let (order, checked) = match prepared {
+        Some(Prepared::Finalize { order, csr }) if order.id == id => (order, csr),
+        _ => match load_finalization(inner, job, id, now).await? {
+            Ok(loaded) => loaded,
+            Err(settled) => return Ok(settled),
+        },
     };
     let not_before = order.not_before.unwrap_or(now - inner.settings.backdate);
     // A certificate can never outlive the CA that signs it.
@@ -559,6 +601,58 @@ async fn finalize(inner: &Inner, job: &Job, id: OrderId) -> Result<Settled, Erro
             refuse_deactivated(inner, job, id, inner.clock.now()).await
         }
     }
+}
+
+/// The order in `processing` and its stored CSR, checked again: what a job from the queue starts
+/// from. `Err(settled)` when there is nothing to issue (already settled, or the order was failed
+/// here).
+async fn load_finalization(
+    inner: &Inner,
+    job: &Job,
+    id: OrderId,
+    now: time::OffsetDateTime,
+) -> Result<Result<(Order, CheckedCsr), Settled>, Error> {
+    let order = inner
+        .storage
+        .order(id, now)
+        .await?
+        .ok_or_else(|| Error::Missing(format!("order {id}")))?;
+    if order.status != acme_core::status::OrderStatus::Processing {
+        // Already settled (a repeat after a crash between commit and job deletion).
+        return Ok(Err(Settled::No));
+    }
+    // A deactivated account gets nothing more (RFC 8555 §7.3.6); checked here so nothing is
+    // signed, and again in the transaction that would store the certificate.
+    let account = inner
+        .storage
+        .account(order.account_id)
+        .await?
+        .ok_or_else(|| Error::Missing(format!("account {}", order.account_id)))?;
+    if account.status != AccountStatus::Valid {
+        return refuse_deactivated(inner, job, id, now).await.map(Err);
+    }
+    let csr = inner
+        .storage
+        .order_csr(id)
+        .await?
+        .ok_or_else(|| Error::Missing(format!("CSR of order {id}")))?;
+    let checked = match issuance::check_csr(&csr, &order.identifiers) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(order_id = %id, error = %e, "the stored CSR no longer passes; the order fails");
+            inner
+                .storage
+                .fail_order(
+                    id,
+                    Problem::new(ProblemType::BadCsr, e.to_string()),
+                    now,
+                    Some(job),
+                )
+                .await?;
+            return Ok(Err(Settled::Yes));
+        }
+    };
+    Ok(Ok((order, checked)))
 }
 
 /// Ends an order whose account was deactivated while it was processing.

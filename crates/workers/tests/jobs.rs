@@ -700,7 +700,7 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
         .start_challenge_claimed(challenge, OffsetDateTime::now_utc(), lease)
         .await
         .unwrap();
-    workers.run_claimed(slot, job.unwrap()).await.unwrap();
+    workers.run_claimed(slot, job.unwrap(), None).await.unwrap();
     // Recorded by the time the handle finishes, and no job is left behind.
     let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
     assert_eq!(ch.status, ChallengeStatus::Valid);
@@ -718,7 +718,7 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
         )
         .await
         .unwrap();
-    workers.run_claimed(slot, job.unwrap()).await.unwrap();
+    workers.run_claimed(slot, job.unwrap(), None).await.unwrap();
     let o = env
         .storage
         .order(order, OffsetDateTime::now_utc())

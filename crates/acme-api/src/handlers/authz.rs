@@ -10,6 +10,8 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use storage::model::Authorization;
+use workers::runner::Prepared;
+use workers::runner::ValidationTarget;
 
 use crate::auth::KidRequest;
 use crate::handlers::run_now;
@@ -93,7 +95,16 @@ pub(crate) async fn challenge(
                     .await?;
                 let finished = match job {
                     Some(job) => {
-                        run_now::run_and_wait(&state, slot, job, run_now::VALIDATION_WAIT).await
+                        let target = ValidationTarget {
+                            challenge: started.clone(),
+                            authz_id: authz.id,
+                            identifier: authz.identifier.clone(),
+                            account_id: account,
+                            thumbprint: req.account()?.thumbprint.clone(),
+                        };
+                        let prepared = Some(Prepared::Validate(target));
+                        run_now::run_and_wait(&state, slot, job, prepared, run_now::VALIDATION_WAIT)
+                            .await
                     }
                     None => false,
                 };

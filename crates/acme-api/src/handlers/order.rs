@@ -318,7 +318,7 @@ pub(crate) async fn finalize(
                 .await?;
             tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
             match job {
-                Some(job) => issue_now(&state, slot, job, updated).await?,
+                Some(job) => issue_now(&state, slot, job, updated, checked).await?,
                 None => updated,
             }
         }
@@ -339,8 +339,13 @@ async fn issue_now(
     slot: workers::runner::Slot,
     job: storage::model::Job,
     processing: Order,
+    csr: issuance::CheckedCsr,
 ) -> Result<Order, ApiError> {
-    if !run_now::run_and_wait(state, slot, job, run_now::ISSUE_WAIT).await {
+    let prepared = workers::runner::Prepared::Finalize {
+        order: processing.clone(),
+        csr,
+    };
+    if !run_now::run_and_wait(state, slot, job, Some(prepared), run_now::ISSUE_WAIT).await {
         return Ok(processing);
     }
     let now = state.inner.clock.now();

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use storage::model::Job;
+use workers::runner::Prepared;
 use workers::runner::Slot;
 
 use crate::state::ApiState;
@@ -23,8 +24,15 @@ pub(crate) const ISSUE_WAIT: Duration = Duration::from_secs(2);
 /// up to `validation.timeout`) is answered `processing`, so no request is held for long.
 pub(crate) const VALIDATION_WAIT: Duration = Duration::from_secs(1);
 
-/// Runs the claimed job and waits up to `wait` for it to be recorded: true when it was.
-pub(crate) async fn run_and_wait(state: &ApiState, slot: Slot, job: Job, wait: Duration) -> bool {
-    let run = state.inner.workers.run_claimed(slot, job);
+/// Runs the claimed job, with what the request already `prepared` for it, and waits up to `wait`
+/// for it to be recorded: true when it was.
+pub(crate) async fn run_and_wait(
+    state: &ApiState,
+    slot: Slot,
+    job: Job,
+    prepared: Option<Prepared>,
+    wait: Duration,
+) -> bool {
+    let run = state.inner.workers.run_claimed(slot, job, prepared);
     matches!(tokio::time::timeout(wait, run).await, Ok(Ok(())))
 }
