@@ -83,6 +83,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
         db: std::sync::Arc::new(db),
         backend,
         valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
+        young_tables: std::sync::Arc::default(),
     })
 }
 

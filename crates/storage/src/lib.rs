@@ -20,6 +20,7 @@ mod prune;
 mod rows;
 mod sql;
 mod state;
+mod statistics;
 
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
@@ -85,6 +86,8 @@ pub struct Storage {
     backend: Backend,
     /// Recording a successful validation sets the authorization's expiry this far ahead.
     valid_authz_lifetime: Duration,
+    /// PostgreSQL only: analyzes the tables while they are young (`statistics.rs`).
+    young_tables: std::sync::Arc<statistics::YoungTables>,
 }
 
 impl Storage {

@@ -141,6 +141,9 @@ pub(crate) async fn create(
         .await?;
     }
     tx.commit().await?;
+    if s.backend == Backend::Postgres {
+        s.young_tables.order_created(&s.db);
+    }
     // Built from what was just written rather than read back: the same values, in the stored
     // whole seconds, without two more statements in the write transaction.
     let order = Order {

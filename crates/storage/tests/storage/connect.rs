@@ -84,3 +84,42 @@ async fn pool_settings_size_the_pool() {
         s.close().await;
     }
 }
+
+/// PostgreSQL: once this process has created 100 orders, the tables that grow with issuance
+/// have planner statistics, without waiting for autovacuum (statistics.rs says why).
+#[tokio::test]
+async fn postgres_young_tables_are_analyzed_early() {
+    crate::harness::postgres_at(|s, url| async move {
+        let now = crate::harness::t0();
+        let acct = crate::harness::account(&s, now).await;
+        for i in 0..100 {
+            let name = format!("stats{i}.example.com");
+            s.create_order(
+                crate::harness::new_order(acct.id, &[name.as_str()], now, false),
+                &storage::model::OrderGuards::default(),
+                now,
+            )
+            .await
+            .unwrap();
+        }
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            let analyzed: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_user_tables \
+                 WHERE relname IN ('orders', 'authorizations', 'order_authorizations', 'challenges') \
+                 AND last_analyze IS NOT NULL",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            if analyzed == 4 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the growing tables were not analyzed after 100 orders");
+    })
+    .await;
+}

@@ -85,6 +85,16 @@ where
     F: FnOnce(Storage) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    postgres_at(|storage, _url| scenario(storage)).await;
+}
+
+/// [`postgres`], also telling the scenario its database URL (to look at the database beside
+/// the storage API).
+pub(crate) async fn postgres_at<F, Fut>(scenario: F)
+where
+    F: FnOnce(Storage, String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     sqlx::any::install_default_drivers();
     let admin_url = std::env::var("CERTEASY_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
@@ -102,7 +112,8 @@ where
     let url = database_url(&admin_url, &name);
     let storage = Storage::connect(&url).await.unwrap();
     assert_eq!(storage.backend(), storage::Backend::Postgres);
-    let result = run_guarded(storage, scenario).await;
+    let at = url.clone();
+    let result = run_guarded(storage, |storage| scenario(storage, at)).await;
     // Best effort: a leftover database is harmless and named after its test process.
     let _ = sqlx::query(AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
