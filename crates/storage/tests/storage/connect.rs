@@ -89,20 +89,20 @@ async fn pool_settings_size_the_pool() {
 /// have planner statistics, without waiting for autovacuum (statistics.rs says why).
 #[tokio::test]
 async fn postgres_young_tables_are_analyzed_early() {
-    crate::harness::postgres_at(|s, url| async move {
-        let now = crate::harness::t0();
-        let acct = crate::harness::account(&s, now).await;
+    harness::postgres_at(|s, url| async move {
+        let now = t0();
+        let acct = harness::account(&s, now).await;
         for i in 0..100 {
             let name = format!("stats{i}.example.com");
             s.create_order(
-                crate::harness::new_order(acct.id, &[name.as_str()], now, false),
+                harness::new_order(acct.id, &[name.as_str()], now, false),
                 &storage::model::OrderGuards::default(),
                 now,
             )
             .await
             .unwrap();
         }
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        let mut conn = AnyConnection::connect(&url)
             .await
             .unwrap();
         for _ in 0..100 {
