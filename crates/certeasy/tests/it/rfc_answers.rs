@@ -69,8 +69,9 @@ async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
     );
 }
 
-/// Creates an order for `name` and validates it over http-01: (order URL, order body).
-async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
+/// Creates an order for `name`, serves its http-01 key authorization and answers the challenge:
+/// (order URL, the challenge response).
+async fn answer_http01(env: &TestEnv, raw: &Raw, name: &str) -> (String, Reply) {
     let r = raw
         .post(
             &raw.url("/acme/new-order"),
@@ -86,6 +87,12 @@ async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
         .post(ch["url"].as_str().unwrap(), Some(&json!({})))
         .await;
     assert_eq!(started.status, 200, "{started:?}");
+    (order_url, started)
+}
+
+/// Creates an order for `name` and validates it over http-01: (order URL, order body).
+async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
+    let (order_url, _) = answer_http01(env, raw, name).await;
     let body = wait_for_status(raw, &order_url, "ready").await;
     (order_url, body)
 }
@@ -670,21 +677,7 @@ async fn a_quick_validation_and_issuance_answer_with_their_outcome(db: Db) {
     let mut raw = Raw::new(&env, Algorithm::Es256);
     raw.register().await;
     let name = env.name("quick");
-    let r = raw
-        .post(
-            &raw.url("/acme/new-order"),
-            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let order_url = r.location();
-    let ch = raw.http01_challenge(&r.body).await;
-    let token = ch["token"].as_str().unwrap();
-    env.http.add(token, &raw.key_authorization(token));
-    let started = raw
-        .post(ch["url"].as_str().unwrap(), Some(&json!({})))
-        .await;
-    assert_eq!(started.status, 200, "{started:?}");
+    let (order_url, started) = answer_http01(&env, &raw, &name).await;
     assert_eq!(started.body["status"], "valid", "{started:?}");
     assert!(started.body["validated"].is_string(), "{started:?}");
     assert_eq!(started.header("retry-after"), None, "{started:?}");

@@ -293,15 +293,16 @@ async fn only_the_holder_renews_a_lease(s: &Storage) {
     );
 }
 
-/// A request that runs the job it creates: the job is inserted already claimed, the queue passes
-/// over it while its lease runs, and recording the outcome deletes it in the same transaction.
-async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
-    let now = t0();
-    let lease = Duration::seconds(30);
+/// A fresh order for `name` and the id of its first (http-01) challenge.
+async fn order_with_one_challenge(
+    s: &Storage,
+    name: &str,
+    now: OffsetDateTime,
+) -> (storage::model::Order, ChallengeId) {
     let acct = harness::account(s, now).await;
     let order = s
         .create_order(
-            harness::new_order(acct.id, &["claimed.example.com"], now, false),
+            harness::new_order(acct.id, &[name], now, false),
             &OrderGuards::default(),
             now,
         )
@@ -313,6 +314,15 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
         .unwrap()
         .unwrap();
     let chal = authz.challenges[0].id;
+    (order, chal)
+}
+
+/// A request that runs the job it creates: the job is inserted already claimed, the queue passes
+/// over it while its lease runs, and recording the outcome deletes it in the same transaction.
+async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(30);
+    let (order, chal) = order_with_one_challenge(s, "claimed.example.com", now).await;
 
     let (started, job) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
     assert_eq!(
@@ -376,21 +386,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
 async fn a_claimed_job_whose_holder_died_goes_back_to_the_queue(s: &Storage) {
     let now = t0();
     let lease = Duration::seconds(30);
-    let acct = harness::account(s, now).await;
-    let order = s
-        .create_order(
-            harness::new_order(acct.id, &["orphan.example.com"], now, false),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
-    let authz = s
-        .authorization(order.authz_ids[0], now)
-        .await
-        .unwrap()
-        .unwrap();
-    let chal = authz.challenges[0].id;
+    let (_, chal) = order_with_one_challenge(s, "orphan.example.com", now).await;
     let (_, first) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
     let first = first.unwrap();
     assert_eq!(s.next_job_due().await.unwrap(), Some(now + lease));
