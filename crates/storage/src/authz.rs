@@ -15,7 +15,6 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
-use crate::jobs;
 use crate::model::Authorization;
 use crate::model::Challenge;
 use crate::model::Job;
@@ -119,13 +118,7 @@ pub(crate) async fn start_challenge(
         .execute(&mut *tx)
         .await?;
         challenge.status = ChallengeStatus::Processing;
-        job = state::enqueue_job(
-            &mut tx,
-            JobKind::Validate(id),
-            now_s,
-            claim.map(|lease| jobs::lease_end(now, lease)),
-        )
-        .await?;
+        job = state::enqueue_job(&mut tx, JobKind::Validate(id), now, claim).await?;
         None
     };
     // Commit even when refusing, so that an expiry found on the way is persisted.

@@ -20,6 +20,11 @@ pub(crate) fn unix(t: OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }
 
+/// The end of a lease taken at `now`, in whole seconds and never shorter than `lease`.
+pub(crate) fn lease_end(now: OffsetDateTime, lease: Duration) -> i64 {
+    unix_ceil(now).saturating_add(seconds_ceil(lease).max(1))
+}
+
 /// Unix seconds rounded up: the start of a lease, so that storing whole seconds never makes a
 /// lease shorter than asked (a 1 s lease taken at x.9 s still lasts a full second).
 pub(crate) fn unix_ceil(t: OffsetDateTime) -> i64 {

@@ -17,11 +17,6 @@ use crate::model::JobKind;
 use crate::sql;
 use crate::state;
 
-/// The end of a lease taken at `now`, in whole seconds and never shorter than `lease`.
-pub(crate) fn lease_end(now: OffsetDateTime, lease: Duration) -> i64 {
-    codec::unix_ceil(now).saturating_add(codec::seconds_ceil(lease).max(1))
-}
-
 pub(crate) async fn claim(
     s: &Storage,
     now: OffsetDateTime,
@@ -29,7 +24,7 @@ pub(crate) async fn claim(
     max_attempts: u32,
 ) -> Result<Option<Job>> {
     let now_s = codec::unix(now);
-    let lease_until = lease_end(now, lease);
+    let lease_until = codec::lease_end(now, lease);
     // One statement: on SQLite an UPDATE takes the write lock before it reads, so two claimers
     // are serialised; on PostgreSQL SKIP LOCKED lets each claimer pass over rows another holds.
     let query = match s.backend {
@@ -83,7 +78,7 @@ pub(crate) async fn renew(
     now: OffsetDateTime,
     lease: Duration,
 ) -> Result<Option<OffsetDateTime>> {
-    let until = lease_end(now, lease);
+    let until = codec::lease_end(now, lease);
     let renewed: Option<i64> = sql::query_scalar(
         "UPDATE jobs SET lease_until = CASE WHEN lease_until > $3 THEN lease_until ELSE $3 END \
          WHERE id = $1 AND attempts = $2 AND lease_until IS NOT NULL \

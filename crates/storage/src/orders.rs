@@ -16,7 +16,6 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
-use crate::jobs;
 use crate::model::Completion;
 use crate::model::DuplicateUsage;
 use crate::model::GuardUsage;
@@ -385,13 +384,7 @@ pub(crate) async fn begin_finalize(
     .rows_affected()
         > 0;
     if moved {
-        job = state::enqueue_job(
-            &mut tx,
-            JobKind::Finalize(id),
-            now_s,
-            claim.map(|lease| jobs::lease_end(now, lease)),
-        )
-        .await?;
+        job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, claim).await?;
     } else {
         // Persist why it is not ready: expired authorizations expire (and invalidate the order),
         // then the order's own expiry.

@@ -7,6 +7,8 @@ use acme_core::ids::AuthzId;
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
+use time::Duration;
+use time::OffsetDateTime;
 
 use crate::Backend;
 use crate::Result;
@@ -133,28 +135,29 @@ pub(crate) const JOB_FINALIZE: &str = "finalize";
 
 /// Enqueues a job due now; a second request for the same work is absorbed by UNIQUE(kind, target).
 ///
-/// With `claim_until`, the job is inserted already claimed (its first attempt counted, leased
-/// until then) and returned: the request that enqueues it runs it at once, and the queue's
+/// With `claim` (a lease), the job is inserted already claimed (its first attempt counted, leased
+/// for that long) and returned: the request that enqueues it runs it at once, and the queue's
 /// workers pass over it unless the lease runs out (the process died), so nothing accepted is
 /// lost and nothing runs twice while its holder lives. `None` when the job existed already.
 pub(crate) async fn enqueue_job(
     conn: &mut Conn,
     kind: JobKind,
-    now: i64,
-    claim_until: Option<i64>,
+    now: OffsetDateTime,
+    claim: Option<Duration>,
 ) -> Result<Option<Job>> {
+    let now_s = codec::unix(now);
     let (name, target) = match kind {
         JobKind::Validate(id) => (JOB_VALIDATE, id.0),
         JobKind::Finalize(id) => (JOB_FINALIZE, id.0),
     };
-    let Some(until) = claim_until else {
+    let Some(until) = claim.map(|lease| codec::lease_end(now, lease)) else {
         sql::query(
             "INSERT INTO jobs (kind, target_id, run_at, attempts, created_at) VALUES ($1, $2, $3, 0, $3) \
              ON CONFLICT (kind, target_id) DO NOTHING",
         )
         .bind(name)
         .bind(target)
-        .bind(now)
+        .bind(now_s)
         .execute(&mut *conn)
         .await?;
         return Ok(None);
@@ -165,7 +168,7 @@ pub(crate) async fn enqueue_job(
     )
     .bind(name)
     .bind(target)
-    .bind(now)
+    .bind(now_s)
     .bind(until)
     .fetch_optional(&mut *conn)
     .await?;

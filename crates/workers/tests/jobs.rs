@@ -231,14 +231,18 @@ async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, acme_core::i
     (order.id, authz.challenges[0].id)
 }
 
+/// The order as it is now.
+async fn order_now(env: &Env, order: OrderId) -> storage::model::Order {
+    env.storage
+        .order(order, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 async fn wait_for(env: &Env, order: OrderId, want: OrderStatus) {
     for _ in 0..300 {
-        let o = env
-            .storage
-            .order(order, OffsetDateTime::now_utc())
-            .await
-            .unwrap()
-            .unwrap();
+        let o = order_now(env, order).await;
         if o.status == want {
             return;
         }
@@ -719,12 +723,7 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
         .await
         .unwrap();
     workers.run_claimed(slot, job.unwrap(), None).await.unwrap();
-    let o = env
-        .storage
-        .order(order, OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let o = order_now(&env, order).await;
     assert_eq!(o.status, OrderStatus::Valid);
     assert!(o.certificate_id.is_some());
     assert_eq!(env.storage.next_job_due().await.unwrap(), None);

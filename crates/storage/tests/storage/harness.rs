@@ -255,6 +255,22 @@ pub(crate) fn new_order_expiring(
     }
 }
 
+/// Creates a pending order for `names` (no authorization reuse, no guards).
+pub(crate) async fn pending_order(
+    s: &Storage,
+    account: AccountId,
+    names: &[&str],
+    now: OffsetDateTime,
+) -> Order {
+    s.create_order(
+        new_order(account, names, now, false),
+        &OrderGuards::default(),
+        now,
+    )
+    .await
+    .unwrap()
+}
+
 /// Creates an order and validates every authorization through its first challenge.
 pub(crate) async fn ready_order(
     s: &Storage,
@@ -262,14 +278,7 @@ pub(crate) async fn ready_order(
     names: &[&str],
     now: OffsetDateTime,
 ) -> Order {
-    let order = s
-        .create_order(
-            new_order(account, names, now, false),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = pending_order(s, account, names, now).await;
     for authz_id in &order.authz_ids {
         let authz = s.authorization(*authz_id, now).await.unwrap().unwrap();
         let challenge = &authz.challenges[0];

@@ -300,21 +300,13 @@ async fn order_with_one_challenge(
     now: OffsetDateTime,
 ) -> (storage::model::Order, ChallengeId) {
     let acct = harness::account(s, now).await;
-    let order = s
-        .create_order(
-            harness::new_order(acct.id, &[name], now, false),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = harness::pending_order(s, acct.id, &[name], now).await;
     let authz = s
         .authorization(order.authz_ids[0], now)
         .await
         .unwrap()
         .unwrap();
-    let chal = authz.challenges[0].id;
-    (order, chal)
+    (order, authz.challenges[0].id)
 }
 
 /// A request that runs the job it creates: the job is inserted already claimed, the queue passes
