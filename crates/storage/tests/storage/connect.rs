@@ -1,3 +1,7 @@
+use acme_core::ids::AuthzId;
+use acme_core::ids::ChallengeId;
+use acme_core::ids::OrderId;
+use acme_core::status::ChallengeType;
 use sqlx::AnyConnection;
 use sqlx::Connection;
 use storage::Storage;
@@ -122,4 +126,90 @@ async fn postgres_young_tables_are_analyzed_early() {
         panic!("the growing tables were not analyzed after 100 orders");
     })
     .await;
+}
+
+/// Migration 0005 rebuilds `challenges` (token no longer UNIQUE) and `order_authorizations`
+/// (WITHOUT ROWID): a database written before it keeps every row, readable through the API.
+#[tokio::test]
+async fn sqlite_lean_writes_migration_keeps_existing_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+
+    // The schema as the releases before 0005 left it.
+    let old = dir.path().join("migrations");
+    std::fs::create_dir(&old).unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name.as_str() < "0005" {
+            std::fs::copy(entry.path(), old.join(&name)).unwrap();
+        }
+    }
+    let mut conn = AnyConnection::connect(&url).await.unwrap();
+    sqlx::migrate::Migrator::new(old.as_path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    for statement in [
+        "INSERT INTO accounts (id, thumbprint, jwk, status, created_at) \
+         VALUES (1, 'tp', '{}', 'valid', 1700000000)",
+        "INSERT INTO orders (id, account_id, status, identifiers, set_hash, expires_at, \
+         created_at, updated_at) \
+         VALUES (7, 1, 'pending', 'dns:a.example', 'h', 1800000000, 1700000000, 1700000000)",
+        "INSERT INTO authorizations (id, account_id, identifier_type, identifier_value, status, \
+         expires_at, created_at) VALUES (3, 1, 'dns', 'a.example', 'pending', 1800000000, 1700000000)",
+        "INSERT INTO order_authorizations (order_id, authz_id, position) VALUES (7, 3, 0)",
+        "INSERT INTO challenges (id, authz_id, type, token, status) \
+         VALUES (5, 3, 'http-01', 'tok-http', 'pending'), (6, 3, 'dns-01', 'tok-dns', 'pending')",
+    ] {
+        sqlx::query(statement).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let s = Storage::connect(&url).await.unwrap();
+    let order = s.order(OrderId(7), t0()).await.unwrap().unwrap();
+    assert_eq!(order.authz_ids, vec![AuthzId(3)]);
+    let authz = s.authorization(AuthzId(3), t0()).await.unwrap().unwrap();
+    let tokens: Vec<_> = authz.challenges.iter().map(|c| c.token.as_str()).collect();
+    assert_eq!(tokens, ["tok-http", "tok-dns"]);
+    let challenge = s.challenge(ChallengeId(6)).await.unwrap().unwrap();
+    assert_eq!(challenge.kind, ChallengeType::Dns01);
+    s.close().await;
+
+    let mut conn = AnyConnection::connect(&url).await.unwrap();
+    let without_rowid: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_schema WHERE name = 'order_authorizations' \
+         AND sql LIKE '%WITHOUT ROWID%'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(without_rowid, 1);
+    let token_indexes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'challenges' \
+         AND name LIKE 'sqlite_autoindex%'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(token_indexes, 0);
+}
+
+/// A new SQLite database gets 1 KiB pages (`connect::SQLITE_PAGE_SIZE`): fewer bytes per commit.
+#[tokio::test]
+async fn a_new_sqlite_database_has_small_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("pages.db").display());
+    let s = Storage::connect(&url).await.unwrap();
+    s.close().await;
+    let mut conn = AnyConnection::connect(&url).await.unwrap();
+    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(page_size, 1024);
 }
