@@ -26,6 +26,7 @@ pub(crate) use crate::sql::query::one_off;
 pub(crate) use crate::sql::query::one_off_scalar;
 pub(crate) use crate::sql::query::query;
 pub(crate) use crate::sql::query::query_scalar;
+pub(crate) use crate::sql::query::shaped;
 pub(crate) use crate::sql::row::Row;
 
 /// When SQLite makes a commit durable (`database.sqlite-synchronous`).

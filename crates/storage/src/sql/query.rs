@@ -85,6 +85,17 @@ pub(crate) fn query_scalar<T: Decode>(sql: &'static str) -> QueryScalar<T> {
     }
 }
 
+/// A statement whose text is built at run time but takes one of a few shapes (an `IN` list
+/// padded to a power of two, say): kept prepared like a static one, since preparing it anew
+/// on every call cost a hot path more than running it.
+pub(crate) fn shaped(sql: String) -> Query {
+    Query {
+        text: Text::Owned(sql),
+        args: Vec::new(),
+        persistent: true,
+    }
+}
+
 /// [`one_off`] whose first column is the result.
 pub(crate) fn one_off_scalar<T: Decode>(sql: String) -> QueryScalar<T> {
     QueryScalar {

@@ -152,6 +152,19 @@ async fn paused_among_respects_account_and_limit(s: &Storage) {
         vec![shared.clone()]
     );
     assert_eq!(s.paused_among(acct, &[], 15).await.unwrap(), vec![]);
+    // Short lists are padded to a power of two by repeating their last name: three names
+    // (padded to four) and six (padded to eight) find exactly the paused ones, once each.
+    let three = [dns("free.example"), names[7].clone(), dns("free2.example")];
+    assert_eq!(
+        s.paused_among(acct, &three, 15).await.unwrap(),
+        vec![names[7].clone()]
+    );
+    let mut six = names[10..15].to_vec();
+    six.push(dns("free3.example"));
+    assert_eq!(
+        s.paused_among(acct, &six, 15).await.unwrap(),
+        names[10..15].to_vec()
+    );
     assert_eq!(
         s.pause_state(acct, &shared).await.unwrap(),
         None,
