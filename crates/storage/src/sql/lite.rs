@@ -191,6 +191,13 @@ pub(crate) fn run(conn: &Connection, query: &Query, want: Want) -> Result<Output
     }
 }
 
+/// Runs a transaction statement (`BEGIN IMMEDIATE`, `COMMIT`, `ROLLBACK`) kept prepared: every
+/// write transaction runs two, and parsing them anew each time showed in the profile.
+pub(crate) fn control(conn: &Connection, sql: &'static str) -> Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// Whether `sql` only reads (`sqlite3_stmt_readonly`), deciding whether it may run on a reader.
 pub(crate) fn is_read_only(conn: &Connection, query: &Query) -> Result<bool> {
     if query.persistent() {

@@ -98,7 +98,7 @@ impl Db {
             Db::Postgres(pool) => Ok(Tx(Conn(ConnKind::Tx(pool.begin().await?)))),
             Db::Sqlite(lite) => {
                 let lease = lite.writer.lease().await?;
-                lease.conn()?.execute_batch("BEGIN IMMEDIATE")?;
+                lite::control(lease.conn()?, "BEGIN IMMEDIATE")?;
                 Ok(Tx(Conn(ConnKind::Lite(lease))))
             }
         }
@@ -128,7 +128,7 @@ impl Tx {
             ConnKind::Tx(tx) => Ok(tx.commit().await?),
             ConnKind::Lite(lease) => {
                 // On failure the lease's drop rolls back.
-                lease.conn()?.execute_batch("COMMIT")?;
+                lite::control(lease.conn()?, "COMMIT")?;
                 Ok(())
             }
             ConnKind::Pooled(_) | ConnKind::LiteAny(_) => Ok(()),
@@ -141,7 +141,7 @@ impl Tx {
         match self.0.0 {
             ConnKind::Tx(tx) => Ok(tx.rollback().await?),
             ConnKind::Lite(lease) => {
-                lease.conn()?.execute_batch("ROLLBACK")?;
+                lite::control(lease.conn()?, "ROLLBACK")?;
                 Ok(())
             }
             ConnKind::Pooled(_) | ConnKind::LiteAny(_) => Ok(()),
