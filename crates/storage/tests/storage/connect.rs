@@ -132,6 +132,8 @@ async fn postgres_young_tables_are_analyzed_early() {
 /// (WITHOUT ROWID): a database written before it keeps every row, readable through the API.
 #[tokio::test]
 async fn sqlite_lean_writes_migration_keeps_existing_rows() {
+    // This test opens a connection before any `Storage` does, which would install them.
+    sqlx::any::install_default_drivers();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     let url = format!("sqlite://{}?mode=rwc", path.display());
