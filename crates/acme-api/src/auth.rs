@@ -139,7 +139,9 @@ pub(crate) async fn authenticate(
 
     jws.verify(&jwk)?;
 
-    let expected = state.url(uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()));
+    let expected = state
+        .urls()
+        .url(uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()));
     if header.url != expected {
         return Err(ApiError::unauthorized(format!(
             "the JWS \"url\" header is {:?} but this request was sent to {expected:?}",
@@ -186,7 +188,7 @@ pub(crate) async fn authenticate(
 }
 
 async fn account_for_kid(state: &ApiState, kid: &str) -> Result<Account, ApiError> {
-    let prefix = state.url("/acme/acct/");
+    let prefix = state.urls().account_prefix();
     let id = kid
         .strip_prefix(&prefix)
         .and_then(|rest| rest.parse::<acme_core::ids::AccountId>().ok())

@@ -23,12 +23,12 @@ pub(crate) async fn acme_headers(
     if let Ok(v) = HeaderValue::from_str(&nonce) {
         headers.insert("replay-nonce", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("<{}>;rel=\"index\"", state.url("/directory"))) {
+    if let Ok(v) = HeaderValue::from_str(&format!("<{}>;rel=\"index\"", state.urls().directory())) {
         headers.append(header::LINK, v);
     }
     if let Some(info) = response
         .extensions_mut()
-        .remove::<crate::limits::RateLimitInfo>()
+        .remove::<crate::limit_headers::RateLimitInfo>()
     {
         info.apply(response.headers_mut());
     }

@@ -7,6 +7,7 @@ mod client_ip;
 mod handlers;
 mod headers;
 mod limit_headers;
+mod limiter;
 pub mod limits;
 mod methods;
 pub mod nonce;
@@ -15,6 +16,7 @@ mod response;
 pub mod settings;
 pub mod state;
 pub mod unpause;
+mod urls;
 mod wire;
 
 pub use handlers::router;

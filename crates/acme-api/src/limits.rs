@@ -8,27 +8,21 @@
 
 use std::net::IpAddr;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::RwLock;
 
 use acme_core::problem::ProblemType;
 use axum::extract::ConnectInfo;
 use axum::extract::Request;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
-use ipnet::IpNet;
 use ratelimits::config::Mode;
 use ratelimits::config::RateLimitingConfig;
 use ratelimits::limit::LimitName;
 use ratelimits::limiter::BindingLimit;
-use ratelimits::limiter::Limiter;
 use ratelimits::limiter::Request as LimitRequest;
 use ratelimits::limiter::Verdict;
-use ratelimits::overrides::Overrides;
 use storage::model::GuardUsage;
 use time::OffsetDateTime;
 
@@ -37,62 +31,7 @@ use crate::limit_headers::ceil_secs_nanos;
 use crate::problem::ApiError;
 use crate::state::ApiState;
 
-/// The limiter, the database-backed limit parameters, and who may set `X-Forwarded-For`.
-pub struct RateLimits {
-    limiter: Arc<Limiter>,
-    config: RwLock<Arc<RateLimitingConfig>>,
-    trusted_proxies: Vec<IpNet>,
-}
-
-impl std::fmt::Debug for RateLimits {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimits")
-            .field("trusted_proxies", &self.trusted_proxies)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RateLimits {
-    /// Wraps a limiter built from `config`.
-    pub fn new(
-        limiter: Arc<Limiter>,
-        config: RateLimitingConfig,
-        trusted_proxies: Vec<IpNet>,
-    ) -> Self {
-        Self {
-            limiter,
-            config: RwLock::new(Arc::new(config)),
-            trusted_proxies: crate::client_ip::canonical_nets(trusted_proxies),
-        }
-    }
-
-    /// Swaps limits and overrides (SIGHUP); on error the old ones stay in force. Buckets of ids
-    /// whose override was raised are refreshed at once.
-    pub async fn reload(
-        &self,
-        config: RateLimitingConfig,
-        overrides: &Overrides,
-    ) -> Result<usize, ratelimits::error::Error> {
-        let refreshed = self.limiter.reload_and_refresh(&config, overrides).await?;
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
-        Ok(refreshed)
-    }
-
-    /// The limiter, for the admin API and the workers' hook.
-    pub fn limiter(&self) -> &Arc<Limiter> {
-        &self.limiter
-    }
-
-    pub(crate) fn config(&self) -> Arc<RateLimitingConfig> {
-        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// The client address: the peer, or the nearest untrusted hop of `X-Forwarded-For` when the
-    /// peer is a trusted proxy (see [`crate::client_ip`]).
-    pub(crate) fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        crate::client_ip::client_ip(peer, headers, &self.trusted_proxies)
-    }
-}
+pub use crate::limiter::RateLimits;
 
 /// Tokens spent for a request, refunded if the request then fails.
 pub(crate) struct Spent {
@@ -173,7 +112,7 @@ pub(crate) fn denied(state: &ApiState, b: &BindingLimit, subject: &str) -> ApiEr
             header::LINK,
             &format!(
                 "<{}>;rel=\"help\"",
-                state.url(&format!("/docs/rate-limits#{}", b.name.as_str()))
+                state.urls().rate_limit_doc(b.name.as_str())
             ),
         );
     err.rate_limit = Some(RateLimitInfo::from_binding(b));
@@ -201,10 +140,7 @@ pub(crate) fn denied_until(
     .with_header(header::RETRY_AFTER, &wait.to_string())
     .with_header(
         header::LINK,
-        &format!(
-            "<{}>;rel=\"help\"",
-            state.url(&format!("/docs/rate-limits#{limit}"))
-        ),
+        &format!("<{}>;rel=\"help\"", state.urls().rate_limit_doc(limit)),
     );
     let mut info = RateLimitInfo::default();
     info.push(PolicyItem {

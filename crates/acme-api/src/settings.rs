@@ -29,7 +29,7 @@ pub struct ApiSettings {
     /// How far notBefore may lie in the past.
     pub backdate: Duration,
     /// Unpause links of zombie-paused pairs; `None` disables the page and the links.
-    pub unpause: Option<crate::unpause::UnpauseSettings>,
+    pub unpause: Option<crate::unpause::link::UnpauseSettings>,
 }
 
 impl ApiSettings {

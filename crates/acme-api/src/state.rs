@@ -7,10 +7,11 @@ use issuance::Ca;
 use storage::Storage;
 use workers::Workers;
 
-use crate::limits::RateLimits;
+use crate::limiter::RateLimits;
 use crate::nonce::NonceService;
 use crate::settings::ApiSettings;
-use crate::unpause::UnpauseHook;
+use crate::unpause::link::UnpauseHook;
+use crate::urls::Urls;
 
 /// Shared state of the ACME endpoint; cheap to clone.
 #[derive(Clone)]
@@ -20,6 +21,7 @@ pub struct ApiState {
 
 pub(crate) struct Inner {
     pub(crate) settings: ApiSettings,
+    pub(crate) urls: Urls,
     pub(crate) storage: Storage,
     pub(crate) ca: Arc<Ca>,
     pub(crate) workers: Workers,
@@ -45,6 +47,7 @@ impl ApiState {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                urls: Urls::new(&settings.base_url),
                 settings,
                 storage,
                 ca,
@@ -57,7 +60,8 @@ impl ApiState {
         }
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("{}{}", self.inner.settings.base_url, path)
+    /// The URLs handed to clients.
+    pub(crate) fn urls(&self) -> &Urls {
+        &self.inner.urls
     }
 }

@@ -13,7 +13,7 @@ use storage::model::Order;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::state::ApiState;
+use crate::urls::Urls;
 
 pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339)
@@ -60,22 +60,22 @@ fn stored_problem_json(problem: &Problem) -> Value {
     v
 }
 
-pub(crate) fn account_json(state: &ApiState, account: &Account) -> Value {
+pub(crate) fn account_json(urls: &Urls, account: &Account) -> Value {
     json!({
         "status": account.status.as_str(),
         "contact": account.contacts,
         "termsOfServiceAgreed": account.tos_agreed,
-        "orders": state.url(&format!("/acme/acct/{}/orders", account.id)),
+        "orders": urls.account_orders(account.id),
     })
 }
 
-pub(crate) fn order_json(state: &ApiState, order: &Order) -> Value {
+pub(crate) fn order_json(urls: &Urls, order: &Order) -> Value {
     let mut v = json!({
         "status": order.status.as_str(),
         "expires": rfc3339(order.expires_at),
         "identifiers": order.identifiers.iter().map(identifier_json).collect::<Vec<_>>(),
-        "authorizations": order.authz_ids.iter().map(|id| state.url(&format!("/acme/authz/{id}"))).collect::<Vec<_>>(),
-        "finalize": state.url(&format!("/acme/order/{}/finalize", order.id)),
+        "authorizations": order.authz_ids.iter().map(|id| urls.authz(*id)).collect::<Vec<_>>(),
+        "finalize": urls.finalize(order.id),
     });
     if let Some(t) = order.not_before {
         v["notBefore"] = json!(rfc3339(t));
@@ -87,15 +87,15 @@ pub(crate) fn order_json(state: &ApiState, order: &Order) -> Value {
         v["error"] = stored_problem_json(p);
     }
     if let Some(c) = order.certificate_id {
-        v["certificate"] = json!(state.url(&format!("/acme/cert/{c}")));
+        v["certificate"] = json!(urls.certificate(c));
     }
     v
 }
 
-pub(crate) fn challenge_json(state: &ApiState, ch: &Challenge) -> Value {
+pub(crate) fn challenge_json(urls: &Urls, ch: &Challenge) -> Value {
     let mut v = json!({
         "type": ch.kind.as_str(),
-        "url": state.url(&format!("/acme/chall/{}", ch.id)),
+        "url": urls.challenge(ch.id),
         "status": ch.status.as_str(),
         "token": ch.token,
     });
@@ -108,13 +108,13 @@ pub(crate) fn challenge_json(state: &ApiState, ch: &Challenge) -> Value {
     v
 }
 
-pub(crate) fn authz_json(state: &ApiState, authz: &Authorization) -> Value {
+pub(crate) fn authz_json(urls: &Urls, authz: &Authorization) -> Value {
     let id = &authz.identifier;
     let mut v = json!({
         "identifier": { "type": id.kind().as_str(), "value": id.base_name() },
         "status": authz.status.as_str(),
         "expires": rfc3339(authz.expires_at),
-        "challenges": authz.challenges.iter().map(|c| challenge_json(state, c)).collect::<Vec<_>>(),
+        "challenges": authz.challenges.iter().map(|c| challenge_json(urls, c)).collect::<Vec<_>>(),
     });
     if id.is_wildcard() {
         v["wildcard"] = json!(true);

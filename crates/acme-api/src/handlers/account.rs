@@ -60,8 +60,8 @@ pub(crate) async fn new_account(
         if existing.status != AccountStatus::Valid {
             return Err(ApiError::account_not_valid(existing.status));
         }
-        let url = state.url(&format!("/acme/acct/{}", existing.id));
-        return Ok(Resource::ok(account_json(&state, &existing))
+        let url = state.urls().account(existing.id);
+        return Ok(Resource::ok(account_json(state.urls(), &existing))
             .location(&url)
             .into_response());
     }
@@ -111,10 +111,12 @@ pub(crate) async fn new_account(
     };
     tracing::info!(account_id = %account.id, "account created");
     metrics::counter!("certeasy_accounts_created_total").increment(1);
-    let url = state.url(&format!("/acme/acct/{}", account.id));
-    Ok(Resource::created(account_json(&state, &account), &url)
-        .rate_limit(spent.info)
-        .into_response())
+    let url = state.urls().account(account.id);
+    Ok(
+        Resource::created(account_json(state.urls(), &account), &url)
+            .rate_limit(spent.info)
+            .into_response(),
+    )
 }
 
 /// Layer 2 of new-account: one token from the client address's account-creation bucket.
@@ -153,7 +155,7 @@ pub(crate) async fn account(
 ) -> ApiResult {
     let account = own_account(&req, &id)?;
     if req.is_post_as_get() {
-        return Ok(Resource::ok(account_json(&state, account)).into_response());
+        return Ok(Resource::ok(account_json(state.urls(), account)).into_response());
     }
     let payload: AccountRequest = req.payload()?;
     let storage = &state.inner.storage;
@@ -167,7 +169,7 @@ pub(crate) async fn account(
             .deactivate_account(account.id, state.inner.clock.now())
             .await?;
         tracing::info!(account_id = %account.id, "account deactivated");
-        return Ok(Resource::ok(account_json(&state, &updated)).into_response());
+        return Ok(Resource::ok(account_json(state.urls(), &updated)).into_response());
     }
     let mut current = account.clone();
     if let Some(contacts) = payload.contact {
@@ -176,7 +178,7 @@ pub(crate) async fn account(
             .update_account_contacts(account.id, contacts)
             .await?;
     }
-    Ok(Resource::ok(account_json(&state, &current)).into_response())
+    Ok(Resource::ok(account_json(state.urls(), &current)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -200,14 +202,11 @@ pub(crate) async fn orders(
         .await?;
     let more = ids.len() > page as usize;
     ids.truncate(page as usize);
-    let urls: Vec<String> = ids
-        .iter()
-        .map(|o| state.url(&format!("/acme/order/{o}")))
-        .collect();
+    let urls: Vec<String> = ids.iter().map(|o| state.urls().order(*o)).collect();
     let mut resource = Resource::ok(json!({ "orders": urls }));
     if more && let Some(last) = ids.last() {
         resource = resource.link(
-            &state.url(&format!("/acme/acct/{}/orders?cursor={last}", account.id)),
+            &state.urls().account_orders_after(account.id, *last),
             "next",
         );
     }
@@ -246,7 +245,7 @@ pub(crate) async fn key_change(
     let change: KeyChange = serde_json::from_slice(inner.payload()).map_err(|e| {
         ApiError::malformed(format!("the inner keyChange payload is not valid: {e}"))
     })?;
-    let account_url = state.url(&format!("/acme/acct/{}", account.id));
+    let account_url = state.urls().account(account.id);
     if change.account != account_url {
         return Err(ApiError::unauthorized(
             "the keyChange \"account\" does not match the account that signed the request",
@@ -273,13 +272,13 @@ pub(crate) async fn key_change(
     {
         Ok(updated) => {
             tracing::info!(account_id = %account.id, "account key changed");
-            Ok(Resource::ok(account_json(&state, &updated)).into_response())
+            Ok(Resource::ok(account_json(state.urls(), &updated)).into_response())
         }
         Err(storage::error::Error::Conflict(other)) => Err(ApiError::malformed(
             "the new key is already in use by another account",
         )
         .with_status(StatusCode::CONFLICT)
-        .with_header(header::LOCATION, &state.url(&format!("/acme/acct/{other}")))),
+        .with_header(header::LOCATION, &state.urls().account(AccountId(other)))),
         Err(e) => Err(e.into()),
     }
 }

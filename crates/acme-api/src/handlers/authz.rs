@@ -123,8 +123,8 @@ pub(crate) async fn challenge(
         tracing::info!(account_id = %account, challenge_id = %challenge_id, kind = started.kind.as_str(), "validation requested");
         started
     };
-    let up = state.url(&format!("/acme/authz/{}", authz.id));
-    let mut resource = Resource::ok(challenge_json(&state, &challenge)).link(&up, "up");
+    let up = state.urls().authz(authz.id);
+    let mut resource = Resource::ok(challenge_json(state.urls(), &challenge)).link(&up, "up");
     if matches!(
         challenge.status,
         ChallengeStatus::Processing | ChallengeStatus::Pending
@@ -135,7 +135,7 @@ pub(crate) async fn challenge(
 }
 
 fn authz_resource(state: &ApiState, authz: &Authorization) -> Resource {
-    let resource = Resource::ok(authz_json(state, authz));
+    let resource = Resource::ok(authz_json(state.urls(), authz));
     if authz.status == AuthzStatus::Pending {
         resource.retry_after(state.inner.settings.retry_after.whole_seconds())
     } else {

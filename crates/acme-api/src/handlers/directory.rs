@@ -24,11 +24,11 @@ pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
         meta["caaIdentities"] = json!(s.caa_identities);
     }
     let body = json!({
-        "newNonce": state.url("/acme/new-nonce"),
-        "newAccount": state.url("/acme/new-account"),
-        "newOrder": state.url("/acme/new-order"),
-        "revokeCert": state.url("/acme/revoke-cert"),
-        "keyChange": state.url("/acme/key-change"),
+        "newNonce": state.urls().url("/acme/new-nonce"),
+        "newAccount": state.urls().url("/acme/new-account"),
+        "newOrder": state.urls().url("/acme/new-order"),
+        "revokeCert": state.urls().url("/acme/revoke-cert"),
+        "keyChange": state.urls().url("/acme/key-change"),
         "meta": meta,
     });
     Resource::ok(body).into_response()

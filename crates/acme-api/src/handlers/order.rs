@@ -105,8 +105,8 @@ pub(crate) async fn new_order(
     };
     tracing::info!(account_id = %account.id, order_id = %order.id, identifiers = order.identifiers.len(), "order created");
     metrics::counter!("certeasy_orders_created_total").increment(1);
-    let url = state.url(&format!("/acme/order/{}", order.id));
-    Ok(Resource::created(order_json(&state, &order), &url)
+    let url = state.urls().order(order.id);
+    Ok(Resource::created(order_json(state.urls(), &order), &url)
         .rate_limit(spent.info)
         .into_response())
 }
@@ -397,8 +397,8 @@ async fn refuse_account_key(
 }
 
 fn order_resource(state: &ApiState, order: &Order) -> Resource {
-    let url = state.url(&format!("/acme/order/{}", order.id));
-    let resource = Resource::ok(order_json(state, order)).location(&url);
+    let url = state.urls().order(order.id);
+    let resource = Resource::ok(order_json(state.urls(), order)).location(&url);
     match order.status {
         OrderStatus::Processing | OrderStatus::Pending => {
             resource.retry_after(state.inner.settings.retry_after.whole_seconds())
@@ -594,11 +594,11 @@ async fn refuse_paused(
             axum::http::header::LINK,
             &format!(
                 "<{}>;rel=\"help\"",
-                state.url(&format!("/docs/rate-limits#{}", name.as_str()))
+                state.urls().rate_limit_doc(name.as_str())
             ),
         );
     if let Some(url) = unpause_link {
-        let rel = state.url(crate::unpause::UNPAUSE_REL_PATH);
+        let rel = state.urls().url(crate::unpause::UNPAUSE_REL_PATH);
         err = err.with_header(axum::http::header::LINK, &format!("<{url}>;rel=\"{rel}\""));
     }
     // The paused pairs' policy, one item per name shown: nothing left until unpaused.

@@ -6,14 +6,10 @@
 //! page itself, so what it reports (how many names were unpaused) is what the server did, not a
 //! number carried in a URL that anyone could write.
 
+pub mod link;
 mod pages;
 pub mod token;
 
-use std::future::Future;
-use std::pin::Pin;
-
-use acme_core::identifier::Identifier;
-use acme_core::ids::AccountId;
 use axum::Form;
 use axum::Router;
 use axum::extract::Query;
@@ -27,6 +23,9 @@ use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
 
+pub use self::link::UnpauseHook;
+pub use self::link::UnpauseSettings;
+pub use self::link::unpause_url;
 use crate::state::ApiState;
 use crate::unpause::token::TokenError;
 use crate::unpause::token::UnpauseClaims;
@@ -40,31 +39,6 @@ pub const MAX_PER_CLICK: u32 = 50_000;
 /// an extension relation type (RFC 8288 §2.1.2), a URI that resolves to its documentation.
 /// Clients recognise the relation by this ending; `rel="help"` points to the documentation.
 pub const UNPAUSE_REL_PATH: &str = "/docs/rate-limits#unpause";
-
-/// How unpause links are made and checked.
-#[derive(Debug, Clone)]
-pub struct UnpauseSettings {
-    pub key: Vec<u8>,
-    pub version: u32,
-    pub link_lifetime: time::Duration,
-    /// Where the pages are reached, without a trailing slash.
-    pub base_url: String,
-}
-
-/// Told which pairs were unpaused, so their failure counts can start fresh.
-pub trait UnpauseHook: Send + Sync {
-    fn unpaused<'a>(
-        &'a self,
-        account: AccountId,
-        identifiers: &'a [Identifier],
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-}
-
-/// The link shown in a pause refusal.
-pub fn unpause_url(settings: &UnpauseSettings, claims: &UnpauseClaims) -> String {
-    let token = UnpauseKey::new(&settings.key).sign(claims);
-    format!("{}/unpause?token={token}", settings.base_url)
-}
 
 /// Routes of the unpause page; merged into the ACME router outside its JWS and limiter layers.
 pub fn routes() -> Router<ApiState> {
@@ -137,7 +111,7 @@ async fn show(State(state): State<ApiState>, Query(q): Query<TokenParam>) -> Res
             true
         }
     };
-    let account_url = state.url(&format!("/acme/acct/{}", claims.account));
+    let account_url = state.urls().account(claims.account);
     page(
         StatusCode::OK,
         pages::unpause_form(
