@@ -20,11 +20,11 @@ use tokio::sync::Semaphore;
 use crate::Result;
 use crate::error::Error;
 use crate::sql::Synchronous;
-use crate::sql::query::Output;
-use crate::sql::query::Query;
-use crate::sql::query::Want;
 use crate::sql::row::LiteRow;
 use crate::sql::row::Row;
+use crate::sql::statement::Output;
+use crate::sql::statement::Query;
+use crate::sql::statement::Want;
 
 /// How long a statement waits for a lock held by another process (the `certeasy` CLI, a backup
 /// tool); within this process writers queue before they reach SQLite.

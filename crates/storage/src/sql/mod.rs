@@ -8,6 +8,7 @@ mod lite;
 mod params;
 mod query;
 mod row;
+mod statement;
 mod value;
 
 use std::path::Path;
@@ -22,12 +23,12 @@ use crate::Result;
 
 pub(crate) use crate::sql::params::Params;
 pub(crate) use crate::sql::query::QueryScalar;
-pub(crate) use crate::sql::query::one_off;
 pub(crate) use crate::sql::query::one_off_scalar;
-pub(crate) use crate::sql::query::query;
 pub(crate) use crate::sql::query::query_scalar;
-pub(crate) use crate::sql::query::shaped;
 pub(crate) use crate::sql::row::Row;
+pub(crate) use crate::sql::statement::one_off;
+pub(crate) use crate::sql::statement::query;
+pub(crate) use crate::sql::statement::shaped;
 
 /// When SQLite makes a commit durable (`database.sqlite-synchronous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,10 +1,6 @@
-//! Statements with their arguments, run against the pool or a connection of either backend.
+//! Running statements against the pool or a connection of either backend.
 
 use std::marker::PhantomData;
-
-use sqlx::AssertSqlSafe;
-use sqlx::any::Any;
-use sqlx::any::AnyArguments;
 
 use crate::Result;
 use crate::error::Error;
@@ -13,86 +9,21 @@ use crate::sql::ConnKind;
 use crate::sql::Db;
 use crate::sql::lite;
 use crate::sql::row::Row;
+use crate::sql::statement::Done;
+use crate::sql::statement::Output;
+use crate::sql::statement::Query;
+use crate::sql::statement::Want;
+use crate::sql::statement::one_off;
+use crate::sql::statement::query;
 use crate::sql::value::Bind;
 use crate::sql::value::Decode;
-use crate::sql::value::NullKind;
-use crate::sql::value::Value;
-
-/// How much of the result the caller wants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// Rows changed only.
-    Done,
-    First,
-    All,
-}
-
-pub(crate) enum Output {
-    Done(u64),
-    Rows(Vec<Row>),
-}
-
-/// What a statement changed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Done {
-    rows: u64,
-}
-
-impl Done {
-    pub(crate) fn rows_affected(&self) -> u64 {
-        self.rows
-    }
-}
-
-#[derive(Debug)]
-enum Text {
-    Static(&'static str),
-    Owned(String),
-}
-
-/// A statement and its arguments.
-#[derive(Debug)]
-pub(crate) struct Query {
-    text: Text,
-    args: Vec<Value>,
-    persistent: bool,
-}
-
-/// A statement kept prepared on each connection that runs it.
-pub(crate) fn query(sql: &'static str) -> Query {
-    Query {
-        text: Text::Static(sql),
-        args: Vec::new(),
-        persistent: true,
-    }
-}
-
-/// A statement whose text is built at run time (a variable number of placeholders): prepared
-/// for one use only, so that each shape does not take a place in the statement caches.
-pub(crate) fn one_off(sql: String) -> Query {
-    Query {
-        text: Text::Owned(sql),
-        args: Vec::new(),
-        persistent: false,
-    }
-}
+use sqlx::any::Any;
 
 /// A statement whose first column is the result.
 pub(crate) fn query_scalar<T: Decode>(sql: &'static str) -> QueryScalar<T> {
     QueryScalar {
         inner: query(sql),
         _decoded: PhantomData,
-    }
-}
-
-/// A statement whose text is built at run time but takes one of a few shapes (an `IN` list
-/// padded to a power of two, say): kept prepared like a static one, since preparing it anew
-/// on every call cost a hot path more than running it.
-pub(crate) fn shaped(sql: String) -> Query {
-    Query {
-        text: Text::Owned(sql),
-        args: Vec::new(),
-        persistent: true,
     }
 }
 
@@ -130,29 +61,9 @@ impl<'a> From<&'a mut Conn> for Target<'a> {
 }
 
 impl Query {
-    pub(crate) fn bind(mut self, value: impl Bind) -> Self {
-        self.args.push(value.into_value());
-        self
-    }
-
-    pub(crate) fn sql(&self) -> &str {
-        match &self.text {
-            Text::Static(s) => s,
-            Text::Owned(s) => s,
-        }
-    }
-
-    pub(crate) fn args(&self) -> &[Value] {
-        &self.args
-    }
-
-    pub(crate) fn persistent(&self) -> bool {
-        self.persistent
-    }
-
     pub(crate) async fn execute<'a>(self, target: impl Into<Target<'a>>) -> Result<Done> {
         match run(&self, target.into(), Want::Done).await? {
-            Output::Done(rows) => Ok(Done { rows }),
+            Output::Done(rows) => Ok(Done::new(rows)),
             Output::Rows(_) => Err(Error::Corrupt("rows from an execute".into())),
         }
     }
@@ -172,26 +83,6 @@ impl Query {
 
     pub(crate) async fn fetch_all<'a>(self, target: impl Into<Target<'a>>) -> Result<Vec<Row>> {
         rows(run(&self, target.into(), Want::All).await?)
-    }
-
-    /// The sqlx form of this statement, borrowing its arguments.
-    fn for_sqlx(&self) -> sqlx::query::Query<'_, Any, AnyArguments> {
-        let mut q = match &self.text {
-            Text::Static(s) => sqlx::query(*s),
-            Text::Owned(s) => sqlx::query(AssertSqlSafe(s.clone())),
-        }
-        .persistent(self.persistent);
-        for value in &self.args {
-            q = match value {
-                Value::Null(NullKind::Int) => q.bind(None::<i64>),
-                Value::Null(NullKind::Text) => q.bind(None::<String>),
-                Value::Null(NullKind::Blob) => q.bind(None::<Vec<u8>>),
-                Value::Int(i) => q.bind(*i),
-                Value::Text(s) => q.bind(s.as_str()),
-                Value::Blob(b) => q.bind(b.as_slice()),
-            };
-        }
-        q
     }
 }
 
