@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use acme_api::limits::RateLimits;
+use anyhow::Context;
+use ratelimits::overrides::Overrides;
+
+use crate::config::Config;
 
 use crate::listener_cert::ListenerCert;
 
@@ -33,7 +37,7 @@ impl Reloader {
     /// Reloads every part, even when an earlier one fails, so a broken limits file cannot hold
     /// back a renewed certificate (or the reverse).
     pub async fn reload(&self) -> anyhow::Result<()> {
-        let limits = crate::serve::reload_limits(&self.limits, self.config_path.as_deref())
+        let limits = reload_limits(&self.limits, self.config_path.as_deref())
             .await
             .map_err(|e| e.context("rate limits: the previous limits stay in force"));
         let certificate = self.listener_cert.reload().map_err(|e| {
@@ -45,5 +49,38 @@ impl Reloader {
             (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
             (Err(limits), Err(certificate)) => Err(anyhow::anyhow!("{limits:#}\n{certificate:#}")),
         }
+    }
+}
+
+/// Reads the configuration file and the overrides file again and swaps the limits in.
+async fn reload_limits(
+    limits: &RateLimits,
+    config_path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let config = match config_path {
+        Some(path) => crate::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    let settings = config.rate_limiting_settings();
+    let overrides = load_overrides(&settings)?;
+    let refreshed = limits
+        .reload(settings, &overrides)
+        .await
+        .context("applying the new rate limits")?;
+    tracing::info!(
+        refreshed,
+        "rate limits reloaded; buckets of raised overrides refreshed"
+    );
+    Ok(())
+}
+
+/// The per-ID overrides file named by `rate-limit-overrides`, or none.
+pub(crate) fn load_overrides(
+    settings: &ratelimits::config::RateLimitingConfig,
+) -> anyhow::Result<Overrides> {
+    match &settings.overrides_file {
+        Some(path) => Overrides::load(path)
+            .with_context(|| format!("loading rate-limit overrides {}", path.display())),
+        None => Ok(Overrides::empty()),
     }
 }

@@ -15,7 +15,6 @@ use issuance::Ca;
 use issuance::CaSettings;
 use issuance::ExistingCa;
 use ratelimits::MemoryStore;
-use ratelimits::Overrides;
 use ratelimits::RedisStore;
 use ratelimits::Store;
 use ratelimits::limiter::Limiter;
@@ -360,7 +359,7 @@ fn api_settings(config: &Config) -> ApiSettings {
 
 fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimits> {
     let settings = config.rate_limiting_settings();
-    let overrides = load_overrides(&settings)?;
+    let overrides = crate::reload::load_overrides(&settings)?;
     let store: Arc<dyn Store> = match &settings.redis {
         Some(redis) => {
             Arc::new(RedisStore::new(redis).context("configuring the Redis rate-limit store")?)
@@ -377,28 +376,6 @@ fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimi
         settings,
         config.server.trusted_proxies.clone(),
     ))
-}
-
-/// Reads the configuration file and the overrides file again and swaps the limits in.
-pub async fn reload_limits(
-    limits: &RateLimits,
-    config_path: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
-    let config = match config_path {
-        Some(path) => crate::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
-        None => Config::default(),
-    };
-    let settings = config.rate_limiting_settings();
-    let overrides = load_overrides(&settings)?;
-    let refreshed = limits
-        .reload(settings, &overrides)
-        .await
-        .context("applying the new rate limits")?;
-    tracing::info!(
-        refreshed,
-        "rate limits reloaded; buckets of raised overrides refreshed"
-    );
-    Ok(())
 }
 
 /// Resets the consecutive-failure buckets of pairs the subscriber unpaused.
@@ -465,14 +442,5 @@ async fn nonce_service(config: &Config) -> NonceService {
             tracing::warn!(error = %e, "nonces stay local to this instance: Redis is not usable");
             NonceService::new(lifetime)
         }
-    }
-}
-
-/// The per-ID overrides file named by `rate-limit-overrides`, or none.
-fn load_overrides(settings: &ratelimits::config::RateLimitingConfig) -> anyhow::Result<Overrides> {
-    match &settings.overrides_file {
-        Some(path) => Overrides::load(path)
-            .with_context(|| format!("loading rate-limit overrides {}", path.display())),
-        None => Ok(Overrides::empty()),
     }
 }
