@@ -24,10 +24,10 @@ use plotters::style::text_anchor::HPos;
 use plotters::style::text_anchor::Pos;
 use plotters::style::text_anchor::VPos;
 
-use crate::report::Case;
-use crate::report::Grouped;
-use crate::report::ScenarioOrder;
-use crate::report::display;
+use crate::cases::Case;
+use crate::cases::Grouped;
+use crate::cases::ScenarioOrder;
+use crate::cases::display;
 use crate::stats::Spread;
 
 const FAMILY: &str = "sans-serif";

@@ -5,6 +5,7 @@
 //! The measurement is part of the project (issue 9): the same client, the same challenge
 //! responders and the same polling run against both servers, so the ratio measures the servers.
 
+mod cases;
 mod challenges;
 mod chart;
 mod cli;

@@ -1,6 +1,5 @@
 //! `report`: medians over rounds, the comparison table and the chart.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -9,52 +8,14 @@ use anyhow::bail;
 
 use crate::chart;
 use crate::cli::ReportArgs;
-use crate::cli::Scenario;
 use crate::flows::Phase;
 use crate::run::RunResult;
 use crate::stats::Spread;
 
-/// One measured configuration: a scenario at a concurrency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Case {
-    pub(crate) scenario: ScenarioOrder,
-    pub(crate) concurrency: usize,
-}
-
-/// Scenarios in the order of the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum ScenarioOrder {
-    Full,
-    NewAccount,
-    NewOrder,
-    Scale,
-}
-
-impl From<Scenario> for ScenarioOrder {
-    fn from(scenario: Scenario) -> Self {
-        match scenario {
-            Scenario::Full => Self::Full,
-            Scenario::NewAccount => Self::NewAccount,
-            Scenario::NewOrder => Self::NewOrder,
-            Scenario::Scale => Self::Scale,
-        }
-    }
-}
-
-impl Case {
-    pub(crate) fn title(self) -> String {
-        let name = match self.scenario {
-            ScenarioOrder::Full => "full issuance",
-            ScenarioOrder::NewAccount => "new-account",
-            ScenarioOrder::NewOrder => "new-order",
-            ScenarioOrder::Scale => "scale",
-        };
-        format!("{name}, {} concurrent", self.concurrency)
-    }
-}
-
-/// Results by case, then by server label, one per round.
-pub(crate) type Grouped = BTreeMap<Case, BTreeMap<String, Vec<RunResult>>>;
+use crate::cases::Case;
+use crate::cases::Grouped;
+use crate::cases::ScenarioOrder;
+use crate::cases::display;
 
 /// Reads every `*.json` of `dir`.
 pub(crate) fn load(dir: &Path) -> anyhow::Result<Grouped> {
@@ -108,15 +69,6 @@ pub(crate) fn ratio(subject: Option<Spread>, baseline: Option<Spread>) -> String
         (Some(s), Some(b)) if b.median > 0.0 => format!("**{:.2}**", s.median / b.median),
         _ => "–".to_owned(),
     }
-}
-
-/// A label as a column or legend title: `pebble` becomes `Pebble`.
-pub(crate) fn display(label: &str) -> String {
-    let mut chars = label.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
 }
 
 type Figure = (&'static str, usize, fn(&RunResult) -> Option<f64>);
