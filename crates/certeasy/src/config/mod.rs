@@ -12,6 +12,8 @@ mod error;
 mod locations;
 mod model;
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;
 mod validate;
 
