@@ -33,7 +33,13 @@ pub struct ApiSettings {
 }
 
 impl ApiSettings {
-    /// Defaults suitable for tests; the binary builds its own from the config file.
+    /// The defaults of every setting, the one source of the configuration file's defaults
+    /// (`acme.*`, `issuance.*`, `server.max-body-bytes`), with no base URL.
+    pub fn defaults() -> Self {
+        Self::for_base_url("")
+    }
+
+    /// The defaults under `base_url` (tests); the binary builds its own from the config file.
     pub fn for_base_url(base_url: &str) -> Self {
         Self {
             base_url: base_url.trim_end_matches('/').to_owned(),

@@ -8,6 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+use acme_api::settings::ApiSettings;
 use acme_core::duration::ConfigDuration;
 use acme_core::identifier::IdentifierPolicy;
 use ipnet::IpNet;
@@ -65,10 +66,11 @@ pub struct ZombiePausingConfig {
 
 impl Default for ZombiePausingConfig {
     fn default() -> Self {
+        let limit = ratelimits::config::ZombiePausingLimit::default();
         Self {
             enabled: true,
-            max_consecutive_failures: 1152,
-            refill_per: ConfigDuration::from_secs(86_400),
+            max_consecutive_failures: limit.max_consecutive_failures,
+            refill_per: limit.forgive_one_per,
             unpause_link_lifetime: ConfigDuration::from_secs(14 * 86_400),
             repause_grace: ConfigDuration::from_secs(14 * 86_400),
             unpause_base_url: String::new(),
@@ -224,7 +226,7 @@ impl Default for ServerConfig {
             tls_certificate: None,
             tls_private_key: None,
             trusted_proxies: Vec::new(),
-            max_body_bytes: 65_536,
+            max_body_bytes: ApiSettings::defaults().max_body_bytes,
             request_timeout: ConfigDuration::from_secs(30),
             ipv6_prefix_length: 64,
             tls_certificate_lifetime: ConfigDuration::from_secs(30 * 86_400),
@@ -375,10 +377,11 @@ pub struct IssuanceConfig {
 
 impl Default for IssuanceConfig {
     fn default() -> Self {
+        let api = ApiSettings::defaults();
         Self {
-            default_validity: ConfigDuration::from_secs(90 * 86_400),
-            max_validity: ConfigDuration::from_secs(397 * 86_400),
-            backdate: ConfigDuration::from_secs(60),
+            default_validity: config_duration(api.default_validity),
+            max_validity: config_duration(api.max_validity),
+            backdate: config_duration(api.backdate),
         }
     }
 }
@@ -408,23 +411,24 @@ pub struct AcmeConfig {
 
 impl Default for AcmeConfig {
     fn default() -> Self {
+        let api = ApiSettings::defaults();
         Self {
             terms_of_service: String::new(),
             website: String::new(),
             caa_identities: Vec::new(),
-            order_lifetime: ConfigDuration::from_secs(7 * 86_400),
-            authorization_lifetime: ConfigDuration::from_secs(7 * 86_400),
+            order_lifetime: config_duration(api.order_lifetime),
+            authorization_lifetime: config_duration(api.authorization_lifetime),
             valid_authorization_lifetime: ConfigDuration::from_secs(
                 storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME
                     .whole_seconds()
                     .unsigned_abs(),
             ),
-            reuse_valid_authorizations: true,
+            reuse_valid_authorizations: api.reuse_valid_authorizations,
             nonce_lifetime: ConfigDuration::from_secs(3600),
-            orders_per_page: 100,
-            max_identifiers_per_order: 100,
-            retry_after: ConfigDuration::from_secs(3),
-            max_contacts: 10,
+            orders_per_page: usize::try_from(api.orders_per_page).unwrap_or(usize::MAX),
+            max_identifiers_per_order: api.max_identifiers_per_order,
+            retry_after: config_duration(api.retry_after),
+            max_contacts: api.max_contacts,
         }
     }
 }
@@ -550,4 +554,9 @@ impl Default for RedisConfig {
             key_prefix: "certeasy:".to_owned(),
         }
     }
+}
+
+/// A default kept by its owner as a `time::Duration` (never negative), as the file writes it.
+fn config_duration(d: time::Duration) -> ConfigDuration {
+    ConfigDuration(d.unsigned_abs())
 }
