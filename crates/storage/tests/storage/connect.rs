@@ -25,11 +25,7 @@ async fn sqlite_file_is_created_in_wal_mode_and_reopens() {
     assert_eq!(s.account(acct.id).await.unwrap(), Some(acct));
     s.close().await;
 
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let mode: String = scalar(&url, "PRAGMA journal_mode").await;
     assert_eq!(mode, "wal");
 }
 
@@ -182,22 +178,19 @@ async fn sqlite_lean_writes_migration_keeps_existing_rows() {
     assert_eq!(challenge.kind, ChallengeType::Dns01);
     s.close().await;
 
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    let without_rowid: i64 = sqlx::query_scalar(
+    let without_rowid: i64 = scalar(
+        &url,
         "SELECT count(*) FROM sqlite_schema WHERE name = 'order_authorizations' \
          AND sql LIKE '%WITHOUT ROWID%'",
     )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(without_rowid, 1);
-    let token_indexes: i64 = sqlx::query_scalar(
+    let token_indexes: i64 = scalar(
+        &url,
         "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'challenges' \
          AND name LIKE 'sqlite_autoindex%'",
     )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(token_indexes, 0);
 }
 
@@ -208,10 +201,18 @@ async fn a_new_sqlite_database_has_small_pages() {
     let url = format!("sqlite://{}", dir.path().join("pages.db").display());
     let s = Storage::connect(&url).await.unwrap();
     s.close().await;
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let page_size: i64 = scalar(&url, "PRAGMA page_size").await;
     assert_eq!(page_size, 1024);
+}
+
+/// The first column of `sql`'s first row, read on a connection of its own after the storage
+/// under test has closed, so that what is checked is what reached the file.
+async fn scalar<T>(url: &str, sql: &'static str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + Send + Unpin,
+{
+    let mut conn = AnyConnection::connect(url).await.unwrap();
+    let value = sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    value
 }
