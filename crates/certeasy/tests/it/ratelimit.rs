@@ -793,7 +793,12 @@ async fn redis_outage_fails_open_and_limits_resume() {
 #[tokio::test]
 async fn instances_behind_one_url_share_nonces_through_redis() {
     let prefix = crate::harness::unique("nonce");
-    let redis = format!("  shards: [\"redis://127.0.0.1:6379\"]\n  key-prefix: \"{prefix}:\"\n");
+    // A generous Redis deadline: with the default 50 ms, a start-up key fetch slowed by a busy
+    // test machine fails open to instance-local nonces (by design, until the next probe), and
+    // this test is about sharing, not about that fallback.
+    let redis = format!(
+        "  shards: [\"redis://127.0.0.1:6379\"]\n  key-prefix: \"{prefix}:\"\n  timeout: 2s\n"
+    );
     let mut a = TestEnv::new(Db::Postgres).await;
     a.section("redis", &redis);
     a.start().await;
