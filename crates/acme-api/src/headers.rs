@@ -28,9 +28,9 @@ pub(crate) async fn acme_headers(
     }
     if let Some(info) = response
         .extensions_mut()
-        .remove::<crate::limit_headers::RateLimitInfo>()
+        .remove::<ra::rate_info::RateLimitInfo>()
     {
-        info.apply(response.headers_mut());
+        crate::limit_headers::apply(&info, response.headers_mut());
     }
     let headers = response.headers_mut();
     if is_post || !headers.contains_key(header::CACHE_CONTROL) {

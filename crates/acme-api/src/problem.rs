@@ -22,7 +22,7 @@ pub(crate) struct ApiErrorParts {
     /// Extra headers: Retry-After, Link, Location.
     pub(crate) headers: Vec<(header::HeaderName, HeaderValue)>,
     /// The policies that applied, for `RateLimit` headers (on 429s among others).
-    pub(crate) rate_limit: Option<crate::limit_headers::RateLimitInfo>,
+    pub(crate) rate_limit: Option<ra::rate_info::RateLimitInfo>,
     /// The `alg` values this server verifies, sent with `badSignatureAlgorithm` (RFC 8555 §6.2)
     /// so a client can pick another one without guessing.
     pub(crate) algorithms: Option<Vec<&'static str>>,

@@ -11,7 +11,7 @@ pub(crate) struct Resource {
     status: StatusCode,
     body: serde_json::Value,
     headers: Vec<(header::HeaderName, HeaderValue)>,
-    rate_limit: Option<crate::limits::RateLimitInfo>,
+    rate_limit: Option<ra::rate_info::RateLimitInfo>,
 }
 
 impl Resource {
@@ -44,7 +44,7 @@ impl Resource {
     }
 
     /// The binding limit of the request, rendered as `RateLimit` headers.
-    pub(crate) fn rate_limit(mut self, info: Option<crate::limits::RateLimitInfo>) -> Self {
+    pub(crate) fn rate_limit(mut self, info: Option<ra::rate_info::RateLimitInfo>) -> Self {
         self.rate_limit = info;
         self
     }

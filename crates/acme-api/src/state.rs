@@ -3,14 +3,13 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use ipnet::IpNet;
 use issuance::Ca;
+use ra::Ra;
 use storage::Storage;
-use workers::Workers;
 
-use crate::limiter::RateLimits;
 use crate::nonce::NonceService;
 use crate::settings::ApiSettings;
-use crate::unpause::link::UnpauseHook;
 use crate::urls::Urls;
 
 /// Shared state of the ACME endpoint; cheap to clone.
@@ -22,40 +21,38 @@ pub struct ApiState {
 pub(crate) struct Inner {
     pub(crate) settings: ApiSettings,
     pub(crate) urls: Urls,
+    /// Every decision: the handlers parse and authenticate, then ask.
+    pub(crate) ra: Ra,
+    /// Reads only (accounts for authentication, certificates to download); every write goes
+    /// through `ra`.
     pub(crate) storage: Storage,
     pub(crate) ca: Arc<Ca>,
-    pub(crate) workers: Workers,
     pub(crate) clock: SharedClock,
     pub(crate) nonces: NonceService,
-    pub(crate) limits: Arc<RateLimits>,
-    pub(crate) unpause_hook: Option<Arc<dyn UnpauseHook>>,
+    /// `settings.trusted_proxies`, normalised once.
+    pub(crate) trusted_proxies: Vec<IpNet>,
 }
 
 impl ApiState {
     /// Assembles the state; `nonces` decides whether nonces are shared between instances.
-    // Each argument is a separately built part of the server; a builder would add ceremony only.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: ApiSettings,
+        ra: Ra,
         storage: Storage,
         ca: Arc<Ca>,
-        workers: Workers,
         clock: SharedClock,
         nonces: NonceService,
-        limits: Arc<RateLimits>,
-        unpause_hook: Option<Arc<dyn UnpauseHook>>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 urls: Urls::new(&settings.base_url),
+                trusted_proxies: crate::client_ip::canonical_nets(settings.trusted_proxies.clone()),
                 settings,
+                ra,
                 storage,
                 ca,
-                workers,
                 clock,
                 nonces,
-                limits,
-                unpause_hook,
             }),
         }
     }
@@ -63,5 +60,10 @@ impl ApiState {
     /// The URLs handed to clients.
     pub(crate) fn urls(&self) -> &Urls {
         &self.inner.urls
+    }
+
+    /// The policy layer.
+    pub(crate) fn ra(&self) -> &Ra {
+        &self.inner.ra
     }
 }

@@ -8,10 +8,8 @@
 //! page cannot drive the API through a browser that holds it. `/metrics`, `/healthz` and
 //! `/readyz` stay open: they change nothing and scrapers and probes carry no secrets.
 
-use std::sync::Arc;
 use std::sync::OnceLock;
 
-use acme_api::limits::RateLimits;
 use acme_core::clock::SharedClock;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
@@ -31,6 +29,8 @@ use axum::routing::get;
 use axum::routing::post;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
+use ra::Ra;
+use ra::pausing::UnpausedBy;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
 use serde::Deserialize;
@@ -63,7 +63,8 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 #[derive(Clone)]
 pub struct AdminContext {
     pub storage: Storage,
-    pub limits: Arc<RateLimits>,
+    /// The policy layer: admin actions decide through the same functions as the ACME endpoint.
+    pub ra: Ra,
     pub clock: SharedClock,
     /// Limits, overrides and the listener certificate, as SIGHUP reloads them.
     pub reloader: crate::reload::Reloader,
@@ -199,7 +200,7 @@ async fn show_bucket(
         Ok(v) => v,
         Err(e) => return e,
     };
-    let limiter = state.ctx.limits.limiter();
+    let limiter = state.ctx.ra.limits().limiter();
     match limiter.show(state.ctx.clock.now(), name, &id).await {
         Ok(Some(b)) => (
             StatusCode::OK,
@@ -229,7 +230,7 @@ async fn reset_bucket(
         Ok(v) => v,
         Err(e) => return e,
     };
-    match state.ctx.limits.limiter().reset(name, &id).await {
+    match state.ctx.ra.limits().limiter().reset(name, &id).await {
         Ok(()) => {
             tracing::info!(limit = %limit, "rate-limit bucket reset by an operator");
             (
@@ -312,33 +313,12 @@ async fn pause(
         Err(e) => return e,
     };
     let account = AccountId(body.account);
-    match state.ctx.storage.account(account).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return (
-                StatusCode::NOT_FOUND,
-                format!("account {account} does not exist\n"),
-            );
-        }
-        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-    }
-    // An operator's pause is deliberate: no grace.
-    match state
-        .ctx
-        .storage
-        .pause_identifiers(account, &ids, time::Duration::ZERO, state.ctx.clock.now())
-        .await
-    {
-        Ok(outcomes) => {
-            let paused = outcomes
-                .iter()
-                .filter(|(_, o)| !matches!(o, storage::model::PauseOutcome::AlreadyPaused))
-                .count();
-            metrics::counter!("certeasy_pauses_total", "outcome" => "admin")
-                .increment(paused as u64);
-            tracing::info!(account_id = %account, paused, "pairs paused by an operator");
-            (StatusCode::OK, format!("{paused}\n"))
-        }
+    match state.ctx.ra.pause(account, &ids).await {
+        Ok(paused) => (StatusCode::OK, format!("{paused}\n")),
+        Err(ra::Error::Refused(r)) if matches!(*r, ra::Refusal::NotFound(_)) => (
+            StatusCode::NOT_FOUND,
+            format!("account {account} does not exist\n"),
+        ),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
     }
 }
@@ -352,29 +332,13 @@ async fn unpause(
         Err(e) => return e,
     };
     let account = AccountId(body.account);
-    let now = state.ctx.clock.now();
-    let unpaused = if ids.is_empty() {
-        state
-            .ctx
-            .storage
-            .unpause_account(account, acme_api::unpause::MAX_PER_CLICK, now)
-            .await
-    } else {
-        state
-            .ctx
-            .storage
-            .unpause_identifiers(account, &ids, now)
-            .await
-    };
-    match unpaused {
-        Ok(done) => {
-            workers::hooks::reset_consecutive_failures(state.ctx.limits.limiter(), account, &done)
-                .await;
-            metrics::counter!("certeasy_unpaused_pairs_total", "via" => "admin")
-                .increment(done.len() as u64);
-            tracing::info!(account_id = %account, unpaused = done.len(), "pairs unpaused by an operator");
-            (StatusCode::OK, format!("{}\n", done.len()))
-        }
+    match state
+        .ctx
+        .ra
+        .unpause(account, &ids, UnpausedBy::Operator)
+        .await
+    {
+        Ok(done) => (StatusCode::OK, format!("{}\n", done.len())),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
     }
 }

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use acme_api::limits::RateLimits;
 use anyhow::Context;
+use ra::limits::RateLimits;
 use ratelimits::overrides::Overrides;
 
 use crate::config::Config;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use acme_api::ApiState;
-use acme_api::limits::RateLimits;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
@@ -14,6 +13,13 @@ use anyhow::Context;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::ExistingCa;
+use ra::Ra;
+use ra::limits::RateLimits;
+use ra::settings::PolicySettings;
+use ra::verdicts::FailedValidationHook;
+use ra::verdicts::HookChain;
+use ra::verdicts::ValidationHook;
+use ra::verdicts::ZombieHook;
 use ratelimits::MemoryStore;
 use ratelimits::RedisStore;
 use ratelimits::Store;
@@ -27,9 +33,6 @@ use tower_http::trace::TraceLayer;
 use validation::ValidationSettings;
 use validation::Validator;
 use workers::Workers;
-use workers::hooks::FailedValidationHook;
-use workers::hooks::HookChain;
-use workers::hooks::ZombieHook;
 use workers::pruner::PrunerSettings;
 use workers::settings::WorkerSettings;
 
@@ -134,9 +137,10 @@ pub async fn start(
 
     let validator =
         Validator::new(validation_settings(config)).context("building the validator")?;
-    let mut hooks: Vec<Arc<dyn workers::hooks::ValidationHook>> = vec![Arc::new(
-        FailedValidationHook::new(Arc::clone(limits.limiter()), Arc::clone(&clock)),
-    )];
+    let mut hooks: Vec<Arc<dyn ValidationHook>> = vec![Arc::new(FailedValidationHook::new(
+        Arc::clone(limits.limiter()),
+        Arc::clone(&clock),
+    ))];
     if config.zombie_pausing.enabled {
         hooks.push(Arc::new(ZombieHook::new(
             Arc::clone(limits.limiter()),
@@ -155,19 +159,24 @@ pub async fn start(
         hook,
     );
 
+    let ra = Ra::new(
+        policy_settings(config),
+        storage.clone(),
+        Arc::clone(&clock),
+        Arc::clone(&limits),
+        Arc::new(workers.clone()),
+    );
     let mut settings = api_settings(config);
     settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
     let nonces = nonce_service(config).await;
     let state = ApiState::new(
         settings,
+        ra.clone(),
         storage.clone(),
         Arc::clone(&ca),
-        workers.clone(),
         Arc::clone(&clock),
         nonces,
-        Arc::clone(&limits),
-        Some(Arc::new(ResetFailureCounts(Arc::clone(limits.limiter())))),
     );
     let router = acme_api::router(state)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -217,7 +226,7 @@ pub async fn start(
     );
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
-        limits: Arc::clone(&limits),
+        ra,
         clock: Arc::clone(&clock),
         reloader: reloader.clone(),
         token: admin_token,
@@ -338,22 +347,29 @@ fn api_settings(config: &Config) -> ApiSettings {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     ApiSettings {
         base_url: config.external_url().trim_end_matches('/').to_owned(),
-        terms_of_service: non_empty(&a.terms_of_service),
         website: non_empty(&a.website),
         caa_identities: a.caa_identities.clone(),
+        orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
+        retry_after: a.retry_after.time(),
+        max_body_bytes: config.server.max_body_bytes,
+        trusted_proxies: config.server.trusted_proxies.clone(),
+        unpause: None,
+    }
+}
+
+fn policy_settings(config: &Config) -> PolicySettings {
+    let a = &config.acme;
+    PolicySettings {
+        terms_of_service: (!a.terms_of_service.is_empty()).then(|| a.terms_of_service.clone()),
         order_lifetime: a.order_lifetime.time(),
         authorization_lifetime: a.authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,
-        orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
         max_identifiers_per_order: a.max_identifiers_per_order,
-        retry_after: a.retry_after.time(),
         max_contacts: a.max_contacts,
-        max_body_bytes: config.server.max_body_bytes,
         identifier_policy: config.identifiers.policy(),
         max_validity: config.issuance.max_validity.time(),
         default_validity: config.issuance.default_validity.time(),
         backdate: config.issuance.backdate.time(),
-        unpause: None,
     }
 }
 
@@ -371,28 +387,7 @@ fn build_limits(config: &Config, clock: &SharedClock) -> anyhow::Result<RateLimi
         }
     };
     let limiter = Limiter::new(&settings, &overrides, store).context("building the rate limits")?;
-    Ok(RateLimits::new(
-        Arc::new(limiter),
-        settings,
-        config.server.trusted_proxies.clone(),
-    ))
-}
-
-/// Resets the consecutive-failure buckets of pairs the subscriber unpaused.
-struct ResetFailureCounts(Arc<Limiter>);
-
-impl acme_api::unpause::UnpauseHook for ResetFailureCounts {
-    fn unpaused<'a>(
-        &'a self,
-        account: acme_core::ids::AccountId,
-        identifiers: &'a [acme_core::identifier::Identifier],
-    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
-        Box::pin(workers::hooks::reset_consecutive_failures(
-            &self.0,
-            account,
-            identifiers,
-        ))
-    }
+    Ok(RateLimits::new(Arc::new(limiter), settings))
 }
 
 fn unpause_settings(

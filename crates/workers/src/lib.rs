@@ -6,7 +6,6 @@
 //! instance after a restart or by another instance, at most `max-attempts` times in all. Jobs are
 //! idempotent: recording a validation twice or completing an order twice changes nothing.
 
-pub mod hooks;
 pub mod pruner;
 pub mod runner;
 pub mod settings;

@@ -3,9 +3,6 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
-use acme_core::identifier::Identifier;
-use acme_core::ids::AccountId;
-use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
@@ -14,15 +11,18 @@ use acme_core::status::AccountStatus;
 use acme_core::status::ChallengeStatus;
 use issuance::Ca;
 use issuance::CheckedCsr;
+use ra::jobs::JobRunner;
+use ra::jobs::Prepared;
+use ra::jobs::Slot;
+use ra::jobs::ValidationTarget;
+use ra::verdicts::ValidationHook;
 use storage::Storage;
-use storage::model::Challenge;
 use storage::model::Completion;
 use storage::model::Job;
 use storage::model::JobKind;
 use storage::model::Order;
 use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +30,6 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use validation::Validator;
 
-use crate::hooks::ValidationHook;
 use crate::settings::WorkerSettings;
 
 /// Why a job could not be run this time; the job is retried later.
@@ -77,38 +76,6 @@ struct Inner {
     /// claims from the queue, or by a request that runs the job it created ([`Workers::try_slot`]).
     /// So `settings.concurrency` bounds both together.
     slots: Arc<Semaphore>,
-}
-
-/// What the request that created a job already holds and checked, handed to
-/// [`Workers::run_claimed`] so the job does not read and check it again. A job from the queue
-/// (after a crash, or without a free place) reads everything from the database instead.
-#[derive(Debug)]
-pub enum Prepared {
-    /// The challenge as `start_challenge` left it (`processing`), and what the validation needs
-    /// of its authorization and account.
-    Validate(ValidationTarget),
-    /// The order as `begin_finalize` left it (`processing`), of an account that was valid when the
-    /// request was authenticated, and its CSR, checked against the order. The account is checked
-    /// again in the transaction that stores the certificate.
-    Finalize { order: Order, csr: CheckedCsr },
-}
-
-/// What one validation needs: the challenge, its authorization's identifier and the account
-/// whose key authorization the target must serve.
-#[derive(Debug, Clone)]
-pub struct ValidationTarget {
-    pub challenge: Challenge,
-    pub authz_id: AuthzId,
-    pub identifier: Identifier,
-    pub account_id: AccountId,
-    /// RFC 7638 thumbprint of the account key (RFC 8555 §8.1 key authorization).
-    pub thumbprint: String,
-}
-
-/// A reserved place for one job to run now; see [`Workers::try_slot`].
-#[derive(Debug)]
-pub struct Slot {
-    _permit: OwnedSemaphorePermit,
 }
 
 /// Handle to the running workers; cheap to clone. Dropping it does not stop them: call
@@ -178,7 +145,7 @@ impl Workers {
         Arc::clone(&self.inner.slots)
             .try_acquire_owned()
             .ok()
-            .map(|permit| Slot { _permit: permit })
+            .map(Slot::new)
     }
 
     /// The lease a job created for [`Workers::run_claimed`] is claimed under.
@@ -223,6 +190,31 @@ impl Workers {
         while tasks.join_next().await.is_some() {}
         self.direct.close();
         self.direct.wait().await;
+    }
+}
+
+/// The policy layer starts the jobs its requests create through this, without depending on the
+/// runner.
+impl JobRunner for Workers {
+    fn try_slot(&self) -> Option<Slot> {
+        Workers::try_slot(self)
+    }
+
+    fn lease(&self) -> time::Duration {
+        Workers::lease(self)
+    }
+
+    fn run_claimed(
+        &self,
+        slot: Slot,
+        job: Job,
+        prepared: Option<Prepared>,
+    ) -> tokio::task::JoinHandle<()> {
+        Workers::run_claimed(self, slot, job, prepared)
+    }
+
+    fn wake(&self) {
+        Workers::wake(self);
     }
 }
 

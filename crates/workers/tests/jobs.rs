@@ -17,6 +17,7 @@ use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use issuance::Ca;
 use issuance::CaSettings;
+use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
 use storage::model::NewAccount;
@@ -30,7 +31,6 @@ use time::OffsetDateTime;
 use validation::ValidationSettings;
 use validation::Validator;
 use workers::Workers;
-use workers::hooks::ValidationHook;
 use workers::settings::WorkerSettings;
 
 /// A fresh PostgreSQL database (at `CERTEASY_TEST_POSTGRES_URL` or the local default), dropped
@@ -412,7 +412,7 @@ async fn a_job_abandoned_by_a_dead_worker_is_resumed_after_its_lease() {
             .is_none(),
         "leased"
     );
-    let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
+    let workers = spawn(&env, Arc::new(ra::verdicts::NoHook));
     wait_for(&env, order, OrderStatus::Ready).await;
     workers.shutdown().await;
 }
@@ -633,7 +633,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on_postgres
 
 async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend: Backend) {
     let env = env_on(backend).await;
-    let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
+    let workers = spawn(&env, Arc::new(ra::verdicts::NoHook));
     let (order, challenge) = order_for(&env, "deactivated.workers.test", "tok9").await;
     env.http.add("tok9", "tok9.tp");
     env.storage
@@ -660,7 +660,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
         .await
         .unwrap();
 
-    let workers = spawn(&env, Arc::new(workers::hooks::NoHook));
+    let workers = spawn(&env, Arc::new(ra::verdicts::NoHook));
     wait_for(&env, order, OrderStatus::Invalid).await;
     let o = env
         .storage

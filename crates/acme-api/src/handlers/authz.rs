@@ -10,12 +10,10 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use storage::model::Authorization;
-use workers::runner::Prepared;
-use workers::runner::ValidationTarget;
 
 use crate::auth::KidRequest;
-use crate::handlers::run_now;
 use crate::problem::ApiError;
+use crate::refusal::refused;
 use crate::response::Resource;
 use crate::state::ApiState;
 use crate::wire::AuthzUpdate;
@@ -37,18 +35,11 @@ pub(crate) async fn authz(
     let update: AuthzUpdate = req.payload()?;
     match update.status.as_deref() {
         Some("deactivated") => {
-            if !matches!(authz.status, AuthzStatus::Pending | AuthzStatus::Valid) {
-                return Err(ApiError::malformed(format!(
-                    "only pending or valid authorizations can be deactivated; this one is {}",
-                    authz.status.as_str()
-                )));
-            }
             let updated = state
-                .inner
-                .storage
-                .deactivate_authorization(authz.id, state.inner.clock.now())
-                .await?;
-            tracing::info!(account_id = %account, authz_id = %authz.id, "authorization deactivated");
+                .ra()
+                .deactivate_authorization(account, &authz)
+                .await
+                .map_err(|e| refused(&state, e))?;
             Ok(authz_resource(&state, &updated).into_response())
         }
         Some(other) => Err(ApiError::malformed(format!(
@@ -65,63 +56,23 @@ pub(crate) async fn challenge(
     Path(id): Path<String>,
     KidRequest(req): KidRequest,
 ) -> ApiResult {
-    let account = req.account()?.id;
+    let account = req.account()?;
     let challenge_id: ChallengeId = id.parse().map_err(|_| ApiError::not_found("challenge"))?;
-    let storage = &state.inner.storage;
-    let challenge = storage
-        .challenge(challenge_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("challenge"))?;
-    let authz = own_authz(&state, account, &challenge.authz_id.to_string()).await?;
+    let (challenge, authz) = state
+        .ra()
+        .challenge_of(account.id, challenge_id)
+        .await
+        .map_err(|e| refused(&state, e))?;
     let challenge = if req.is_post_as_get() {
         challenge
     } else {
         // RFC 8555 §7.5.1: the payload is an empty JSON object; anything else is ignored.
         let _: serde_json::Value = req.payload()?;
-        if authz.status != AuthzStatus::Pending {
-            return Err(ApiError::malformed(format!(
-                "the authorization is {}; only challenges of pending authorizations can be attempted",
-                authz.status.as_str()
-            )));
-        }
-        let workers = &state.inner.workers;
-        let now = state.inner.clock.now();
-        // Validated at once when a worker place is free, and answered with the verdict if it
-        // comes within `run_now::VALIDATION_WAIT`; through the queue otherwise.
-        let started = match workers.try_slot() {
-            Some(slot) => {
-                let (started, job) = storage
-                    .start_challenge_claimed(challenge_id, now, workers.lease())
-                    .await?;
-                let finished = match job {
-                    Some(job) => {
-                        let target = ValidationTarget {
-                            challenge: started.clone(),
-                            authz_id: authz.id,
-                            identifier: authz.identifier.clone(),
-                            account_id: account,
-                            thumbprint: req.account()?.thumbprint.clone(),
-                        };
-                        let prepared = Some(Prepared::Validate(target));
-                        run_now::run_and_wait(&state, slot, job, prepared, run_now::VALIDATION_WAIT)
-                            .await
-                    }
-                    None => false,
-                };
-                if finished {
-                    storage.challenge(challenge_id).await?.unwrap_or(started)
-                } else {
-                    started
-                }
-            }
-            None => {
-                let started = storage.start_challenge(challenge_id, now).await?;
-                workers.wake();
-                started
-            }
-        };
-        tracing::info!(account_id = %account, challenge_id = %challenge_id, kind = started.kind.as_str(), "validation requested");
-        started
+        state
+            .ra()
+            .start_validation(account, challenge, &authz)
+            .await
+            .map_err(|e| refused(&state, e))?
     };
     let up = state.urls().authz(authz.id);
     let mut resource = Resource::ok(challenge_json(state.urls(), &challenge)).link(&up, "up");
@@ -152,13 +103,9 @@ async fn own_authz(
     let id: AuthzId = id
         .parse()
         .map_err(|_| ApiError::not_found("authorization"))?;
-    match state
-        .inner
-        .storage
-        .authorization(id, state.inner.clock.now())
-        .await?
-    {
-        Some(authz) if authz.account_id == account => Ok(authz),
-        _ => Err(ApiError::not_found("authorization")),
-    }
+    state
+        .ra()
+        .authorization_of(account, id)
+        .await
+        .map_err(|e| refused(state, e))
 }

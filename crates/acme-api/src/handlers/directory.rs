@@ -14,7 +14,7 @@ use crate::state::ApiState;
 pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
     let s = &state.inner.settings;
     let mut meta = json!({ "externalAccountRequired": false });
-    if let Some(tos) = &s.terms_of_service {
+    if let Some(tos) = &state.ra().settings().terms_of_service {
         meta["termsOfService"] = json!(tos);
     }
     if let Some(site) = &s.website {

@@ -5,7 +5,6 @@ mod authz;
 mod certificate;
 mod directory;
 mod order;
-mod run_now;
 
 use axum::Router;
 use axum::middleware;

@@ -1,12 +1,6 @@
-//! What the rest of the API needs of unpausing: the settings of unpause links, making one, and
-//! the hook told of unpaused pairs. A leaf beside the page handlers, so that the state and the
+//! What the rest of the API needs of unpausing: the settings of unpause links, and making one.
+//! A leaf beside the page handlers, so that the state and the
 //! settings, which hold these, do not depend on the handlers, which hold the state.
-
-use std::future::Future;
-use std::pin::Pin;
-
-use acme_core::identifier::Identifier;
-use acme_core::ids::AccountId;
 
 use crate::unpause::token::UnpauseClaims;
 use crate::unpause::token::UnpauseKey;
@@ -19,15 +13,6 @@ pub struct UnpauseSettings {
     pub link_lifetime: time::Duration,
     /// Where the pages are reached, without a trailing slash.
     pub base_url: String,
-}
-
-/// Told which pairs were unpaused, so their failure counts can start fresh.
-pub trait UnpauseHook: Send + Sync {
-    fn unpaused<'a>(
-        &'a self,
-        account: AccountId,
-        identifiers: &'a [Identifier],
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 }
 
 /// The link shown in a pause refusal.

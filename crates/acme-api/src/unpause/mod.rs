@@ -21,9 +21,9 @@ use axum::response::Html;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
+use ra::pausing::UnpausedBy;
 use serde::Deserialize;
 
-pub use self::link::UnpauseHook;
 pub use self::link::UnpauseSettings;
 pub use self::link::unpause_url;
 use crate::state::ApiState;
@@ -31,9 +31,8 @@ use crate::unpause::token::TokenError;
 use crate::unpause::token::UnpauseClaims;
 use crate::unpause::token::UnpauseKey;
 
-/// Most pairs unpaused by one click, and by one `certeasy admin unpause` call without names (the
-/// CLI repeats the call while a full batch comes back).
-pub const MAX_PER_CLICK: u32 = 50_000;
+/// Most pairs unpaused by one click (the policy layer's bound, shown on the page).
+pub use ra::pausing::MAX_PER_CLICK;
 
 /// The link relation of the unpause URL in a pause refusal, after this server's external URL:
 /// an extension relation type (RFC 8288 §2.1.2), a URI that resolves to its documentation.
@@ -99,12 +98,7 @@ async fn show(State(state): State<ApiState>, Query(q): Query<TokenParam>) -> Res
         Ok(c) => c,
         Err((status, kind)) => return page(status, pages::error(kind)),
     };
-    let more = match state
-        .inner
-        .storage
-        .paused_for_account(claims.account, 16)
-        .await
-    {
+    let more = match state.ra().paused_for_account(claims.account, 16).await {
         Ok(current) => current.len() > claims.identifiers.len(),
         Err(e) => {
             tracing::warn!(error = %e, "could not count current pauses");
@@ -164,11 +158,9 @@ async fn unpause(
         Ok(c) => c,
         Err((status, kind)) => return page(status, pages::error(kind)),
     };
-    let now = state.inner.clock.now();
     let unpaused = match state
-        .inner
-        .storage
-        .unpause_account(claims.account, MAX_PER_CLICK, now)
+        .ra()
+        .unpause(claims.account, &[], UnpausedBy::Subscriber)
         .await
     {
         Ok(u) => u,
@@ -180,12 +172,6 @@ async fn unpause(
             );
         }
     };
-    if let Some(hook) = &state.inner.unpause_hook {
-        hook.unpaused(claims.account, &unpaused).await;
-    }
-    metrics::counter!("certeasy_unpaused_pairs_total", "via" => "self-service")
-        .increment(unpaused.len() as u64);
-    tracing::info!(account_id = %claims.account, unpaused = unpaused.len(), "pairs unpaused by the subscriber");
     let count = u32::try_from(unpaused.len()).unwrap_or(u32::MAX);
     page(
         StatusCode::OK,

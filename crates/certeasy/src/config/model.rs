@@ -13,6 +13,7 @@ use acme_core::duration::ConfigDuration;
 use acme_core::identifier::IdentifierPolicy;
 use ipnet::IpNet;
 pub use issuance::KeyAlgorithm;
+use ra::settings::PolicySettings;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
 use serde::Deserialize;
 
@@ -377,11 +378,11 @@ pub struct IssuanceConfig {
 
 impl Default for IssuanceConfig {
     fn default() -> Self {
-        let api = ApiSettings::defaults();
+        let policy = PolicySettings::default();
         Self {
-            default_validity: config_duration(api.default_validity),
-            max_validity: config_duration(api.max_validity),
-            backdate: config_duration(api.backdate),
+            default_validity: config_duration(policy.default_validity),
+            max_validity: config_duration(policy.max_validity),
+            backdate: config_duration(policy.backdate),
         }
     }
 }
@@ -412,23 +413,24 @@ pub struct AcmeConfig {
 impl Default for AcmeConfig {
     fn default() -> Self {
         let api = ApiSettings::defaults();
+        let policy = PolicySettings::default();
         Self {
             terms_of_service: String::new(),
             website: String::new(),
             caa_identities: Vec::new(),
-            order_lifetime: config_duration(api.order_lifetime),
-            authorization_lifetime: config_duration(api.authorization_lifetime),
+            order_lifetime: config_duration(policy.order_lifetime),
+            authorization_lifetime: config_duration(policy.authorization_lifetime),
             valid_authorization_lifetime: ConfigDuration::from_secs(
                 storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME
                     .whole_seconds()
                     .unsigned_abs(),
             ),
-            reuse_valid_authorizations: api.reuse_valid_authorizations,
+            reuse_valid_authorizations: policy.reuse_valid_authorizations,
             nonce_lifetime: ConfigDuration::from_secs(3600),
             orders_per_page: usize::try_from(api.orders_per_page).unwrap_or(usize::MAX),
-            max_identifiers_per_order: api.max_identifiers_per_order,
+            max_identifiers_per_order: policy.max_identifiers_per_order,
             retry_after: config_duration(api.retry_after),
-            max_contacts: api.max_contacts,
+            max_contacts: policy.max_contacts,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Side effects of a validation verdict (rate-limit spends, pausing).
+//! Side effects of a validation verdict (rate-limit spends, pausing): the policy that the job
+//! runner calls through [`ValidationHook`].
 //!
 //! They run just before the transaction that records the verdict, never inside it (so the
 //! database write lock is not held while a limiter talks to Redis), and never after it: a client
@@ -8,6 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use storage::model::ValidationRecorded;
+
+use crate::limits::pair;
 
 /// Observer of validation verdicts.
 pub trait ValidationHook: Send + Sync + 'static {
@@ -188,17 +191,6 @@ impl ZombieHook {
     }
 }
 
-/// The bucket id of an (account, identifier) pair; wildcards stay distinct from base names.
-fn pair(
-    account: acme_core::ids::AccountId,
-    identifier: &acme_core::identifier::Identifier,
-) -> ratelimits::bucket::BucketId {
-    ratelimits::bucket::BucketId::AccountIdentifier {
-        account: account.0,
-        identifier: identifier.value().to_owned(),
-    }
-}
-
 impl ValidationHook for ZombieHook {
     fn on_validation<'a>(
         &'a self,
@@ -225,25 +217,5 @@ impl ValidationHook for ZombieHook {
                 _ => {}
             }
         })
-    }
-}
-
-/// Empties the consecutive-failure buckets of pairs that were just unpaused, so the count starts
-/// fresh once the re-pause grace is over. Best effort: a failure only delays a future pause.
-pub async fn reset_consecutive_failures(
-    limiter: &ratelimits::limiter::Limiter,
-    account: acme_core::ids::AccountId,
-    identifiers: &[acme_core::identifier::Identifier],
-) {
-    let name = ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
-    for identifier in identifiers {
-        let pair = pair(account, identifier);
-        if limiter.limit_for(name, &pair).is_none() {
-            return;
-        }
-        if let Err(e) = limiter.reset(name, &pair).await {
-            tracing::warn!(error = %e, "could not reset a consecutive-failure bucket after unpausing");
-            return;
-        }
     }
 }

@@ -1,0 +1,98 @@
+//! The one place where the policy layer's outcomes become ACME problems: each
+//! [`ra::Refusal`] gets its problem type, status and headers (`Retry-After`, the rate-limit
+//! documentation and unpause links, `Location` of a conflicting account). It needs the state for
+//! the URLs it links, so it sits above both `state` and `problem`.
+
+use acme_core::problem::ProblemType;
+use axum::http::StatusCode;
+use axum::http::header;
+use ra::Refusal;
+
+use crate::problem::ApiError;
+use crate::state::ApiState;
+
+/// The answer to a policy outcome.
+pub(crate) fn refused(state: &ApiState, error: ra::Error) -> ApiError {
+    match error {
+        ra::Error::Refused(refusal) => refusal_error(state, *refusal),
+        ra::Error::Storage(e) => ApiError::from(e),
+        ra::Error::Internal { context, message } => ApiError::internal(context, &message),
+    }
+}
+
+fn refusal_error(state: &ApiState, refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::Problem(problem) => ApiError::from_problem(problem),
+        Refusal::RateLimited {
+            limit,
+            detail,
+            retry_after_secs,
+            info,
+        } => {
+            let mut err = ApiError::new(ProblemType::RateLimited, detail)
+                .with_header(header::RETRY_AFTER, &retry_after_secs.to_string())
+                .with_header(header::LINK, &help_link(state, limit));
+            err.rate_limit = Some(info);
+            err
+        }
+        Refusal::Paused {
+            limit,
+            account,
+            shown,
+            more,
+            at,
+            info,
+        } => {
+            let mut names = shown.join(", ");
+            if more {
+                names.push_str(" and possibly others");
+            }
+            let mut detail = format!(
+                "Issuance for {names} is paused for this account because validation failed too many times in a row."
+            );
+            let mut unpause_link = None;
+            if let Some(settings) = &state.inner.settings.unpause {
+                let claims = crate::unpause::token::UnpauseClaims {
+                    account,
+                    identifiers: shown,
+                    issued_at: at.unix_timestamp(),
+                    expires_at: (at + settings.link_lifetime).unix_timestamp(),
+                    version: settings.version,
+                };
+                let url = crate::unpause::link::unpause_url(settings, &claims);
+                detail.push_str(&format!(" Once the problem is fixed, unpause at: {url}"));
+                unpause_link = Some(url);
+            }
+            let mut err = ApiError::new(ProblemType::RateLimited, detail)
+                .with_header(
+                    header::RETRY_AFTER,
+                    &ra::pausing::PAUSE_RETRY_AFTER_SECS.to_string(),
+                )
+                .with_header(header::LINK, &help_link(state, limit));
+            if let Some(url) = unpause_link {
+                let rel = state.urls().url(crate::unpause::UNPAUSE_REL_PATH);
+                err = err.with_header(header::LINK, &format!("<{url}>;rel=\"{rel}\""));
+            }
+            err.rate_limit = Some(info);
+            err
+        }
+        Refusal::TermsNotAgreed { terms } => ApiError::new(
+            ProblemType::UserActionRequired,
+            format!(
+                "you must agree to the terms of service at {terms} (termsOfServiceAgreed: true)"
+            ),
+        )
+        .with_header(header::LINK, &format!("<{terms}>;rel=\"terms-of-service\"")),
+        Refusal::AccountNotValid(status) => ApiError::account_not_valid(status),
+        Refusal::NotFound(what) => ApiError::not_found(what),
+        Refusal::KeyInUse(other) => {
+            ApiError::malformed("the new key is already in use by another account")
+                .with_status(StatusCode::CONFLICT)
+                .with_header(header::LOCATION, &state.urls().account(other))
+        }
+    }
+}
+
+fn help_link(state: &ApiState, limit: &str) -> String {
+    format!("<{}>;rel=\"help\"", state.urls().rate_limit_doc(limit))
+}

@@ -1,0 +1,236 @@
+//! Accounts (RFC 8555 §7.3): registration, contacts, deactivation and key change.
+
+use std::net::IpAddr;
+
+use acme_core::ids::AccountId;
+use acme_core::problem::ProblemType;
+use acme_core::status::AccountStatus;
+use acme_jose::Jwk;
+use storage::model::Account;
+use storage::model::NewAccount;
+
+use crate::Ra;
+use crate::error::Error;
+use crate::error::Refusal;
+use crate::rate_info::RateLimitInfo;
+
+/// A new-account request, as the front end parsed and authenticated it.
+#[derive(Debug)]
+pub struct AccountRequest {
+    /// The key that signed the request (`jwk`), verified.
+    pub jwk: Jwk,
+    pub contacts: Option<Vec<String>>,
+    pub terms_of_service_agreed: bool,
+    pub only_return_existing: bool,
+    /// Whether the request carried an `externalAccountBinding`.
+    pub external_account_binding: bool,
+    /// The client's address (after trusted proxies), for the account-creation limit.
+    pub client_ip: IpAddr,
+}
+
+/// What a new-account request ended in.
+#[derive(Debug)]
+pub enum Registered {
+    /// The key already has an account (RFC 8555 §7.3.1: answered with it, 200).
+    Existing(Account),
+    /// A new account (201), with the rate-limit policies that applied.
+    Created {
+        account: Account,
+        rate_limit: Option<RateLimitInfo>,
+    },
+}
+
+/// Changes a subscriber asks of its account.
+#[derive(Debug, Default)]
+pub struct AccountUpdate {
+    /// `Some("deactivated")` deactivates; any other status is refused.
+    pub status: Option<String>,
+    pub contacts: Option<Vec<String>>,
+}
+
+impl Ra {
+    /// Registers the key of `request`, or finds its account.
+    pub async fn new_account(&self, request: AccountRequest) -> Result<Registered, Error> {
+        let storage = &self.inner.storage;
+        let thumbprint = request.jwk.thumbprint();
+        if let Some(existing) = storage.account_by_thumbprint(&thumbprint).await? {
+            if existing.status != AccountStatus::Valid {
+                return Err(Refusal::AccountNotValid(existing.status).into());
+            }
+            return Ok(Registered::Existing(existing));
+        }
+        if request.only_return_existing {
+            return Err(Refusal::problem(
+                ProblemType::AccountDoesNotExist,
+                "no account exists for this key",
+            )
+            .into());
+        }
+        if request.external_account_binding {
+            return Err(Refusal::malformed(
+                "this server does not use external account binding; omit externalAccountBinding",
+            )
+            .into());
+        }
+        if let Some(terms) = &self.inner.settings.terms_of_service
+            && !request.terms_of_service_agreed
+        {
+            return Err(Refusal::TermsNotAgreed {
+                terms: terms.clone(),
+            }
+            .into());
+        }
+        let contacts = self.check_contacts(request.contacts.unwrap_or_default())?;
+        let spent = self.charge_account_creation(request.client_ip).await?;
+        let new = NewAccount {
+            jwk_json: request.jwk.to_json().to_string(),
+            thumbprint,
+            contacts,
+            tos_agreed: request.terms_of_service_agreed,
+        };
+        let created = storage.create_account(new, self.now()).await;
+        if created.is_err() {
+            self.refund(&spent).await;
+        }
+        let account = match created {
+            Ok(a) => a,
+            // A concurrent request registered the same key first: answer as for an existing
+            // account.
+            Err(storage::error::Error::Conflict(id)) => {
+                let existing = storage.account(AccountId(id)).await?;
+                return existing.map(Registered::Existing).ok_or_else(|| {
+                    Error::internal("new account", &"conflicting account vanished")
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(account_id = %account.id, "account created");
+        metrics::counter!("certeasy_accounts_created_total").increment(1);
+        Ok(Registered::Created {
+            account,
+            rate_limit: spent.info,
+        })
+    }
+
+    /// Applies a subscriber's changes to its own account.
+    pub async fn update_account(
+        &self,
+        account: &Account,
+        update: AccountUpdate,
+    ) -> Result<Account, Error> {
+        if let Some(status) = update.status.as_deref() {
+            if status != "deactivated" {
+                return Err(Refusal::malformed(format!(
+                    "an account can only be changed to \"deactivated\", not {status:?}"
+                ))
+                .into());
+            }
+            return self.deactivate_account(account.id).await;
+        }
+        match update.contacts {
+            Some(contacts) => {
+                let contacts = self.check_contacts(contacts)?;
+                Ok(self
+                    .inner
+                    .storage
+                    .update_account_contacts(account.id, contacts)
+                    .await?)
+            }
+            None => Ok(account.clone()),
+        }
+    }
+
+    /// Deactivates an account (RFC 8555 §7.3.6): it can do nothing afterwards, and its pending
+    /// authorizations are deactivated with it. The subscriber's request and an operator's
+    /// command both end here.
+    pub async fn deactivate_account(&self, account: AccountId) -> Result<Account, Error> {
+        let updated = self
+            .inner
+            .storage
+            .deactivate_account(account, self.now())
+            .await?;
+        tracing::info!(account_id = %account, "account deactivated");
+        Ok(updated)
+    }
+
+    /// Replaces the account's key with `new_key`, already proven by the inner JWS of a
+    /// key-change request. A key of another account is refused.
+    pub async fn change_key(&self, account: &Account, new_key: &Jwk) -> Result<Account, Error> {
+        let new_thumbprint = new_key.thumbprint();
+        if new_thumbprint == account.thumbprint {
+            return Err(Refusal::malformed("the new key is the same as the current key").into());
+        }
+        match self
+            .inner
+            .storage
+            .change_account_key(account.id, &new_key.to_json().to_string(), &new_thumbprint)
+            .await
+        {
+            Ok(updated) => {
+                tracing::info!(account_id = %account.id, "account key changed");
+                Ok(updated)
+            }
+            Err(storage::error::Error::Conflict(other)) => {
+                Err(Refusal::KeyInUse(AccountId(other)).into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn check_contacts(&self, contacts: Vec<String>) -> Result<Vec<String>, Error> {
+        let max = self.inner.settings.max_contacts;
+        if contacts.len() > max {
+            return Err(Refusal::problem(
+                ProblemType::InvalidContact,
+                format!("at most {max} contacts are allowed"),
+            )
+            .into());
+        }
+        for c in &contacts {
+            let Some(addr) = c.strip_prefix("mailto:") else {
+                return Err(Refusal::problem(
+                    ProblemType::UnsupportedContact,
+                    format!("contact {c:?} is not supported: only mailto: URLs are"),
+                )
+                .into());
+            };
+            if !valid_email(addr) {
+                return Err(Refusal::problem(
+                    ProblemType::InvalidContact,
+                    format!("contact {c:?} is not a valid email address"),
+                )
+                .into());
+            }
+        }
+        Ok(contacts)
+    }
+}
+
+/// A deliberately plain check: one address, ASCII, no URL header fields, a dotted domain.
+fn valid_email(addr: &str) -> bool {
+    if !addr.is_ascii() || addr.contains(['?', '#', ',', ' ', '<', '>', '"']) || addr.len() > 254 {
+        return false;
+    }
+    let Some((local, domain)) = addr.rsplit_once('@') else {
+        return false;
+    };
+    !local.is_empty()
+        && !local.contains('@')
+        && acme_core::identifier::Identifier::dns(domain).is_ok_and(|d| !d.is_wildcard())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_email;
+
+    #[test]
+    fn emails() {
+        assert!(valid_email("admin@example.com"));
+        assert!(!valid_email("admin@localhost"));
+        assert!(!valid_email("a@b@example.com"));
+        assert!(!valid_email("admin@example.com?subject=x"));
+        assert!(!valid_email("ädmin@example.com"));
+        assert!(!valid_email("@example.com"));
+        assert!(!valid_email("admin@*.example.com"));
+    }
+}

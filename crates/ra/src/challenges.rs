@@ -1,0 +1,133 @@
+//! Authorizations and challenges (RFC 8555 §7.5): starting a validation and deactivating an
+//! authorization.
+
+use acme_core::ids::AccountId;
+use acme_core::ids::AuthzId;
+use acme_core::ids::ChallengeId;
+use acme_core::status::AuthzStatus;
+use storage::model::Account;
+use storage::model::Authorization;
+use storage::model::Challenge;
+
+use crate::Ra;
+use crate::error::Error;
+use crate::error::Refusal;
+use crate::jobs::Prepared;
+use crate::jobs::VALIDATION_WAIT;
+use crate::jobs::ValidationTarget;
+use crate::jobs::run_and_wait;
+
+impl Ra {
+    /// An authorization of this account; others' are indistinguishable from missing ones.
+    pub async fn authorization_of(
+        &self,
+        account: AccountId,
+        id: AuthzId,
+    ) -> Result<Authorization, Error> {
+        match self.inner.storage.authorization(id, self.now()).await? {
+            Some(authz) if authz.account_id == account => Ok(authz),
+            _ => Err(Refusal::NotFound("authorization").into()),
+        }
+    }
+
+    /// A challenge of this account, with its authorization.
+    pub async fn challenge_of(
+        &self,
+        account: AccountId,
+        id: ChallengeId,
+    ) -> Result<(Challenge, Authorization), Error> {
+        let challenge = self
+            .inner
+            .storage
+            .challenge(id)
+            .await?
+            .ok_or(Refusal::NotFound("challenge"))?;
+        let authz = self
+            .authorization_of(account, challenge.authz_id)
+            .await
+            .map_err(|e| match e {
+                Error::Refused(r) if matches!(*r, Refusal::NotFound(_)) => {
+                    Error::from(Refusal::NotFound("challenge"))
+                }
+                other => other,
+            })?;
+        Ok((challenge, authz))
+    }
+
+    /// The subscriber asks for `challenge` of `authz` to be validated. It is validated at once
+    /// when a worker place is free, and answered with the verdict if it comes within a moment;
+    /// through the queue otherwise.
+    pub async fn start_validation(
+        &self,
+        account: &Account,
+        challenge: Challenge,
+        authz: &Authorization,
+    ) -> Result<Challenge, Error> {
+        if authz.status != AuthzStatus::Pending {
+            return Err(Refusal::malformed(format!(
+                "the authorization is {}; only challenges of pending authorizations can be attempted",
+                authz.status.as_str()
+            ))
+            .into());
+        }
+        let storage = &self.inner.storage;
+        let jobs = &self.inner.jobs;
+        let now = self.now();
+        let started = match jobs.try_slot() {
+            Some(slot) => {
+                let (started, job) = storage
+                    .start_challenge_claimed(challenge.id, now, jobs.lease())
+                    .await?;
+                let finished = match job {
+                    Some(job) => {
+                        let target = ValidationTarget {
+                            challenge: started.clone(),
+                            authz_id: authz.id,
+                            identifier: authz.identifier.clone(),
+                            account_id: account.id,
+                            thumbprint: account.thumbprint.clone(),
+                        };
+                        let prepared = Some(Prepared::Validate(target));
+                        run_and_wait(jobs.as_ref(), slot, job, prepared, VALIDATION_WAIT).await
+                    }
+                    None => false,
+                };
+                if finished {
+                    storage.challenge(challenge.id).await?.unwrap_or(started)
+                } else {
+                    started
+                }
+            }
+            None => {
+                let started = storage.start_challenge(challenge.id, now).await?;
+                jobs.wake();
+                started
+            }
+        };
+        tracing::info!(account_id = %account.id, challenge_id = %challenge.id, kind = started.kind.as_str(), "validation requested");
+        Ok(started)
+    }
+
+    /// The subscriber deactivates its authorization (RFC 8555 §7.5.2): only a pending or valid
+    /// one.
+    pub async fn deactivate_authorization(
+        &self,
+        account: AccountId,
+        authz: &Authorization,
+    ) -> Result<Authorization, Error> {
+        if !matches!(authz.status, AuthzStatus::Pending | AuthzStatus::Valid) {
+            return Err(Refusal::malformed(format!(
+                "only pending or valid authorizations can be deactivated; this one is {}",
+                authz.status.as_str()
+            ))
+            .into());
+        }
+        let updated = self
+            .inner
+            .storage
+            .deactivate_authorization(authz.id, self.now())
+            .await?;
+        tracing::info!(account_id = %account, authz_id = %authz.id, "authorization deactivated");
+        Ok(updated)
+    }
+}

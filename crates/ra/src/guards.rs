@@ -1,0 +1,213 @@
+//! Layers 3 and 5 of the limiter chain: the pending-authorization and duplicate-certificate
+//! limits, checked by storage inside the transaction that creates the order (after a row lock on
+//! the account), because only the database knows the counts. A limit in shadow mode that would
+//! have refused is logged and counted, and the order is created without it.
+
+use ratelimits::config::Mode;
+use ratelimits::config::RateLimitingConfig;
+use storage::error::Error as StorageError;
+use storage::model::DuplicateGuard;
+use storage::model::GuardUsage;
+use storage::model::NewOrder;
+use storage::model::Order;
+use storage::model::OrderGuards;
+use time::OffsetDateTime;
+
+use crate::Ra;
+use crate::error::Error;
+use crate::error::Refusal;
+use crate::limits::utc;
+use crate::rate_info::PolicyItem;
+use crate::rate_info::RateLimitInfo;
+use crate::rate_info::ceil_secs_nanos;
+use crate::rate_info::retry_after_until;
+
+impl Ra {
+    /// Creates the order under the database-backed limits. Returns the order and the enforced
+    /// limits' state, for the `RateLimit` headers.
+    pub(crate) async fn create_with_guards(
+        &self,
+        new: NewOrder,
+        now: OffsetDateTime,
+    ) -> Result<(Order, Vec<PolicyItem>), Error> {
+        let config = self.inner.limits.config();
+        let pending = &config.pending_authorizations;
+        let duplicate = &config.duplicate_certificate;
+        let mut guards = OrderGuards {
+            max_pending_authz: pending
+                .enabled
+                .then(|| u32::try_from(pending.max).unwrap_or(u32::MAX)),
+            duplicate_certificates: duplicate.enabled.then(|| DuplicateGuard {
+                max: u32::try_from(duplicate.max_per_window).unwrap_or(u32::MAX),
+                window: duplicate.window.time(),
+            }),
+        };
+        loop {
+            match self
+                .inner
+                .storage
+                .create_order_with_usage(new.clone(), &guards, now)
+                .await
+            {
+                Ok((order, usage)) => {
+                    for (limit, on) in [
+                        ("pending-authorizations", guards.max_pending_authz.is_some()),
+                        (
+                            "duplicate-certificate",
+                            guards.duplicate_certificates.is_some(),
+                        ),
+                    ] {
+                        if on {
+                            count_db(limit, "allowed");
+                        }
+                    }
+                    let policies = self.db_policies(&config, usage, now);
+                    return Ok((order, policies));
+                }
+                Err(StorageError::PendingAuthzLimit {
+                    pending: count,
+                    max,
+                    retry_at,
+                }) => {
+                    if pending.mode == Mode::Shadow {
+                        shadow_db("pending-authorizations");
+                        guards.max_pending_authz = None;
+                        continue;
+                    }
+                    count_db("pending-authorizations", "denied");
+                    let detail = format!(
+                        "Rate limit \"pending-authorizations\" reached: this account has {count} pending authorizations and may hold at most {max}; finish or deactivate some, or wait for the soonest to expire"
+                    );
+                    let window =
+                        u64::try_from(self.inner.settings.authorization_lifetime.whole_seconds())
+                            .unwrap_or(0);
+                    return Err(self
+                        .denied_until(
+                            "pending-authorizations",
+                            detail,
+                            retry_at,
+                            u64::from(max),
+                            window,
+                        )
+                        .into());
+                }
+                Err(StorageError::DuplicateCertificate { count, retry_at }) => {
+                    if duplicate.mode == Mode::Shadow {
+                        shadow_db("duplicate-certificate");
+                        guards.duplicate_certificates = None;
+                        continue;
+                    }
+                    count_db("duplicate-certificate", "denied");
+                    let detail = format!(
+                        "Rate limit \"duplicate-certificate\" reached: {count} certificates were already issued to this account for exactly these identifiers in the last {} (at most {})",
+                        duplicate.window, duplicate.max_per_window
+                    );
+                    return Err(self
+                        .denied_until(
+                            "duplicate-certificate",
+                            detail,
+                            retry_at,
+                            duplicate.max_per_window,
+                            duplicate.window.std().as_secs(),
+                        )
+                        .into());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A `rateLimited` refusal for a database-backed limit, whose wait is known as an instant.
+    fn denied_until(
+        &self,
+        limit: &'static str,
+        detail: String,
+        retry_at: OffsetDateTime,
+        quota: u64,
+        window_secs: u64,
+    ) -> Refusal {
+        let now = self.now();
+        let wait = retry_after_until(now, retry_at);
+        let mut info = RateLimitInfo::default();
+        info.push(PolicyItem {
+            name: limit,
+            partition: None,
+            quota,
+            window_secs,
+            remaining: 0,
+            reset_secs: wait,
+        });
+        Refusal::RateLimited {
+            limit,
+            detail: format!(
+                "{detail}; retry after {}",
+                utc(now + time::Duration::seconds(i64::try_from(wait).unwrap_or(i64::MAX)))
+            ),
+            retry_after_secs: wait,
+            info,
+        }
+    }
+
+    /// The enforced database-backed limits as policies. An order spends pending authorizations
+    /// (one per new authorization); it spends no duplicate-certificate slot, which only an
+    /// issued certificate takes.
+    fn db_policies(
+        &self,
+        config: &RateLimitingConfig,
+        usage: GuardUsage,
+        now: OffsetDateTime,
+    ) -> Vec<PolicyItem> {
+        let secs_until = |at: Option<OffsetDateTime>| {
+            at.map_or(0, |at| {
+                ceil_secs_nanos(
+                    std::time::Duration::try_from(at - now)
+                        .unwrap_or_default()
+                        .as_nanos(),
+                )
+            })
+        };
+        let mut items = Vec::new();
+        let pending = &config.pending_authorizations;
+        if let Some(u) = usage.pending_authz
+            && pending.mode == Mode::Enforce
+        {
+            items.push(PolicyItem {
+                name: "pending-authorizations",
+                partition: None,
+                quota: pending.max,
+                window_secs: u64::try_from(
+                    self.inner.settings.authorization_lifetime.whole_seconds(),
+                )
+                .unwrap_or(0),
+                remaining: pending.max.saturating_sub(u64::from(u.pending)),
+                reset_secs: secs_until(u.all_expired_at),
+            });
+        }
+        let duplicate = &config.duplicate_certificate;
+        if let Some(u) = usage.duplicates
+            && duplicate.mode == Mode::Enforce
+        {
+            items.push(PolicyItem {
+                name: "duplicate-certificate",
+                partition: None,
+                quota: duplicate.max_per_window,
+                window_secs: duplicate.window.std().as_secs(),
+                remaining: duplicate.max_per_window.saturating_sub(u64::from(u.count)),
+                reset_secs: secs_until(u.all_left_at),
+            });
+        }
+        items
+    }
+}
+
+fn shadow_db(limit: &'static str) {
+    tracing::info!(limit, "shadow rate limit would have denied");
+    count_db(limit, "shadow_denied");
+}
+
+/// The database-backed limits count their decisions in the limiter's metric, so one series
+/// covers all layers.
+fn count_db(limit: &'static str, outcome: &'static str) {
+    metrics::counter!(ratelimits::limiter::DECISIONS, "limit" => limit, "outcome" => outcome)
+        .increment(1);
+}

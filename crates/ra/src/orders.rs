@@ -1,0 +1,343 @@
+//! Orders (RFC 8555 §7.4): creation under the identifier policy, the validity window, pausing
+//! and the limiter chain; finalization under the CSR policy.
+
+use acme_core::identifier::Identifier;
+use acme_core::identifier::IdentifierError;
+use acme_core::identifier::IdentifierKind;
+use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::AccountId;
+use acme_core::ids::OrderId;
+use acme_core::problem::Problem;
+use acme_core::problem::ProblemType;
+use acme_core::status::ChallengeType;
+use acme_core::status::OrderStatus;
+use acme_jose::Jwk;
+use aws_lc_rs::rand::SecureRandom;
+use aws_lc_rs::rand::SystemRandom;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use storage::model::Account;
+use storage::model::NewAuthz;
+use storage::model::NewOrder;
+use storage::model::Order;
+use time::OffsetDateTime;
+
+use crate::Ra;
+use crate::error::Error;
+use crate::error::Refusal;
+use crate::jobs::ISSUE_WAIT;
+use crate::jobs::Prepared;
+use crate::jobs::run_and_wait;
+use crate::rate_info::RateLimitInfo;
+
+/// An identifier as the client sent it: a type and a value, not yet normalised or judged.
+#[derive(Debug, Clone)]
+pub struct RawIdentifier {
+    pub kind: String,
+    pub value: String,
+}
+
+/// A new-order request, as the front end parsed it.
+#[derive(Debug, Clone)]
+pub struct OrderRequest {
+    pub identifiers: Vec<RawIdentifier>,
+    pub not_before: Option<OffsetDateTime>,
+    pub not_after: Option<OffsetDateTime>,
+}
+
+/// A created order and the rate-limit policies that applied.
+#[derive(Debug)]
+pub struct CreatedOrder {
+    pub order: Order,
+    pub rate_limit: Option<RateLimitInfo>,
+}
+
+impl Ra {
+    /// Creates an order for `account`: identifiers under the identifier policy, the validity
+    /// window within the CA's limits, paused pairs refused, then the limiter chain (GCRA layers
+    /// first, the database guards in the creating transaction). Tokens are refunded when the
+    /// order is not created.
+    pub async fn new_order(
+        &self,
+        account: &Account,
+        request: OrderRequest,
+    ) -> Result<CreatedOrder, Error> {
+        let settings = &self.inner.settings;
+        let now = self.now();
+        let identifiers = self.check_identifiers(&request.identifiers)?;
+        self.check_validity(request.not_before, request.not_after, now)?;
+        self.refuse_paused(account.id, &identifiers, now).await?;
+        let mut spent = self.charge_order(account.id, &identifiers).await?;
+
+        let mut authorizations = Vec::with_capacity(identifiers.len());
+        for id in &identifiers {
+            let challenges = offered_challenges(id)
+                .into_iter()
+                .map(|kind| Ok((kind, random_token()?)))
+                .collect::<Result<Vec<_>, Error>>()?;
+            authorizations.push(NewAuthz {
+                identifier: id.clone(),
+                expires_at: now + settings.authorization_lifetime,
+                challenges,
+            });
+        }
+        let new = NewOrder {
+            account_id: account.id,
+            set_hash: canonical_set_hash(&identifiers),
+            identifiers,
+            not_before: request.not_before,
+            not_after: request.not_after,
+            expires_at: now + settings.order_lifetime,
+            authorizations,
+            reuse_valid_authz: settings.reuse_valid_authorizations,
+        };
+        let order = match self.create_with_guards(new, now).await {
+            Ok((order, db_policies)) => {
+                if let Some(info) = &mut spent.info {
+                    for item in db_policies {
+                        info.push(item);
+                    }
+                }
+                order
+            }
+            Err(e) => {
+                self.refund(&spent).await;
+                return Err(e);
+            }
+        };
+        tracing::info!(account_id = %account.id, order_id = %order.id, identifiers = order.identifiers.len(), "order created");
+        metrics::counter!("certeasy_orders_created_total").increment(1);
+        Ok(CreatedOrder {
+            order,
+            rate_limit: spent.info,
+        })
+    }
+
+    /// An order of this account; other accounts' orders are indistinguishable from missing ones.
+    pub async fn order_of(&self, account: AccountId, id: OrderId) -> Result<Order, Error> {
+        match self.inner.storage.order(id, self.now()).await? {
+            Some(order) if order.account_id == account => Ok(order),
+            _ => Err(Refusal::NotFound("order").into()),
+        }
+    }
+
+    /// Finalizes `order` of `account` (found with [`Ra::order_of`]) with `csr_b64url`, the CSR
+    /// as the client sent it: the order must be ready, the CSR must match it and must not carry
+    /// an account key. The certificate is issued at once when a worker place is free (the
+    /// answer then says `valid`, or `invalid` with its error), through the queue otherwise
+    /// (`processing`).
+    pub async fn finalize(
+        &self,
+        account: &Account,
+        order: Order,
+        csr_b64url: &str,
+    ) -> Result<Order, Error> {
+        if order.status != OrderStatus::Ready {
+            return Err(Refusal::problem(
+                ProblemType::OrderNotReady,
+                format!(
+                    "The order is {}, not ready: finalize needs every authorization to be valid first",
+                    order.status.as_str()
+                ),
+            )
+            .into());
+        }
+        let csr = URL_SAFE_NO_PAD
+            .decode(csr_b64url.trim_end_matches('='))
+            .map_err(|_| {
+                Refusal::problem(ProblemType::BadCsr, "\"csr\" is not base64url-encoded DER")
+            })?;
+        let csr = csr.as_slice();
+        let checked = issuance::check_csr(csr, &order.identifiers).map_err(|e| match e {
+            issuance::Error::BadCsr(detail) => {
+                Error::from(Refusal::problem(ProblemType::BadCsr, detail))
+            }
+            other => Error::internal("checking the CSR", &other),
+        })?;
+        self.refuse_account_key(account, checked.spki_der()).await?;
+        let storage = &self.inner.storage;
+        let jobs = &self.inner.jobs;
+        let now = self.now();
+        match jobs.try_slot() {
+            Some(slot) => {
+                let (processing, job) = storage
+                    .begin_finalize_claimed(order.id, csr, now, jobs.lease())
+                    .await?;
+                tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
+                let Some(job) = job else {
+                    return Ok(processing);
+                };
+                let prepared = Prepared::Finalize {
+                    order: processing.clone(),
+                    csr: checked,
+                };
+                if !run_and_wait(jobs.as_ref(), slot, job, Some(prepared), ISSUE_WAIT).await {
+                    return Ok(processing);
+                }
+                Ok(storage
+                    .order(processing.id, self.now())
+                    .await?
+                    .unwrap_or(processing))
+            }
+            None => {
+                let processing = storage.begin_finalize(order.id, csr, now).await?;
+                jobs.wake();
+                tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted (queued)");
+                Ok(processing)
+            }
+        }
+    }
+
+    /// Parses, normalises and judges the identifiers of an order; every refused identifier is
+    /// a subproblem. Returns them sorted and without duplicates.
+    fn check_identifiers(&self, raw: &[RawIdentifier]) -> Result<Vec<Identifier>, Error> {
+        let settings = &self.inner.settings;
+        if raw.is_empty() {
+            return Err(Refusal::malformed("the order has no identifiers").into());
+        }
+        if raw.len() > settings.max_identifiers_per_order {
+            return Err(Refusal::problem(
+                ProblemType::RejectedIdentifier,
+                format!(
+                    "an order may hold at most {} identifiers",
+                    settings.max_identifiers_per_order
+                ),
+            )
+            .into());
+        }
+        let mut identifiers = Vec::new();
+        let mut problems = Vec::new();
+        for r in raw {
+            let parsed = Identifier::parse(&r.kind, &r.value).and_then(|id| {
+                settings.identifier_policy.check(&id)?;
+                Ok(id)
+            });
+            match parsed {
+                Ok(id) => identifiers.push(id),
+                Err(e) => {
+                    let kind = match e {
+                        IdentifierError::UnsupportedType(_) => ProblemType::UnsupportedIdentifier,
+                        IdentifierError::Forbidden(_)
+                        | IdentifierError::InvalidDns { .. }
+                        | IdentifierError::InvalidIp(_) => ProblemType::RejectedIdentifier,
+                    };
+                    let mut p = Problem::new(kind, e.to_string());
+                    if let Ok(kind) = r.kind.parse::<IdentifierKind>() {
+                        // Show the identifier as sent when it could not be normalised.
+                        p.detail = format!("{}: {}", kind.as_str(), p.detail);
+                    }
+                    problems.push(p);
+                }
+            }
+        }
+        if let Some(problem) = Problem::combine(
+            problems,
+            "Several identifiers of this order were refused; see subproblems",
+        ) {
+            return Err(Refusal::Problem(problem).into());
+        }
+        identifiers.sort();
+        identifiers.dedup();
+        Ok(identifiers)
+    }
+
+    /// The order's `notBefore`/`notAfter` must lie within the CA's limits: not before now minus
+    /// the backdate, not too far ahead, and no longer than the maximum validity.
+    fn check_validity(
+        &self,
+        not_before: Option<OffsetDateTime>,
+        not_after: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> Result<(), Error> {
+        let settings = &self.inner.settings;
+        let start = not_before.unwrap_or(now - settings.backdate);
+        if let Some(nb) = not_before {
+            if nb < now - settings.backdate {
+                return Err(Refusal::malformed(format!(
+                    "notBefore {} lies in the past; it may be at most {} before now",
+                    rfc3339(nb),
+                    settings.backdate
+                ))
+                .into());
+            }
+            if nb > now + settings.max_validity {
+                return Err(Refusal::malformed("notBefore lies too far in the future").into());
+            }
+        }
+        let end = not_after.unwrap_or(start + settings.default_validity);
+        if end <= start {
+            return Err(Refusal::malformed("notAfter must be later than notBefore").into());
+        }
+        if end - start > settings.max_validity {
+            return Err(Refusal::malformed(format!(
+                "the requested validity of {} days exceeds this CA's maximum of {} days",
+                (end - start).whole_days(),
+                settings.max_validity.whole_days()
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// A certificate must not carry the key of any ACME account, the requester's or another's:
+    /// the key would then both control an account and be presented by a TLS server (RFC 8555
+    /// §11.1 keeps the two apart). Accounts are found by the RFC 7638 thumbprint of the CSR
+    /// key, the same unique key under which they are stored, so one indexed lookup covers
+    /// deactivated accounts too.
+    async fn refuse_account_key(&self, account: &Account, spki_der: &[u8]) -> Result<(), Error> {
+        let csr_key = Jwk::from_spki_der(spki_der).map_err(|e| {
+            Refusal::problem(
+                ProblemType::BadCsr,
+                format!("the CSR's public key is not supported: {e}"),
+            )
+        })?;
+        let thumbprint = csr_key.thumbprint();
+        let holder = if thumbprint == account.thumbprint {
+            Some(account.id)
+        } else {
+            self.inner
+                .storage
+                .account_by_thumbprint(&thumbprint)
+                .await?
+                .map(|a| a.id)
+        };
+        match holder {
+            None => Ok(()),
+            Some(id) if id == account.id => Err(Refusal::problem(
+                ProblemType::BadCsr,
+                "the CSR's public key is this account's key; use a separate key for the certificate",
+            )
+            .into()),
+            Some(_) => Err(Refusal::problem(
+                ProblemType::BadCsr,
+                "the CSR's public key is the key of an ACME account; use a separate key for the certificate",
+            )
+            .into()),
+        }
+    }
+}
+
+fn offered_challenges(id: &Identifier) -> Vec<ChallengeType> {
+    match id.kind() {
+        IdentifierKind::Dns if id.is_wildcard() => vec![ChallengeType::Dns01],
+        IdentifierKind::Dns => vec![
+            ChallengeType::Http01,
+            ChallengeType::Dns01,
+            ChallengeType::TlsAlpn01,
+        ],
+        IdentifierKind::Ip => vec![ChallengeType::Http01, ChallengeType::TlsAlpn01],
+    }
+}
+
+fn random_token() -> Result<String, Error> {
+    let mut bytes = [0_u8; 32];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| Error::internal("random token", &"the system RNG failed"))?;
+    Ok(URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
