@@ -133,6 +133,8 @@ fn default_status(kind: ProblemType) -> StatusCode {
         | ProblemType::UserActionRequired
         | ProblemType::ExternalAccountRequired => StatusCode::FORBIDDEN,
         ProblemType::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        // RFC 9773 §5: a predecessor already marked as replaced is a conflict.
+        ProblemType::AlreadyReplaced => StatusCode::CONFLICT,
         ProblemType::ServerInternal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

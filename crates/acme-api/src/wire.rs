@@ -77,6 +77,9 @@ pub(crate) fn order_json(urls: &Urls, order: &Order) -> Value {
         "authorizations": order.authz_ids.iter().map(|id| urls.authz(*id)).collect::<Vec<_>>(),
         "finalize": urls.finalize(order.id),
     });
+    if let Some(replaces) = &order.replaces {
+        v["replaces"] = json!(replaces);
+    }
     if let Some(t) = order.not_before {
         v["notBefore"] = json!(rfc3339(t));
     }
@@ -140,6 +143,8 @@ pub(crate) struct OrderRequest {
     pub(crate) identifiers: Vec<IdentifierRequest>,
     pub(crate) not_before: Option<String>,
     pub(crate) not_after: Option<String>,
+    /// RFC 9773 §5: the ARI identifier of the certificate this order replaces.
+    pub(crate) replaces: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -45,6 +45,7 @@ macro_rules! problem_types {
 
 problem_types! {
     AccountDoesNotExist => "accountDoesNotExist",
+    AlreadyReplaced => "alreadyReplaced",
     AlreadyRevoked => "alreadyRevoked",
     BadCsr => "badCSR",
     BadNonce => "badNonce",

@@ -91,6 +91,7 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/pauses", get(list_pauses))
         .route("/admin/pause", post(pause))
         .route("/admin/unpause", post(unpause))
+        .route("/admin/certificates/renew-early", post(renew_early))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -339,6 +340,43 @@ async fn unpause(
         .await
     {
         Ok(done) => (StatusCode::OK, format!("{}\n", done.len())),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
+/// Body of `/admin/certificates/renew-early`: one serial (hex) or one account.
+#[derive(Debug, Deserialize)]
+struct RenewEarlyBody {
+    serial: Option<String>,
+    account: Option<i64>,
+}
+
+/// Marks certificates for early renewal: their ARI window moves into the past. Answers how many
+/// were newly marked (unexpired, unrevoked, not marked before).
+async fn renew_early(
+    State(state): State<AdminState>,
+    Json(body): Json<RenewEarlyBody>,
+) -> (StatusCode, String) {
+    let which = match (body.serial, body.account) {
+        (Some(serial), None) => match acme_core::ids::Serial::from_hex(&serial) {
+            Some(serial) => storage::model::RenewEarly::Serial(serial),
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("serial {serial:?} is not hexadecimal\n"),
+                );
+            }
+        },
+        (None, Some(account)) => storage::model::RenewEarly::Account(AccountId(account)),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "name exactly one of \"serial\" and \"account\"\n".to_owned(),
+            );
+        }
+    };
+    match state.ctx.ra.renew_early(&which).await {
+        Ok(marked) => (StatusCode::OK, format!("{marked}\n")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
     }
 }

@@ -370,6 +370,12 @@ fn policy_settings(config: &Config) -> PolicySettings {
         max_validity: config.issuance.max_validity.time(),
         default_validity: config.issuance.default_validity.time(),
         backdate: config.issuance.backdate.time(),
+        renewal: ra::settings::RenewalSettings {
+            window_start: f64::from(a.renewal_window_start_percent) / 100.0,
+            window_end: f64::from(a.renewal_window_end_percent) / 100.0,
+            jitter: f64::from(a.renewal_jitter_percent) / 100.0,
+            retry_after: a.renewal_info_retry_after.time(),
+        },
     }
 }
 

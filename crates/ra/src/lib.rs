@@ -17,6 +17,7 @@ pub mod limits;
 pub mod orders;
 pub mod pausing;
 pub mod rate_info;
+pub mod renewals;
 pub mod revocation;
 pub mod settings;
 pub mod verdicts;

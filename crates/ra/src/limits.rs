@@ -151,13 +151,14 @@ impl Ra {
         })
     }
 
-    /// Layers 2 and 4 of new-order as one batch: one order token and one SAN-budget token per
-    /// identifier are spent, and the failed-validation bucket of every (account, identifier)
-    /// pair is checked.
+    /// Layers 2 and 4 of new-order as one batch: one order token (none for an `exempt` ARI
+    /// renewal) and one SAN-budget token per identifier are spent, and the failed-validation
+    /// bucket of every (account, identifier) pair is checked.
     pub(crate) async fn charge_order(
         &self,
         account: AccountId,
         identifiers: &[Identifier],
+        exempt: bool,
     ) -> Result<Spent, Error> {
         let limiter = self.inner.limits.limiter();
         let names = u64::try_from(identifiers.len()).unwrap_or(u64::MAX);
@@ -174,14 +175,19 @@ impl Ra {
             )
             .into());
         }
-        let mut requests = vec![
-            LimitRequest::new(
+        let mut requests = Vec::with_capacity(identifiers.len() + 2);
+        if !exempt {
+            requests.push(LimitRequest::new(
                 LimitName::NewOrdersPerAccount,
                 BucketId::Account(account.0),
                 1,
-            ),
-            LimitRequest::new(LimitName::SanBudgetPerAccount, budget_id, names),
-        ];
+            ));
+        }
+        requests.push(LimitRequest::new(
+            LimitName::SanBudgetPerAccount,
+            budget_id,
+            names,
+        ));
         for id in identifiers {
             requests.push(
                 LimitRequest::new(

@@ -43,6 +43,8 @@ pub struct OrderRequest {
     pub identifiers: Vec<RawIdentifier>,
     pub not_before: Option<OffsetDateTime>,
     pub not_after: Option<OffsetDateTime>,
+    /// The ARI identifier of the certificate this order replaces (RFC 9773 §5).
+    pub replaces: Option<String>,
 }
 
 /// A created order and the rate-limit policies that applied.
@@ -67,7 +69,17 @@ impl Ra {
         let identifiers = self.check_identifiers(&request.identifiers)?;
         self.check_validity(request.not_before, request.not_after, now)?;
         self.refuse_paused(account.id, &identifiers, now).await?;
-        let mut spent = self.charge_order(account.id, &identifiers).await?;
+        let replacement = match &request.replaces {
+            Some(cert_id) => Some(
+                self.check_replaces(account.id, &identifiers, cert_id)
+                    .await?,
+            ),
+            None => None,
+        };
+        // A renewal ARI asked for is exempt from the order-creation and duplicate-certificate
+        // limits, as Let's Encrypt does: it replaces a certificate rather than adding one.
+        let exempt = replacement.as_ref().is_some_and(|r| r.exempt);
+        let mut spent = self.charge_order(account.id, &identifiers, exempt).await?;
 
         let mut authorizations = Vec::with_capacity(identifiers.len());
         for id in &identifiers {
@@ -90,8 +102,9 @@ impl Ra {
             expires_at: now + settings.order_lifetime,
             authorizations,
             reuse_valid_authz: settings.reuse_valid_authorizations,
+            replaces: replacement.map(|r| r.cert_id),
         };
-        let order = match self.create_with_guards(new, now).await {
+        let order = match self.create_with_guards(new, now, exempt).await {
             Ok((order, db_policies)) => {
                 if let Some(info) = &mut spent.info {
                     for item in db_policies {

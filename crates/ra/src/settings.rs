@@ -21,6 +21,32 @@ pub struct PolicySettings {
     pub default_validity: Duration,
     /// How far notBefore may lie in the past.
     pub backdate: Duration,
+    /// The renewal windows ARI suggests (RFC 9773).
+    pub renewal: RenewalSettings,
+}
+
+/// Where in a certificate's lifetime ARI suggests renewing it. Fractions of the lifetime
+/// (notBefore to notAfter); the window of each certificate is moved later by up to `jitter` of
+/// the lifetime, by an amount fixed by its serial, so certificates issued together are not
+/// renewed together, and every poll for one certificate gets the same window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenewalSettings {
+    pub window_start: f64,
+    pub window_end: f64,
+    pub jitter: f64,
+    /// How long clients should wait before asking again (`Retry-After`).
+    pub retry_after: Duration,
+}
+
+impl Default for RenewalSettings {
+    fn default() -> Self {
+        Self {
+            window_start: 0.6,
+            window_end: 0.75,
+            jitter: 0.05,
+            retry_after: Duration::hours(6),
+        }
+    }
 }
 
 impl Default for PolicySettings {
@@ -36,6 +62,7 @@ impl Default for PolicySettings {
             max_validity: Duration::days(397),
             default_validity: Duration::days(90),
             backdate: Duration::minutes(1),
+            renewal: RenewalSettings::default(),
         }
     }
 }

@@ -17,6 +17,7 @@ mod orders;
 mod pauses;
 mod private_file;
 mod prune;
+mod renewals;
 mod rows;
 mod sql;
 mod state;
@@ -49,6 +50,7 @@ use crate::model::Order;
 use crate::model::OrderGuards;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
+use crate::model::RenewEarly;
 use crate::model::ValidationRecorded;
 
 /// `Result` with this crate's error.
@@ -321,6 +323,20 @@ impl Storage {
     }
     pub async fn certificate_by_serial(&self, serial: &Serial) -> Result<Option<Certificate>> {
         certificates::by_serial(self, serial).await
+    }
+    /// An order that replaces the certificate of ARI identifier `cert_id` (RFC 9773) and is not
+    /// invalid, if any.
+    pub async fn replacing_order(
+        &self,
+        cert_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<OrderId>> {
+        renewals::replacing_order(self, cert_id, now).await
+    }
+    /// Marks unexpired, unrevoked certificates for early renewal; returns how many were newly
+    /// marked.
+    pub async fn mark_renew_early(&self, which: &RenewEarly, now: OffsetDateTime) -> Result<u64> {
+        renewals::mark_renew_early(self, which, now).await
     }
     /// Marks a certificate revoked; `Error::AlreadyRevoked` if it was.
     pub async fn revoke_certificate(

@@ -54,6 +54,8 @@ pub struct Order {
     pub expires_at: OffsetDateTime,
     pub error: Option<Problem>,
     pub certificate_id: Option<CertificateId>,
+    /// The ARI identifier of the certificate this order replaces (RFC 9773 `replaces`).
+    pub replaces: Option<String>,
     pub authz_ids: Vec<AuthzId>,
     pub created_at: OffsetDateTime,
 }
@@ -72,6 +74,9 @@ pub struct NewOrder {
     /// Reuse a still-valid authorization of the same account for the same identifier (wildcard
     /// flag included) instead of creating a new one.
     pub reuse_valid_authz: bool,
+    /// The ARI identifier of the certificate this order replaces (RFC 9773 `replaces`), checked
+    /// and made canonical by the policy layer.
+    pub replaces: Option<String>,
 }
 
 /// An authorization to create with an order.
@@ -182,6 +187,9 @@ pub struct Certificate {
     pub issued_at: OffsetDateTime,
     pub revoked_at: Option<OffsetDateTime>,
     pub revocation_reason: Option<RevocationReason>,
+    /// When an operator asked for this certificate to be renewed early (ARI answers with a
+    /// window in the past from then on).
+    pub renew_early_at: Option<OffsetDateTime>,
 }
 
 /// A certificate ready to be stored.
@@ -260,4 +268,13 @@ pub struct PausedPair {
     pub identifier: Identifier,
     pub paused_at: OffsetDateTime,
     pub unpaused_at: Option<OffsetDateTime>,
+}
+
+/// What an early-renewal mark applies to.
+#[derive(Debug, Clone)]
+pub enum RenewEarly {
+    /// One certificate.
+    Serial(Serial),
+    /// Every certificate of an account.
+    Account(AccountId),
 }

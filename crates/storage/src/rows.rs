@@ -30,7 +30,7 @@ pub(crate) use account_cols;
 
 macro_rules! certificate_cols {
     () => {
-        "id, account_id, order_id, serial, der, chain_pem, set_hash, not_before, not_after, issued_at, revoked_at, revocation_reason"
+        "id, account_id, order_id, serial, der, chain_pem, set_hash, not_before, not_after, issued_at, revoked_at, revocation_reason, renew_early_at"
     };
 }
 
@@ -67,7 +67,7 @@ pub(crate) async fn load_account(conn: &mut Conn, id: AccountId) -> Result<Optio
 pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Order>> {
     let Some(row) = sql::query(
         "SELECT id, account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
-         error_type, error_detail, certificate_id, created_at FROM orders WHERE id = $1",
+         error_type, error_detail, certificate_id, created_at, replaces FROM orders WHERE id = $1",
     )
     .bind(id.0)
     .fetch_optional(&mut *conn)
@@ -97,6 +97,7 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
         certificate_id: row
             .try_get::<Option<i64>, _>("certificate_id")?
             .map(CertificateId),
+        replaces: row.try_get("replaces")?,
         authz_ids,
         created_at: codec::time_from_unix(row.try_get("created_at")?)?,
     }))
@@ -187,6 +188,7 @@ fn certificate(row: &Row) -> Result<Certificate> {
         issued_at: codec::time_from_unix(row.try_get("issued_at")?)?,
         revoked_at: codec::opt_time_from_unix(row.try_get("revoked_at")?)?,
         revocation_reason: reason,
+        renew_early_at: codec::opt_time_from_unix(row.try_get("renew_early_at")?)?,
     })
 }
 

@@ -8,6 +8,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use serde_json::json;
 
+use crate::handlers::renewal_info::RENEWAL_INFO_PATH;
 use crate::response::Resource;
 use crate::state::ApiState;
 
@@ -29,6 +30,7 @@ pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
         "newOrder": state.urls().url("/acme/new-order"),
         "revokeCert": state.urls().url("/acme/revoke-cert"),
         "keyChange": state.urls().url("/acme/key-change"),
+        "renewalInfo": state.urls().url(RENEWAL_INFO_PATH),
         "meta": meta,
     });
     Resource::ok(body).into_response()

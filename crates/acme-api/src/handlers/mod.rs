@@ -5,6 +5,7 @@ mod authz;
 mod certificate;
 mod directory;
 mod order;
+mod renewal_info;
 
 use axum::Router;
 use axum::middleware;
@@ -37,6 +38,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/acme/chall/{id}", post(authz::challenge))
         .route("/acme/cert/{id}", post(certificate::certificate))
         .route("/acme/revoke-cert", post(certificate::revoke))
+        .route(
+            "/acme/renewal-info/{cert_id}",
+            get(renewal_info::renewal_info),
+        )
         .layer(middleware::from_fn(method_not_allowed))
         .layer(middleware::from_fn_with_state(state.clone(), global_limit))
         .layer(middleware::from_fn_with_state(state.clone(), acme_headers))

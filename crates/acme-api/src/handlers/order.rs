@@ -40,6 +40,7 @@ pub(crate) async fn new_order(
             .collect(),
         not_before: timestamp("notBefore", payload.not_before.as_deref())?,
         not_after: timestamp("notAfter", payload.not_after.as_deref())?,
+        replaces: payload.replaces,
     };
     let created = state
         .ra()

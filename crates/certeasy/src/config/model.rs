@@ -408,6 +408,13 @@ pub struct AcmeConfig {
     /// `Retry-After` on pending authorizations and processing orders.
     pub retry_after: ConfigDuration,
     pub max_contacts: usize,
+    /// ARI (RFC 9773): the suggested renewal window, in percent of a certificate's lifetime.
+    pub renewal_window_start_percent: u8,
+    pub renewal_window_end_percent: u8,
+    /// ARI: each certificate's window moves later by up to this percent of its lifetime.
+    pub renewal_jitter_percent: u8,
+    /// ARI: `Retry-After` of renewal information.
+    pub renewal_info_retry_after: ConfigDuration,
 }
 
 impl Default for AcmeConfig {
@@ -431,8 +438,18 @@ impl Default for AcmeConfig {
             max_identifiers_per_order: policy.max_identifiers_per_order,
             retry_after: config_duration(api.retry_after),
             max_contacts: policy.max_contacts,
+            renewal_window_start_percent: percent(policy.renewal.window_start),
+            renewal_window_end_percent: percent(policy.renewal.window_end),
+            renewal_jitter_percent: percent(policy.renewal.jitter),
+            renewal_info_retry_after: config_duration(policy.renewal.retry_after),
         }
     }
+}
+
+/// A fraction of the policy layer's defaults as the whole percent the file states.
+fn percent(fraction: f64) -> u8 {
+    // The defaults are fractions between 0 and 1, so the rounded value fits a u8.
+    (fraction * 100.0).round().clamp(0.0, 100.0) as u8
 }
 
 /// `identifiers:` which names and addresses this CA issues for.

@@ -358,6 +358,25 @@ impl Checker {
         );
         self.positive_duration("acme.nonce-lifetime", acme.nonce_lifetime);
         self.positive_duration("acme.retry-after", acme.retry_after);
+        self.positive_duration(
+            "acme.renewal-info-retry-after",
+            acme.renewal_info_retry_after,
+        );
+        if acme.renewal_window_start_percent >= acme.renewal_window_end_percent {
+            self.fail_related(
+                "acme.renewal-window-start-percent",
+                "acme.renewal-window-end-percent",
+                "the renewal window must start before it ends",
+            );
+        }
+        if u16::from(acme.renewal_window_end_percent) + u16::from(acme.renewal_jitter_percent) > 100
+        {
+            self.fail_related(
+                "acme.renewal-jitter-percent",
+                "acme.renewal-window-end-percent",
+                "the window's end plus the jitter may be at most 100 (percent of the lifetime)",
+            );
+        }
         self.at_least_one("acme.orders-per-page", acme.orders_per_page as u64);
         self.at_least_one(
             "acme.max-identifiers-per-order",

@@ -1,0 +1,242 @@
+//! ACME Renewal Information (RFC 9773) with instant-acme's client: the directory's
+//! `renewalInfo`, the suggested window and its `Retry-After`, a window in the past for a revoked
+//! certificate or one an operator marked, and `replaces` checked, recorded and exempt from the
+//! duplicate-certificate limit when the renewal is due.
+
+use instant_acme::Account;
+use instant_acme::CertificateIdentifier;
+use instant_acme::ChallengeType;
+use instant_acme::Identifier;
+use instant_acme::NewOrder;
+use instant_acme::RevocationRequest;
+use rustls_pki_types::CertificateDer;
+use time::OffsetDateTime;
+use x509_parser::prelude::FromDer;
+use x509_parser::prelude::X509Certificate;
+
+use crate::certcheck::pem_ders;
+use crate::flow::issue;
+use crate::harness::Db;
+use crate::harness::TestEnv;
+
+async fn env_with_one_duplicate() -> TestEnv {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    env.section(
+        "rate-limiting",
+        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 1\n    window: 7d\n",
+    );
+    env.start().await;
+    env
+}
+
+/// Issues a certificate for `name` and returns its DER.
+async fn issued(env: &TestEnv, account: &Account, name: &str) -> Vec<u8> {
+    let ids = [Identifier::Dns(name.to_owned())];
+    let chain = issue(env, account, &ids, ChallengeType::Http01).await;
+    pem_ders(&chain).remove(0)
+}
+
+fn validity(der: &[u8]) -> (OffsetDateTime, OffsetDateTime) {
+    let (_, cert) = X509Certificate::from_der(der).unwrap();
+    (
+        cert.validity().not_before.to_datetime(),
+        cert.validity().not_after.to_datetime(),
+    )
+}
+
+async fn admin_renew_early(env: &TestEnv, body: serde_json::Value) -> (u16, String) {
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!(
+            "http://{}/admin/certificates/renew-early",
+            env.admin_addr()
+        ))
+        .bearer_auth(env.admin_token())
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn problem_type(e: &instant_acme::Error) -> String {
+    match e {
+        instant_acme::Error::Api(p) => p.r#type.clone().unwrap_or_default(),
+        other => format!("not a problem: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn the_window_lies_inside_the_lifetime_and_moves_into_the_past_when_marked_or_revoked() {
+    let env = env_with_one_duplicate().await;
+    let account = env.account().await;
+    let der = issued(&env, &account, &env.name("ari-window")).await;
+    let cert = CertificateDer::from(der.clone());
+    let id = CertificateIdentifier::try_from(&cert).unwrap();
+    let (not_before, not_after) = validity(&der);
+    let lifetime = not_after - not_before;
+
+    let (info, retry) = account.renewal_info(&id).await.unwrap();
+    let w = info.suggested_window;
+    // 60 % to 75 % of the lifetime, moved later by at most 5 % (whole seconds stored).
+    let slack = time::Duration::seconds(2);
+    assert!(w.start >= not_before + lifetime * 0.60 - slack, "{w:?}");
+    assert!(w.start <= not_before + lifetime * 0.65 + slack, "{w:?}");
+    assert!(w.end >= not_before + lifetime * 0.75 - slack, "{w:?}");
+    assert!(w.end <= not_before + lifetime * 0.80 + slack, "{w:?}");
+    assert!(w.start < w.end && w.end < not_after);
+    assert!(
+        retry.as_secs() > 5 * 3600 && retry.as_secs() <= 6 * 3600,
+        "Retry-After of 6 h: {retry:?}"
+    );
+    // The same certificate gets the same window at every poll.
+    let (again, _) = account.renewal_info(&id).await.unwrap();
+    assert_eq!(again.suggested_window.start, w.start);
+
+    // An operator marks it: the window is now in the past.
+    let serial = hex_serial(&der);
+    let (status, body) = admin_renew_early(&env, serde_json::json!({ "serial": serial })).await;
+    assert_eq!((status, body.trim()), (200, "1"));
+    let (marked, _) = account.renewal_info(&id).await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    assert!(marked.suggested_window.end <= now, "{marked:?}");
+    assert!(marked.suggested_window.start < marked.suggested_window.end);
+    // Marking again changes nothing.
+    let (_, body) = admin_renew_early(&env, serde_json::json!({ "serial": serial })).await;
+    assert_eq!(body.trim(), "0");
+
+    // A revoked certificate's window is in the past too.
+    let other = issued(&env, &account, &env.name("ari-revoked")).await;
+    let other_cert = CertificateDer::from(other.clone());
+    let other_id = CertificateIdentifier::try_from(&other_cert).unwrap();
+    account
+        .revoke(&RevocationRequest {
+            certificate: &other_cert,
+            reason: None,
+        })
+        .await
+        .unwrap();
+    let (revoked, _) = account.renewal_info(&other_id).await.unwrap();
+    assert!(revoked.suggested_window.end <= OffsetDateTime::now_utc());
+}
+
+#[tokio::test]
+async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_duplicate_limit() {
+    let env = env_with_one_duplicate().await;
+    let account = env.account().await;
+    let name = env.name("ari-replace");
+    let der = issued(&env, &account, &name).await;
+    let cert = CertificateDer::from(der.clone());
+    let id = CertificateIdentifier::try_from(&cert).unwrap();
+    let ids = [Identifier::Dns(name.clone())];
+
+    // Not yet due: the duplicate-certificate limit (1 per 7 days) applies, replaces or not.
+    let early = account
+        .new_order(&NewOrder::new(&ids).replaces(id.clone()))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&early).ends_with(":rateLimited"), "{early}");
+
+    // Due (the operator marked it): exempt, created, and recorded.
+    let (status, _) =
+        admin_renew_early(&env, serde_json::json!({ "serial": hex_serial(&der) })).await;
+    assert_eq!(status, 200);
+    let mut order = account
+        .new_order(&NewOrder::new(&ids).replaces(id.clone()))
+        .await
+        .unwrap();
+    // Ready at once: the account's valid authorization for the name is reused.
+    assert_eq!(order.state().status, instant_acme::OrderStatus::Ready);
+
+    // A second replacement of the same certificate is a conflict: alreadyReplaced.
+    let twice = account
+        .new_order(&NewOrder::new(&ids).replaces(id.clone()))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(
+        problem_type(&twice).ends_with(":alreadyReplaced"),
+        "{twice}"
+    );
+    match &twice {
+        instant_acme::Error::Api(p) => assert_eq!(p.status, Some(409)),
+        other => panic!("{other}"),
+    }
+
+    // No shared identifier: refused.
+    let unrelated = [Identifier::Dns(env.name("ari-unrelated"))];
+    let e = account
+        .new_order(&NewOrder::new(&unrelated).replaces(id.clone()))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&e).ends_with(":malformed"), "{e}");
+
+    // Another account may not replace this account's certificate.
+    let stranger = env.account().await;
+    let e = stranger
+        .new_order(&NewOrder::new(&ids).replaces(id.clone()))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&e).ends_with(":unauthorized"), "{e}");
+}
+
+#[tokio::test]
+async fn bad_and_unknown_certificate_identifiers_are_answered_exactly() {
+    let env = env_with_one_duplicate().await;
+    let root = reqwest::Certificate::from_pem(env.root_pem().as_bytes()).unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(root)
+        .build()
+        .unwrap();
+    let directory: serde_json::Value = serde_json::from_str(
+        &http
+            .get(env.directory_url())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let base = directory["renewalInfo"].as_str().unwrap().to_owned();
+    assert!(base.ends_with("/acme/renewal-info"), "{base}");
+
+    let bad = http.get(format!("{base}/not-an-id")).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: serde_json::Value = serde_json::from_str(&bad.text().await.unwrap()).unwrap();
+    assert_eq!(body["type"], "urn:ietf:params:acme:error:malformed");
+
+    let unknown = http
+        .get(format!("{base}/aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+
+    // An order naming a certificate this CA never issued is malformed.
+    let account = env.account().await;
+    let ids = [Identifier::Dns(env.name("ari-unknown"))];
+    let unknown_id = serde_json::from_str::<CertificateIdentifier<'_>>(
+        "\"aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE\"",
+    )
+    .unwrap();
+    let e = account
+        .new_order(&NewOrder::new(&ids).replaces(unknown_id))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&e).ends_with(":malformed"), "{e}");
+}
+
+fn hex_serial(der: &[u8]) -> String {
+    let (_, cert) = X509Certificate::from_der(der).unwrap();
+    hex::encode(cert.tbs_certificate.raw_serial())
+}
