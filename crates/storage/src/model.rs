@@ -229,7 +229,7 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
     /// The certificate is stored and the order is valid (or was already).
-    Issued(Certificate),
+    Issued(Box<Certificate>),
     /// The account is no longer valid (deactivated while the order was processing): nothing was
     /// stored and the order is still processing; the caller fails it with its own problem.
     AccountNotValid(AccountStatus),

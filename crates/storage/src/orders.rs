@@ -511,7 +511,7 @@ pub(crate) async fn complete(
         state::settle_job(&mut tx, job).await?;
     }
     tx.commit().await?;
-    Ok(Completion::Issued(certificate))
+    Ok(Completion::Issued(Box::new(certificate)))
 }
 
 pub(crate) async fn fail(

@@ -55,6 +55,6 @@ async fn completion_before_deactivation_stands(s: &Storage) {
         s.complete_order(order.id, harness::new_cert(8, now), now, None)
             .await
             .unwrap(),
-        Completion::Issued(cert)
+        Completion::Issued(Box::new(cert))
     );
 }

@@ -323,7 +323,7 @@ pub(crate) async fn issue(
 /// The certificate of a completion that must have issued.
 pub(crate) fn issued(completion: Completion) -> Certificate {
     match completion {
-        Completion::Issued(cert) => cert,
+        Completion::Issued(cert) => *cert,
         other => panic!("expected an issued certificate, got {other:?}"),
     }
 }
