@@ -2,6 +2,9 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_actions;
+pub mod admin_cli;
+pub mod admin_wire;
 pub mod admin_token;
 pub mod config;
 pub mod data_dir;
