@@ -43,7 +43,6 @@ use storage::model::Page;
 
 use crate::admin_actions;
 use crate::admin_actions::AdminError;
-use crate::admin_wire::parse_identifier;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
@@ -54,6 +53,7 @@ use crate::admin_wire::CertificateList;
 use crate::admin_wire::CertificateQuery;
 use crate::admin_wire::CountDoc;
 use crate::admin_wire::RevokeBody;
+use crate::admin_wire::parse_identifier;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -564,7 +564,11 @@ async fn revoke_batch(
     .await
     .map_err(refused)?;
     Ok(Json(BatchDoc {
-        revoked: outcome.revoked.iter().map(acme_core::ids::Serial::to_hex).collect(),
+        revoked: outcome
+            .revoked
+            .iter()
+            .map(acme_core::ids::Serial::to_hex)
+            .collect(),
         next_before: outcome.next.map(|id| id.0),
     }))
 }

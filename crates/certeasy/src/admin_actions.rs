@@ -154,10 +154,13 @@ pub async fn show_certificate(
         ..CertificateFilter::default()
     };
     let identifiers = storage
-        .list_certificates(&filter, Page {
-            before: None,
-            limit: 1,
-        })
+        .list_certificates(
+            &filter,
+            Page {
+                before: None,
+                limit: 1,
+            },
+        )
         .await?
         .into_iter()
         .next()
@@ -253,10 +256,13 @@ pub async fn revoke_batch(
 ) -> Result<BatchOutcome, AdminError> {
     let selection = bulk_selection(filter)?;
     let rows = storage
-        .list_certificates(&selection, Page {
-            before,
-            limit: batch,
-        })
+        .list_certificates(
+            &selection,
+            Page {
+                before,
+                limit: batch,
+            },
+        )
         .await?;
     let ids: Vec<CertificateId> = rows.iter().map(|r| r.id).collect();
     let revoked = storage

@@ -446,7 +446,11 @@ fn print_account(a: &AccountDoc, json: bool) -> anyhow::Result<()> {
     println!("key thumbprint:  {}", a.key_thumbprint);
     println!(
         "terms agreed:    {}",
-        if a.terms_of_service_agreed { "yes" } else { "no" }
+        if a.terms_of_service_agreed {
+            "yes"
+        } else {
+            "no"
+        }
     );
     println!("orders:          {}", count(a.orders));
     println!(
@@ -572,7 +576,9 @@ pub async fn certificates(
             json,
         } => {
             // Checked here too, so a typo fails before anything is counted or sent.
-            let reason_name = parse_reason(&reason).map_err(|e| anyhow::anyhow!(e))?.as_str();
+            let reason_name = parse_reason(&reason)
+                .map_err(|e| anyhow::anyhow!(e))?
+                .as_str();
             let query = filter.query(None);
             match serial {
                 Some(serial) => {
@@ -619,10 +625,10 @@ async fn bulk_revoke(
     batch: u32,
     json: bool,
 ) -> anyhow::Result<bool> {
-    let Some(CountDoc { count }) = doc(
-        api.get::<CountDoc>("/admin/certificates/count", &filter)
-            .await?,
-    ) else {
+    let Some(CountDoc { count }) = doc(api
+        .get::<CountDoc>("/admin/certificates/count", &filter)
+        .await?)
+    else {
         return Ok(false);
     };
     let bar = if json || !std::io::stdout().is_terminal() {

@@ -252,13 +252,18 @@ pub fn parse_time(text: &str) -> Result<OffsetDateTime, String> {
     let date_format = time::macros::format_description!("[year]-[month]-[day]");
     time::Date::parse(text, &date_format)
         .map(|d| d.midnight().assume_utc())
-        .map_err(|_| format!("{text:?} is neither RFC 3339 (2026-01-31T12:00:00Z) nor a date (2026-01-31)"))
+        .map_err(|_| {
+            format!("{text:?} is neither RFC 3339 (2026-01-31T12:00:00Z) nor a date (2026-01-31)")
+        })
 }
 
 /// An RFC 5280 reason by name (`keyCompromise`, case-insensitive) or code (`1`).
 pub fn parse_reason(text: &str) -> Result<RevocationReason, String> {
     let text = text.trim();
-    let by_code = text.parse::<i64>().ok().and_then(RevocationReason::from_code);
+    let by_code = text
+        .parse::<i64>()
+        .ok()
+        .and_then(RevocationReason::from_code);
     let by_name = REASONS
         .iter()
         .copied()
@@ -268,7 +273,10 @@ pub fn parse_reason(text: &str) -> Result<RevocationReason, String> {
             .iter()
             .map(|r| format!("{} ({})", r.as_str(), r.code()))
             .collect();
-        format!("unknown revocation reason {text:?}; use one of {}", names.join(", "))
+        format!(
+            "unknown revocation reason {text:?}; use one of {}",
+            names.join(", ")
+        )
     })
 }
 
