@@ -188,7 +188,7 @@ pub struct FilterArgs {
     #[arg(long)]
     name: Option<String>,
     /// The certificate with this serial (hex).
-    #[arg(long = "serial")]
+    #[arg(long = "serial", value_name = "HEX")]
     serial_filter: Option<String>,
     /// Certificates of this account.
     #[arg(long)]

@@ -78,7 +78,8 @@ enum AdminCommand {
     /// List, show and revoke certificates (by serial, or in bulk by filters).
     Certificates {
         #[command(subcommand)]
-        command: certeasy::admin_cli::CertificatesCommand,
+        // Boxed: its filters would make every `Command` as large as this one variant.
+        command: Box<certeasy::admin_cli::CertificatesCommand>,
     },
     /// List paused (account, identifier) pairs.
     Pauses {
@@ -363,7 +364,7 @@ async fn admin_command(
             return certeasy::admin_cli::accounts(&client, base, command).await;
         }
         AdminCommand::Certificates { command } => {
-            return certeasy::admin_cli::certificates(&client, base, command).await;
+            return certeasy::admin_cli::certificates(&client, base, *command).await;
         }
         AdminCommand::Ratelimit {
             command: RatelimitCommand::Show { limit, id },
