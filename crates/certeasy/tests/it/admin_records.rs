@@ -244,6 +244,22 @@ async fn records(db: Db) {
     assert!(header.starts_with("ID") && header.contains("SERIAL") && header.contains("NAMES"));
     assert!(table.stdout.contains(&c3.serial) && table.stdout.contains(&n4));
 
+    // None of it is reachable on the ACME listener, token or not.
+    let acme = crate::raw::client(&env);
+    for path in [
+        "/admin/accounts",
+        "/admin/certificates",
+        "/admin/certificates/count",
+    ] {
+        let r = acme
+            .get(format!("{}{path}", env.base_url()))
+            .header("authorization", format!("Bearer {}", env.admin_token()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404, "{path}");
+    }
+
     // ---- show ----
     let shown = admin(&env, &["certificates", "show", &c1.serial, "--json"])
         .await
