@@ -4,6 +4,8 @@
 //! knows HTTP, so `admin.rs` only parses, calls and renders, and the module can move into the
 //! policy crate as it is.
 
+use std::collections::HashSet;
+
 use acme_core::clock::SharedClock;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
@@ -265,9 +267,11 @@ pub async fn revoke_batch(
         )
         .await?;
     let ids: Vec<CertificateId> = rows.iter().map(|r| r.id).collect();
-    let revoked = storage
+    let revoked: HashSet<CertificateId> = storage
         .revoke_certificates(&ids, reason, clock.now())
-        .await?;
+        .await?
+        .into_iter()
+        .collect();
     let serials: Vec<Serial> = rows
         .iter()
         .filter(|r| revoked.contains(&r.id))
