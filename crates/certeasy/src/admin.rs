@@ -1,4 +1,5 @@
-//! The admin listener: metrics, health, and admin functions (reload, rate-limit buckets). It is a
+//! The admin listener: metrics, health, and admin functions (reload, rate-limit buckets, pauses,
+//! accounts and certificates). It is a
 //! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
 //! listener. `certeasy admin ...` is a client of this API.
 //!
@@ -13,6 +14,8 @@ use std::sync::OnceLock;
 use acme_core::clock::SharedClock;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
+use acme_core::ids::CertificateId;
+use acme_core::status::AccountStatus;
 use axum::Json;
 use axum::Router;
 use axum::extract::Path;
@@ -35,8 +38,22 @@ use ratelimits::BucketId;
 use ratelimits::LimitName;
 use serde::Deserialize;
 use storage::Storage;
+use storage::model::AccountFilter;
+use storage::model::Page;
 
+use crate::admin_actions;
+use crate::admin_actions::AdminError;
 use crate::admin_token::AdminToken;
+use crate::admin_wire::AccountDoc;
+use crate::admin_wire::AccountList;
+use crate::admin_wire::BatchDoc;
+use crate::admin_wire::BulkRevokeBody;
+use crate::admin_wire::CertificateDoc;
+use crate::admin_wire::CertificateList;
+use crate::admin_wire::CertificateQuery;
+use crate::admin_wire::CountDoc;
+use crate::admin_wire::RevokeBody;
+use crate::admin_wire::parse_identifier;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -92,6 +109,14 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/pause", post(pause))
         .route("/admin/unpause", post(unpause))
         .route("/admin/certificates/renew-early", post(renew_early))
+        .route("/admin/accounts", get(list_accounts))
+        .route("/admin/accounts/{id}", get(show_account))
+        .route("/admin/accounts/{id}/deactivate", post(deactivate_account))
+        .route("/admin/certificates", get(list_certificates))
+        .route("/admin/certificates/count", get(count_revocable))
+        .route("/admin/certificates/revoke", post(revoke_batch))
+        .route("/admin/certificates/{serial}", get(show_certificate))
+        .route("/admin/certificates/{serial}/revoke", post(revoke_one))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -286,18 +311,6 @@ struct PauseBody {
     identifiers: Vec<String>,
 }
 
-/// Parses `dns:x`, `ip:x` or a bare name or address.
-pub fn parse_identifier(text: &str) -> Result<Identifier, String> {
-    let text = text.trim();
-    let parsed = match text.split_once(':') {
-        Some(("dns", v)) => Identifier::dns(v),
-        Some(("ip", v)) => Identifier::ip(v),
-        _ if text.parse::<std::net::IpAddr>().is_ok() => Identifier::ip(text),
-        _ => Identifier::dns(text),
-    };
-    parsed.map_err(|e| e.to_string())
-}
-
 fn parse_all(raw: &[String]) -> Result<Vec<Identifier>, (StatusCode, String)> {
     raw.iter()
         .map(|r| parse_identifier(r))
@@ -379,4 +392,185 @@ async fn renew_early(
         Ok(marked) => (StatusCode::OK, format!("{marked}\n")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
     }
+}
+
+// ---- accounts and certificates: parse, call `admin_actions`, render `admin_wire` ----
+
+/// What a handler answers: a JSON document, or a status with a line of text.
+type Answer<T> = Result<Json<T>, (StatusCode, String)>;
+
+fn refused(e: AdminError) -> (StatusCode, String) {
+    let status = match &e {
+        AdminError::NotFound(_) => StatusCode::NOT_FOUND,
+        AdminError::Refused(_) => StatusCode::CONFLICT,
+        AdminError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, format!("{e}\n"))
+}
+
+fn bad_request(e: String) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, format!("{e}\n"))
+}
+
+/// `before` (the keyset cursor) and `limit` of a listing.
+#[derive(Debug, Deserialize)]
+struct PageQuery {
+    before: Option<i64>,
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AccountQuery {
+    status: Option<String>,
+    contact: Option<String>,
+}
+
+/// The cursor of the next page: the last id when the page is full.
+fn next_before(ids: &[i64], limit: u32) -> Option<i64> {
+    let full = u32::try_from(ids.len()).is_ok_and(|n| n >= limit);
+    if full { ids.last().copied() } else { None }
+}
+
+async fn list_accounts(
+    State(state): State<AdminState>,
+    Query(q): Query<AccountQuery>,
+    Query(p): Query<PageQuery>,
+) -> Answer<AccountList> {
+    let status = q
+        .status
+        .as_deref()
+        .map(|s| s.parse::<AccountStatus>().map_err(|e| e.to_string()))
+        .transpose()
+        .map_err(bad_request)?;
+    let filter = AccountFilter {
+        status,
+        contact: q.contact.filter(|c| !c.is_empty()),
+    };
+    let limit = admin_actions::list_limit(p.limit);
+    let page = Page {
+        before: p.before.map(AccountId),
+        limit,
+    };
+    let accounts = admin_actions::list_accounts(&state.ctx.storage, &filter, page)
+        .await
+        .map_err(refused)?;
+    let ids: Vec<i64> = accounts.iter().map(|a| a.id.0).collect();
+    Ok(Json(AccountList {
+        accounts: accounts.iter().map(AccountDoc::new).collect(),
+        next_before: next_before(&ids, limit),
+    }))
+}
+
+async fn show_account(State(state): State<AdminState>, Path(id): Path<i64>) -> Answer<AccountDoc> {
+    let detail = admin_actions::show_account(&state.ctx.storage, AccountId(id))
+        .await
+        .map_err(refused)?;
+    Ok(Json(AccountDoc::detailed(&detail)))
+}
+
+async fn deactivate_account(
+    State(state): State<AdminState>,
+    Path(id): Path<i64>,
+) -> Answer<AccountDoc> {
+    let storage = &state.ctx.storage;
+    admin_actions::deactivate_account(storage, &state.ctx.clock, AccountId(id))
+        .await
+        .map_err(refused)?;
+    let detail = admin_actions::show_account(storage, AccountId(id))
+        .await
+        .map_err(refused)?;
+    Ok(Json(AccountDoc::detailed(&detail)))
+}
+
+async fn list_certificates(
+    State(state): State<AdminState>,
+    Query(q): Query<CertificateQuery>,
+    Query(p): Query<PageQuery>,
+) -> Answer<CertificateList> {
+    let filter = q.to_filter().map_err(bad_request)?;
+    let limit = admin_actions::list_limit(p.limit);
+    let page = Page {
+        before: p.before.map(CertificateId),
+        limit,
+    };
+    let rows = admin_actions::list_certificates(&state.ctx.storage, &filter, page)
+        .await
+        .map_err(refused)?;
+    let ids: Vec<i64> = rows.iter().map(|c| c.id.0).collect();
+    Ok(Json(CertificateList {
+        certificates: rows.iter().map(CertificateDoc::summary).collect(),
+        next_before: next_before(&ids, limit),
+    }))
+}
+
+async fn count_revocable(
+    State(state): State<AdminState>,
+    Query(q): Query<CertificateQuery>,
+) -> Answer<CountDoc> {
+    let filter = q.to_filter().map_err(bad_request)?;
+    let count = admin_actions::count_revocable(&state.ctx.storage, &filter)
+        .await
+        .map_err(refused)?;
+    Ok(Json(CountDoc { count }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ShowQuery {
+    #[serde(default)]
+    pem: bool,
+}
+
+async fn show_certificate(
+    State(state): State<AdminState>,
+    Path(serial): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Answer<CertificateDoc> {
+    let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
+    let detail = admin_actions::show_certificate(&state.ctx.storage, &serial)
+        .await
+        .map_err(refused)?;
+    Ok(Json(CertificateDoc::detailed(&detail, q.pem)))
+}
+
+async fn revoke_one(
+    State(state): State<AdminState>,
+    Path(serial): Path<String>,
+    Json(body): Json<RevokeBody>,
+) -> Answer<CertificateDoc> {
+    let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
+    let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
+    let storage = &state.ctx.storage;
+    admin_actions::revoke_by_serial(storage, &state.ctx.clock, &serial, reason)
+        .await
+        .map_err(refused)?;
+    let detail = admin_actions::show_certificate(storage, &serial)
+        .await
+        .map_err(refused)?;
+    Ok(Json(CertificateDoc::detailed(&detail, false)))
+}
+
+async fn revoke_batch(
+    State(state): State<AdminState>,
+    Json(body): Json<BulkRevokeBody>,
+) -> Answer<BatchDoc> {
+    let filter = body.filter.to_filter().map_err(bad_request)?;
+    let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
+    let outcome = admin_actions::revoke_batch(
+        &state.ctx.storage,
+        &state.ctx.clock,
+        &filter,
+        body.before.map(CertificateId),
+        admin_actions::revoke_batch_size(body.batch),
+        reason,
+    )
+    .await
+    .map_err(refused)?;
+    Ok(Json(BatchDoc {
+        revoked: outcome
+            .revoked
+            .iter()
+            .map(acme_core::ids::Serial::to_hex)
+            .collect(),
+        next_before: outcome.next.map(|id| id.0),
+    }))
 }

@@ -2,7 +2,10 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_actions;
+pub mod admin_cli;
 pub mod admin_token;
+pub mod admin_wire;
 pub mod config;
 pub mod data_dir;
 pub mod listener_cert;

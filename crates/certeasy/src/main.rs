@@ -70,6 +70,17 @@ enum AdminCommand {
         #[command(subcommand)]
         command: RatelimitCommand,
     },
+    /// List, show and deactivate ACME accounts.
+    Accounts {
+        #[command(subcommand)]
+        command: certeasy::admin_cli::AccountsCommand,
+    },
+    /// List, show and revoke certificates (by serial, or in bulk by filters).
+    Certificates {
+        #[command(subcommand)]
+        // Boxed: its filters would make every `Command` as large as this one variant.
+        command: Box<certeasy::admin_cli::CertificatesCommand>,
+    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -349,6 +360,12 @@ async fn admin_command(
     let simple = |method: &str, path: String| (method.to_owned(), path);
     let (method, path) = match command {
         AdminCommand::Reload => simple("POST", "/admin/reload".to_owned()),
+        AdminCommand::Accounts { command } => {
+            return certeasy::admin_cli::accounts(&client, base, command).await;
+        }
+        AdminCommand::Certificates { command } => {
+            return certeasy::admin_cli::certificates(&client, base, *command).await;
+        }
         AdminCommand::Ratelimit {
             command: RatelimitCommand::Show { limit, id },
         } => simple(
@@ -458,7 +475,7 @@ fn collect_names(file: Option<PathBuf>, mut names: Vec<String>) -> anyhow::Resul
         );
     }
     for n in &names {
-        certeasy::admin::parse_identifier(n).map_err(|e| anyhow::anyhow!("{n}: {e}"))?;
+        certeasy::admin_wire::parse_identifier(n).map_err(|e| anyhow::anyhow!("{n}: {e}"))?;
     }
     Ok(names)
 }

@@ -6,6 +6,7 @@
 //! that makes it necessary: nothing accepted is lost on a crash.
 
 mod accounts;
+mod admin_queries;
 mod authz;
 mod certificates;
 mod codec;
@@ -37,8 +38,12 @@ use time::OffsetDateTime;
 
 use crate::error::Error;
 use crate::model::Account;
+use crate::model::AccountCounts;
+use crate::model::AccountFilter;
 use crate::model::Authorization;
 use crate::model::Certificate;
+use crate::model::CertificateFilter;
+use crate::model::CertificateSummary;
 use crate::model::Challenge;
 use crate::model::Completion;
 use crate::model::GuardUsage;
@@ -48,6 +53,7 @@ use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
+use crate::model::Page;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
 use crate::model::RenewEarly;
@@ -346,6 +352,43 @@ impl Storage {
         now: OffsetDateTime,
     ) -> Result<Certificate> {
         certificates::revoke(self, id, reason, now).await
+    }
+
+    // ---- operators' listings (certeasy admin) ----
+
+    /// Accounts matching `filter`, newest first, one keyset page.
+    pub async fn list_accounts(
+        &self,
+        filter: &AccountFilter,
+        page: Page<AccountId>,
+    ) -> Result<Vec<Account>> {
+        admin_queries::accounts(self, filter, page).await
+    }
+    /// How many orders (still stored), certificates and revoked certificates the account has.
+    pub async fn account_counts(&self, account: AccountId) -> Result<AccountCounts> {
+        admin_queries::account_counts(self, account).await
+    }
+    /// Certificates matching `filter` with the names they hold, newest first, one keyset page.
+    pub async fn list_certificates(
+        &self,
+        filter: &CertificateFilter,
+        page: Page<CertificateId>,
+    ) -> Result<Vec<CertificateSummary>> {
+        admin_queries::certificates(self, filter, page).await
+    }
+    /// How many certificates match `filter` (a bulk revocation's total, before it starts).
+    pub async fn count_certificates(&self, filter: &CertificateFilter) -> Result<u64> {
+        admin_queries::count_certificates(self, filter).await
+    }
+    /// Revokes those of `ids` that are not revoked yet, in one statement, and returns them
+    /// (highest id first); one already revoked keeps its first revocation.
+    pub async fn revoke_certificates(
+        &self,
+        ids: &[CertificateId],
+        reason: RevocationReason,
+        now: OffsetDateTime,
+    ) -> Result<Vec<CertificateId>> {
+        admin_queries::revoke_certificates(self, ids, reason, now).await
     }
 
     // ---- jobs ----

@@ -278,3 +278,68 @@ pub enum RenewEarly {
     /// Every certificate of an account.
     Account(AccountId),
 }
+
+/// Which certificates an operator's listing, count or bulk revocation covers. Every field is a
+/// condition (ANDed); `None` leaves it out. Time ranges include their start and exclude their end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CertificateFilter {
+    /// A name the certificate holds (exactly, wildcard label included).
+    pub name: Option<Identifier>,
+    pub serial: Option<Serial>,
+    pub account: Option<AccountId>,
+    pub issued_from: Option<OffsetDateTime>,
+    pub issued_until: Option<OffsetDateTime>,
+    /// `not_after` at or after this instant.
+    pub expires_from: Option<OffsetDateTime>,
+    /// `not_after` before this instant.
+    pub expires_until: Option<OffsetDateTime>,
+    /// `Some(true)`: only revoked ones; `Some(false)`: only unrevoked ones.
+    pub revoked: Option<bool>,
+}
+
+impl CertificateFilter {
+    /// Whether no condition is set, so the filter names every certificate.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Which accounts an operator's listing covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountFilter {
+    pub status: Option<AccountStatus>,
+    /// A substring of one of the contacts (`example.com` finds `mailto:ops@example.com`).
+    pub contact: Option<String>,
+}
+
+/// One page of a listing: rows with an id below `before` (newest first), at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page<Id> {
+    pub before: Option<Id>,
+    pub limit: u32,
+}
+
+/// A certificate as listings show it: the stored row without its DER and PEM, plus the names
+/// of the order it was issued for (the names the certificate holds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateSummary {
+    pub id: CertificateId,
+    pub account_id: AccountId,
+    pub order_id: OrderId,
+    pub serial: Serial,
+    pub identifiers: Vec<Identifier>,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub issued_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+    pub revocation_reason: Option<RevocationReason>,
+}
+
+/// What an account holds, for `admin accounts show`. Orders that never issued are pruned after
+/// `database.prune-after`, so `orders` counts those still stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountCounts {
+    pub orders: u64,
+    pub certificates: u64,
+    pub revoked_certificates: u64,
+}

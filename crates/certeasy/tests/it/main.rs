@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
 mod admin_auth;
+mod admin_records;
 mod ari;
 mod bounded_work;
 mod browser;

@@ -26,6 +26,7 @@ pub(crate) use crate::sql::query::QueryScalar;
 pub(crate) use crate::sql::query::one_off_scalar;
 pub(crate) use crate::sql::query::query_scalar;
 pub(crate) use crate::sql::row::Row;
+pub(crate) use crate::sql::statement::Query;
 pub(crate) use crate::sql::statement::one_off;
 pub(crate) use crate::sql::statement::query;
 pub(crate) use crate::sql::statement::shaped;

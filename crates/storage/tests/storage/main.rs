@@ -7,6 +7,7 @@
 mod harness;
 
 mod accounts;
+mod admin_queries;
 mod authz_lifetimes;
 mod certificates;
 mod connect;

@@ -1,0 +1,293 @@
+//! What an operator may do to accounts and certificates, and doing it. The decisions (may this
+//! account be deactivated, may this certificate be revoked, which certificates a bulk revocation
+//! takes) are plain functions over domain values, and the actions call storage; nothing here
+//! knows HTTP, so `admin.rs` only parses, calls and renders, and the module can move into the
+//! policy crate as it is.
+
+use std::collections::HashSet;
+
+use acme_core::clock::SharedClock;
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use acme_core::ids::CertificateId;
+use acme_core::ids::Serial;
+use acme_core::status::AccountStatus;
+use acme_core::status::RevocationReason;
+use storage::Storage;
+use storage::model::Account;
+use storage::model::AccountCounts;
+use storage::model::AccountFilter;
+use storage::model::Certificate;
+use storage::model::CertificateFilter;
+use storage::model::CertificateSummary;
+use storage::model::Page;
+
+/// Rows per listing page when the operator names no `--limit`.
+pub const DEFAULT_LIST_LIMIT: u32 = 100;
+/// The most rows one page returns: a page is one statement, and its rows are held in memory.
+pub const MAX_LIST_LIMIT: u32 = 1_000;
+/// Certificates one bulk-revocation step revokes when the operator names no `--batch`: one
+/// short write per batch, so issuance waits at most for one batch.
+pub const DEFAULT_REVOKE_BATCH: u32 = 500;
+/// The largest batch (also bounds the statement's `IN` list).
+pub const MAX_REVOKE_BATCH: u32 = 5_000;
+
+/// Why an admin action did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The account or certificate does not exist (carries what was looked for).
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// Policy refuses the action (already deactivated, already revoked, no selection).
+    #[error("{0}")]
+    Refused(String),
+    /// The database failed.
+    #[error(transparent)]
+    Storage(#[from] storage::error::Error),
+}
+
+/// An account with what it holds, for `accounts show`.
+#[derive(Debug, Clone)]
+pub struct AccountDetail {
+    pub account: Account,
+    pub counts: AccountCounts,
+}
+
+/// A certificate with the names it holds, for `certificates show`.
+#[derive(Debug, Clone)]
+pub struct CertificateDetail {
+    pub certificate: Certificate,
+    pub identifiers: Vec<Identifier>,
+}
+
+/// One step of a bulk revocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Certificates this step revoked (those revoked meanwhile by someone else are not counted).
+    pub revoked: Vec<Serial>,
+    /// Where the next step starts; `None` when the selection is exhausted.
+    pub next: Option<CertificateId>,
+}
+
+/// The page size: the operator's, within 1..=[`MAX_LIST_LIMIT`], or the default.
+pub fn list_limit(requested: Option<u32>) -> u32 {
+    requested.map_or(DEFAULT_LIST_LIMIT, |n| n.clamp(1, MAX_LIST_LIMIT))
+}
+
+/// The bulk-revocation batch: the operator's, within 1..=[`MAX_REVOKE_BATCH`], or the default.
+pub fn revoke_batch_size(requested: Option<u32>) -> u32 {
+    requested.map_or(DEFAULT_REVOKE_BATCH, |n| n.clamp(1, MAX_REVOKE_BATCH))
+}
+
+pub async fn list_accounts(
+    storage: &Storage,
+    filter: &AccountFilter,
+    page: Page<AccountId>,
+) -> Result<Vec<Account>, AdminError> {
+    Ok(storage.list_accounts(filter, page).await?)
+}
+
+pub async fn show_account(storage: &Storage, id: AccountId) -> Result<AccountDetail, AdminError> {
+    let account = storage
+        .account(id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("account {id}")))?;
+    let counts = storage.account_counts(id).await?;
+    Ok(AccountDetail { account, counts })
+}
+
+/// Only a valid account can be deactivated: deactivation is final (RFC 8555 §7.3.6), and a
+/// server-revoked account stays revoked.
+pub fn may_deactivate(account: &Account) -> Result<(), AdminError> {
+    match account.status {
+        AccountStatus::Valid => Ok(()),
+        other => Err(AdminError::Refused(format!(
+            "account {} is already {}",
+            account.id,
+            other.as_str()
+        ))),
+    }
+}
+
+/// Deactivates the account as its holder would: it can do nothing afterwards (every request it
+/// signs is refused with `unauthorized`), its pending authorizations are deactivated and its
+/// pending and ready orders become invalid, in one transaction (`Storage::deactivate_account`).
+pub async fn deactivate_account(
+    storage: &Storage,
+    clock: &SharedClock,
+    id: AccountId,
+) -> Result<Account, AdminError> {
+    let account = storage
+        .account(id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("account {id}")))?;
+    may_deactivate(&account)?;
+    let account = match storage.deactivate_account(id, clock.now()).await {
+        Ok(account) => account,
+        // Deactivated by its holder between the check and the update.
+        Err(storage::error::Error::WrongState(state)) => {
+            return Err(AdminError::Refused(format!("account {id}: {state}")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(account_id = %id, "account deactivated by an operator");
+    metrics::counter!("certeasy_accounts_deactivated_total", "via" => "admin").increment(1);
+    Ok(account)
+}
+
+pub async fn list_certificates(
+    storage: &Storage,
+    filter: &CertificateFilter,
+    page: Page<CertificateId>,
+) -> Result<Vec<CertificateSummary>, AdminError> {
+    Ok(storage.list_certificates(filter, page).await?)
+}
+
+pub async fn show_certificate(
+    storage: &Storage,
+    serial: &Serial,
+) -> Result<CertificateDetail, AdminError> {
+    let certificate = storage
+        .certificate_by_serial(serial)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("certificate {serial}")))?;
+    let filter = CertificateFilter {
+        serial: Some(serial.clone()),
+        ..CertificateFilter::default()
+    };
+    let identifiers = storage
+        .list_certificates(
+            &filter,
+            Page {
+                before: None,
+                limit: 1,
+            },
+        )
+        .await?
+        .into_iter()
+        .next()
+        .map(|s| s.identifiers)
+        .unwrap_or_default();
+    Ok(CertificateDetail {
+        certificate,
+        identifiers,
+    })
+}
+
+/// A certificate is revoked once: the first revocation's time and reason stand, as on the ACME
+/// path (`alreadyRevoked`). Every reason `RevocationReason` holds is allowed to an operator.
+pub fn may_revoke(certificate: &Certificate, _reason: RevocationReason) -> Result<(), AdminError> {
+    match (certificate.revoked_at, certificate.revocation_reason) {
+        (None, _) => Ok(()),
+        (Some(at), reason) => Err(AdminError::Refused(format!(
+            "certificate {} is already revoked (at {at}, reason {})",
+            certificate.serial,
+            reason.map_or("unspecified", RevocationReason::as_str)
+        ))),
+    }
+}
+
+pub async fn revoke_by_serial(
+    storage: &Storage,
+    clock: &SharedClock,
+    serial: &Serial,
+    reason: RevocationReason,
+) -> Result<Certificate, AdminError> {
+    let certificate = storage
+        .certificate_by_serial(serial)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("certificate {serial}")))?;
+    may_revoke(&certificate, reason)?;
+    let revoked = match storage
+        .revoke_certificate(certificate.id, reason, clock.now())
+        .await
+    {
+        Ok(c) => c,
+        // Revoked by its holder between the check and the update.
+        Err(storage::error::Error::AlreadyRevoked) => {
+            return Err(AdminError::Refused(format!(
+                "certificate {serial} is already revoked"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(serial = %serial, reason = reason.as_str(), "certificate revoked by an operator");
+    metrics::counter!("certeasy_certificates_revoked_total").increment(1);
+    Ok(revoked)
+}
+
+/// What a bulk revocation takes: the certificates of `filter` not revoked yet. A filter with no
+/// condition would revoke every certificate of the CA, which no operator means by accident, and
+/// one asking for revoked certificates selects nothing to revoke: both are refused.
+pub fn bulk_selection(filter: &CertificateFilter) -> Result<CertificateFilter, AdminError> {
+    let mut selection = filter.clone();
+    selection.revoked = None;
+    if selection.is_empty() {
+        return Err(AdminError::Refused(
+            "a bulk revocation needs at least one filter (name, serial, account, issued or expiry dates)"
+                .to_owned(),
+        ));
+    }
+    if filter.revoked == Some(true) {
+        return Err(AdminError::Refused(
+            "revoked certificates cannot be revoked again".to_owned(),
+        ));
+    }
+    selection.revoked = Some(false);
+    Ok(selection)
+}
+
+/// How many certificates a bulk revocation of `filter` would take now.
+pub async fn count_revocable(
+    storage: &Storage,
+    filter: &CertificateFilter,
+) -> Result<u64, AdminError> {
+    let selection = bulk_selection(filter)?;
+    Ok(storage.count_certificates(&selection).await?)
+}
+
+/// One step of a bulk revocation: the next `batch` certificates of the selection below
+/// `before` (newest first), revoked in one statement. Repeat with `next` until it is `None`.
+pub async fn revoke_batch(
+    storage: &Storage,
+    clock: &SharedClock,
+    filter: &CertificateFilter,
+    before: Option<CertificateId>,
+    batch: u32,
+    reason: RevocationReason,
+) -> Result<BatchOutcome, AdminError> {
+    let selection = bulk_selection(filter)?;
+    let rows = storage
+        .list_certificates(
+            &selection,
+            Page {
+                before,
+                limit: batch,
+            },
+        )
+        .await?;
+    let ids: Vec<CertificateId> = rows.iter().map(|r| r.id).collect();
+    let revoked: HashSet<CertificateId> = storage
+        .revoke_certificates(&ids, reason, clock.now())
+        .await?
+        .into_iter()
+        .collect();
+    let serials: Vec<Serial> = rows
+        .iter()
+        .filter(|r| revoked.contains(&r.id))
+        .map(|r| r.serial.clone())
+        .collect();
+    if !serials.is_empty() {
+        tracing::info!(
+            revoked = serials.len(),
+            reason = reason.as_str(),
+            "certificates revoked by an operator (bulk)"
+        );
+        metrics::counter!("certeasy_certificates_revoked_total").increment(serials.len() as u64);
+    }
+    let full = u32::try_from(rows.len()).is_ok_and(|n| n >= batch);
+    Ok(BatchOutcome {
+        revoked: serials,
+        next: if full { ids.last().copied() } else { None },
+    })
+}
