@@ -266,6 +266,7 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
                 ],
             }],
             reuse_valid_authz: false,
+            profile: "tls-server".to_owned(),
         },
         &OrderGuards::default(),
         now,

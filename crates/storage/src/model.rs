@@ -56,6 +56,9 @@ pub struct Order {
     pub certificate_id: Option<CertificateId>,
     pub authz_ids: Vec<AuthzId>,
     pub created_at: OffsetDateTime,
+    /// The certificate profile chosen at creation; `None` for orders older than profiles, which
+    /// get the default one.
+    pub profile: Option<String>,
 }
 
 /// What is needed to create an order.
@@ -72,6 +75,8 @@ pub struct NewOrder {
     /// Reuse a still-valid authorization of the same account for the same identifier (wildcard
     /// flag included) instead of creating a new one.
     pub reuse_valid_authz: bool,
+    /// The certificate profile the order is signed with.
+    pub profile: String,
 }
 
 /// An authorization to create with an order.

@@ -252,6 +252,7 @@ pub(crate) fn new_order_expiring(
         expires_at: order_expires,
         authorizations,
         reuse_valid_authz: reuse,
+        profile: "tls-server".to_owned(),
     }
 }
 
