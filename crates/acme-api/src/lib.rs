@@ -12,6 +12,7 @@ pub mod limits;
 mod methods;
 pub mod nonce;
 mod problem;
+mod profile_decision;
 mod response;
 pub mod settings;
 pub mod state;

@@ -1,6 +1,7 @@
 //! What the HTTP layer needs from the configuration, already validated by the binary.
 
 use acme_core::identifier::IdentifierPolicy;
+use issuance::Profiles;
 use time::Duration;
 
 /// Settings of the ACME endpoint.
@@ -22,10 +23,8 @@ pub struct ApiSettings {
     pub max_contacts: usize,
     pub max_body_bytes: usize,
     pub identifier_policy: IdentifierPolicy,
-    /// Longest certificate lifetime an order may ask for.
-    pub max_validity: Duration,
-    /// Lifetime given when the order does not ask.
-    pub default_validity: Duration,
+    /// The certificate profiles offered (`meta.profiles`), with each one's validity limits.
+    pub profiles: Profiles,
     /// How far notBefore may lie in the past.
     pub backdate: Duration,
     /// Unpause links of zombie-paused pairs; `None` disables the page and the links.
@@ -34,7 +33,8 @@ pub struct ApiSettings {
 
 impl ApiSettings {
     /// The defaults of every setting, the one source of the configuration file's defaults
-    /// (`acme.*`, `issuance.*`, `server.max-body-bytes`), with no base URL.
+    /// (`acme.*`, `issuance.backdate`, `server.max-body-bytes`), with no base URL. The profiles
+    /// and their validities are `issuance::profiles`' shipped ones.
     pub fn defaults() -> Self {
         Self::for_base_url("")
     }
@@ -55,8 +55,7 @@ impl ApiSettings {
             max_contacts: 10,
             max_body_bytes: 64 * 1024,
             identifier_policy: IdentifierPolicy::default(),
-            max_validity: Duration::days(397),
-            default_validity: Duration::days(90),
+            profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
             unpause: None,
         }

@@ -86,6 +86,9 @@ pub(crate) fn order_json(urls: &Urls, order: &Order) -> Value {
     if let Some(p) = &order.error {
         v["error"] = stored_problem_json(p);
     }
+    if let Some(profile) = &order.profile {
+        v["profile"] = json!(profile);
+    }
     if let Some(c) = order.certificate_id {
         v["certificate"] = json!(urls.certificate(c));
     }
@@ -140,6 +143,8 @@ pub(crate) struct OrderRequest {
     pub(crate) identifiers: Vec<IdentifierRequest>,
     pub(crate) not_before: Option<String>,
     pub(crate) not_after: Option<String>,
+    /// draft-ietf-acme-profiles: the certificate profile asked for.
+    pub(crate) profile: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -58,6 +58,7 @@ problem_types! {
     ExternalAccountRequired => "externalAccountRequired",
     IncorrectResponse => "incorrectResponse",
     InvalidContact => "invalidContact",
+    InvalidProfile => "invalidProfile",
     Malformed => "malformed",
     OrderNotReady => "orderNotReady",
     RateLimited => "rateLimited",

@@ -216,6 +216,7 @@ async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, acme_core::i
                     challenges: vec![(ChallengeType::Http01, token.to_owned())],
                 }],
                 reuse_valid_authz: false,
+                profile: "tls-server".to_owned(),
             },
             &OrderGuards::default(),
             now,

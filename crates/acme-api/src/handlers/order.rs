@@ -45,6 +45,8 @@ use crate::limits::denied_until;
 use crate::limits::log_shadow;
 use crate::limits::refund;
 use crate::problem::ApiError;
+use crate::profile_decision;
+use crate::profile_decision::ProfileRequest;
 use crate::response::Resource;
 use crate::state::ApiState;
 use crate::wire::FinalizeRequest;
@@ -63,7 +65,21 @@ pub(crate) async fn new_order(
     let now = state.inner.clock.now();
 
     let identifiers = parse_identifiers(&state, &payload)?;
-    let (not_before, not_after) = validity_window(&state, &payload, now)?;
+    let (not_before, not_after) = validity_window(&payload)?;
+    let profile = profile_decision::new_order(
+        &settings.profiles,
+        ProfileRequest {
+            profile: payload.profile.as_deref(),
+            identifiers: &identifiers,
+            not_before,
+            not_after,
+        },
+        now,
+        settings.backdate,
+    )
+    .map_err(ApiError::from_problem)?
+    .name()
+    .to_owned();
     refuse_paused(&state, account.id, &identifiers, now).await?;
     let mut spent = charge_order(&state, account.id, &identifiers).await?;
 
@@ -88,6 +104,7 @@ pub(crate) async fn new_order(
         expires_at: now + settings.order_lifetime,
         authorizations,
         reuse_valid_authz: settings.reuse_valid_authorizations,
+        profile,
     };
     let order = match create_with_guards(&state, new, now).await {
         Ok((order, db_policies)) => {
@@ -307,6 +324,12 @@ pub(crate) async fn finalize(
         .decode(payload.csr.trim_end_matches('='))
         .map_err(|_| ApiError::new(ProblemType::BadCsr, "\"csr\" is not base64url-encoded DER"))?;
     let checked = issuance::check_csr(&csr, &order.identifiers)?;
+    profile_decision::finalize(
+        &state.inner.settings.profiles,
+        order.profile.as_deref(),
+        &checked,
+    )
+    .map_err(ApiError::from_problem)?;
     refuse_account_key(&state, &account, checked.spki_der()).await?;
     let storage = &state.inner.storage;
     let workers = &state.inner.workers;
@@ -475,12 +498,10 @@ fn parse_identifiers(
     Ok(identifiers)
 }
 
+/// The order's `notBefore`/`notAfter` as times; whether they fit is the profile's decision.
 fn validity_window(
-    state: &ApiState,
     payload: &OrderRequest,
-    now: OffsetDateTime,
 ) -> Result<(Option<OffsetDateTime>, Option<OffsetDateTime>), ApiError> {
-    let settings = &state.inner.settings;
     let parse = |name: &str, v: &Option<String>| -> Result<Option<OffsetDateTime>, ApiError> {
         v.as_deref()
             .map(|s| {
@@ -490,33 +511,10 @@ fn validity_window(
             })
             .transpose()
     };
-    let not_before = parse("notBefore", &payload.not_before)?;
-    let not_after = parse("notAfter", &payload.not_after)?;
-    let start = not_before.unwrap_or(now - settings.backdate);
-    if let Some(nb) = not_before {
-        if nb < now - settings.backdate {
-            return Err(ApiError::malformed(format!(
-                "notBefore {} lies in the past; it may be at most {} before now",
-                crate::wire::rfc3339(nb),
-                settings.backdate
-            )));
-        }
-        if nb > now + settings.max_validity {
-            return Err(ApiError::malformed("notBefore lies too far in the future"));
-        }
-    }
-    let end = not_after.unwrap_or(start + settings.default_validity);
-    if end <= start {
-        return Err(ApiError::malformed("notAfter must be later than notBefore"));
-    }
-    if end - start > settings.max_validity {
-        return Err(ApiError::malformed(format!(
-            "the requested validity of {} days exceeds this CA's maximum of {} days",
-            (end - start).whole_days(),
-            settings.max_validity.whole_days()
-        )));
-    }
-    Ok((not_before, not_after))
+    Ok((
+        parse("notBefore", &payload.not_before)?,
+        parse("notAfter", &payload.not_after)?,
+    ))
 }
 
 fn offered_challenges(id: &Identifier) -> Vec<ChallengeType> {
