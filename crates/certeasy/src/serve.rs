@@ -14,6 +14,7 @@ use anyhow::Context;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::ExistingCa;
+use issuance::Profiles;
 use ratelimits::MemoryStore;
 use ratelimits::RedisStore;
 use ratelimits::Store;
@@ -131,6 +132,10 @@ pub async fn start(
     let tls = crate::tls::server_config(provider, certificates, listener_cert.sessions())?;
 
     let limits = Arc::new(build_limits(config, &clock)?);
+    let profiles = config
+        .issuance
+        .profiles()
+        .context("building the certificate profiles")?;
 
     let validator =
         Validator::new(validation_settings(config)).context("building the validator")?;
@@ -151,11 +156,11 @@ pub async fn start(
         validator,
         Arc::clone(&ca),
         Arc::clone(&clock),
-        worker_settings(config),
+        worker_settings(config, profiles.clone()),
         hook,
     );
 
-    let mut settings = api_settings(config);
+    let mut settings = api_settings(config, profiles);
     settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
     let nonces = nonce_service(config).await;
@@ -313,11 +318,11 @@ fn validation_settings(config: &Config) -> ValidationSettings {
     }
 }
 
-fn worker_settings(config: &Config) -> WorkerSettings {
+fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
     WorkerSettings {
         concurrency: config.validation.workers,
         max_attempts: config.validation.max_attempts,
-        default_validity: config.issuance.default_validity.time(),
+        profiles,
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
         ..WorkerSettings::default()
@@ -333,7 +338,7 @@ fn pruner_settings(config: &Config) -> PrunerSettings {
     }
 }
 
-fn api_settings(config: &Config) -> ApiSettings {
+fn api_settings(config: &Config, profiles: Profiles) -> ApiSettings {
     let a = &config.acme;
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     ApiSettings {
@@ -350,8 +355,7 @@ fn api_settings(config: &Config) -> ApiSettings {
         max_contacts: a.max_contacts,
         max_body_bytes: config.server.max_body_bytes,
         identifier_policy: config.identifiers.policy(),
-        max_validity: config.issuance.max_validity.time(),
-        default_validity: config.issuance.default_validity.time(),
+        profiles,
         backdate: config.issuance.backdate.time(),
         unpause: None,
     }
