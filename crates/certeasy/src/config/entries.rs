@@ -4,7 +4,6 @@
 //! malformed CIDR is reported at the element's own line rather than at the end of the list.
 
 use std::fmt::Display;
-use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -55,11 +54,11 @@ where
     Ok(raw
         .unwrap_or_default()
         .into_iter()
-        .map(|NameEntry(value, _)| value)
+        .map(|NameEntry(value)| value)
         .collect())
 }
 
-struct NameEntry<T>(T, PhantomData<T>);
+struct NameEntry<T>(T);
 
 impl<'de, T> Deserialize<'de> for NameEntry<T>
 where
@@ -68,9 +67,7 @@ where
 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        text.parse()
-            .map(|value| NameEntry(value, PhantomData))
-            .map_err(D::Error::custom)
+        text.parse().map(NameEntry).map_err(D::Error::custom)
     }
 }
 
