@@ -612,10 +612,7 @@ async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on(backend: Back
     wait_for(&env, order, OrderStatus::Invalid).await;
     let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
     assert_eq!(ch.status, ChallengeStatus::Invalid);
-    assert_eq!(
-        ch.error.unwrap().kind,
-        acme_core::problem::ProblemType::ServerInternal
-    );
+    assert_eq!(ch.error.unwrap().kind, ProblemType::ServerInternal);
     assert_eq!(
         hook.0.load(Ordering::SeqCst) + hook.1.load(Ordering::SeqCst),
         0,
@@ -673,10 +670,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
         .unwrap()
         .unwrap();
     assert_eq!(o.certificate_id, None);
-    assert_eq!(
-        o.error.unwrap().kind,
-        acme_core::problem::ProblemType::Unauthorized
-    );
+    assert_eq!(o.error.unwrap().kind, ProblemType::Unauthorized);
     assert!(env.storage.next_job_due().await.unwrap().is_none());
     workers.shutdown().await;
 }
