@@ -118,6 +118,7 @@ fn default_status(kind: ProblemType) -> StatusCode {
         | ProblemType::AccountDoesNotExist
         | ProblemType::AlreadyRevoked
         | ProblemType::InvalidContact
+        | ProblemType::InvalidProfile
         | ProblemType::Malformed
         | ProblemType::RejectedIdentifier
         | ProblemType::UnsupportedContact

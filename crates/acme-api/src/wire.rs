@@ -89,6 +89,9 @@ pub(crate) fn order_json(urls: &Urls, order: &Order) -> Value {
     if let Some(p) = &order.error {
         v["error"] = stored_problem_json(p);
     }
+    if let Some(profile) = &order.profile {
+        v["profile"] = json!(profile);
+    }
     if let Some(c) = order.certificate_id {
         v["certificate"] = json!(urls.certificate(c));
     }
@@ -145,6 +148,8 @@ pub(crate) struct OrderRequest {
     pub(crate) not_after: Option<String>,
     /// RFC 9773 §5: the ARI identifier of the certificate this order replaces.
     pub(crate) replaces: Option<String>,
+    /// draft-ietf-acme-profiles: the certificate profile asked for.
+    pub(crate) profile: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

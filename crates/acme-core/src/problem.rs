@@ -59,6 +59,7 @@ problem_types! {
     ExternalAccountRequired => "externalAccountRequired",
     IncorrectResponse => "incorrectResponse",
     InvalidContact => "invalidContact",
+    InvalidProfile => "invalidProfile",
     Malformed => "malformed",
     OrderNotReady => "orderNotReady",
     RateLimited => "rateLimited",

@@ -13,6 +13,7 @@ use anyhow::Context;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::ExistingCa;
+use issuance::Profiles;
 use ra::Ra;
 use ra::limits::RateLimits;
 use ra::settings::PolicySettings;
@@ -134,6 +135,10 @@ pub async fn start(
     let tls = crate::tls::server_config(provider, certificates, listener_cert.sessions())?;
 
     let limits = Arc::new(build_limits(config, &clock)?);
+    let profiles = config
+        .issuance
+        .profiles()
+        .context("building the certificate profiles")?;
 
     let validator =
         Validator::new(validation_settings(config)).context("building the validator")?;
@@ -155,12 +160,12 @@ pub async fn start(
         validator,
         Arc::clone(&ca),
         Arc::clone(&clock),
-        worker_settings(config),
+        worker_settings(config, profiles.clone()),
         hook,
     );
 
     let ra = Ra::new(
-        policy_settings(config),
+        policy_settings(config, profiles),
         storage.clone(),
         Arc::clone(&clock),
         Arc::clone(&limits),
@@ -322,11 +327,11 @@ fn validation_settings(config: &Config) -> ValidationSettings {
     }
 }
 
-fn worker_settings(config: &Config) -> WorkerSettings {
+fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
     WorkerSettings {
         concurrency: config.validation.workers,
         max_attempts: config.validation.max_attempts,
-        default_validity: config.issuance.default_validity.time(),
+        profiles,
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
         ..WorkerSettings::default()
@@ -357,7 +362,7 @@ fn api_settings(config: &Config) -> ApiSettings {
     }
 }
 
-fn policy_settings(config: &Config) -> PolicySettings {
+fn policy_settings(config: &Config, profiles: Profiles) -> PolicySettings {
     let a = &config.acme;
     PolicySettings {
         terms_of_service: (!a.terms_of_service.is_empty()).then(|| a.terms_of_service.clone()),
@@ -367,8 +372,7 @@ fn policy_settings(config: &Config) -> PolicySettings {
         max_identifiers_per_order: a.max_identifiers_per_order,
         max_contacts: a.max_contacts,
         identifier_policy: config.identifiers.policy(),
-        max_validity: config.issuance.max_validity.time(),
-        default_validity: config.issuance.default_validity.time(),
+        profiles,
         backdate: config.issuance.backdate.time(),
         renewal: ra::settings::RenewalSettings {
             window_start: f64::from(a.renewal_window_start_percent) / 100.0,

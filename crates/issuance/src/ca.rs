@@ -20,7 +20,6 @@ use time::Duration;
 use time::OffsetDateTime;
 
 use crate::csr::CheckedCsr;
-use crate::csr::SubjectKeyKind;
 use crate::error::Error;
 use crate::files;
 use crate::generate;
@@ -30,6 +29,9 @@ use crate::loader;
 use crate::loader::LoadedCa;
 use crate::pem;
 use crate::profile;
+use crate::profile::LISTENER_USAGES;
+use crate::profile::Usages;
+use crate::profiles::Profile;
 use crate::serial;
 use crate::settings::CaSettings;
 
@@ -176,15 +178,18 @@ impl Ca {
         self.issuing_not_after
     }
 
-    /// Signs a subscriber certificate for exactly `identifiers` with the CSR's public key.
+    /// Signs a subscriber certificate for exactly `identifiers` with the CSR's public key, with
+    /// the key usages and extended key usages of `profile`.
     ///
-    /// `identifiers` must be the set the CSR was checked against. The validity is exactly the
-    /// given window, truncated to whole seconds; a window that is empty or ends after the
-    /// issuing CA expires is refused rather than silently shortened.
+    /// `identifiers` must be the set the CSR was checked against, and the CSR's key a type the
+    /// profile certifies ([`Error::BadCsr`] otherwise). The validity is exactly the given
+    /// window, truncated to whole seconds; a window that is empty or ends after the issuing CA
+    /// expires is refused rather than silently shortened.
     pub fn issue(
         &self,
         csr: &CheckedCsr,
         identifiers: &[Identifier],
+        profile: &Profile,
         not_before: OffsetDateTime,
         not_after: OffsetDateTime,
     ) -> Result<IssuedCertificate, Error> {
@@ -206,14 +211,20 @@ impl Ca {
                 self.issuing_not_after
             )));
         }
+        profile.check_key(csr)?;
         let sans = profile::identifier_sans(identifiers)?;
         let serial = serial::random_serial()?;
+        let usages = Usages {
+            key_usages: profile.key_usages(),
+            extended_key_usages: profile.extended_key_usages(),
+        };
         let params = profile::leaf(
             &sans,
             &serial,
             not_before,
             not_after,
-            csr.key_kind == SubjectKeyKind::Rsa,
+            usages,
+            csr.key_algorithm.is_rsa(),
         );
         let cert = params
             .signed_by(&csr.key, &self.issuer)
@@ -251,7 +262,14 @@ impl Ca {
         }
         let key = KeyAlgorithm::EcdsaP256.generate()?;
         let serial = serial::random_serial()?;
-        let params = profile::leaf(&sans, &serial, not_before, not_after, false);
+        let params = profile::leaf(
+            &sans,
+            &serial,
+            not_before,
+            not_after,
+            LISTENER_USAGES,
+            false,
+        );
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(Error::signing)?;

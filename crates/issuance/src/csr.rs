@@ -26,25 +26,22 @@ use x509_parser::public_key::PublicKey;
 use x509_parser::x509::SubjectPublicKeyInfo;
 
 use crate::error::Error;
+use crate::key_algorithm::KeyAlgorithm;
 
-/// The RSA modulus sizes accepted for subscriber keys.
-const RSA_SIZES: [usize; 3] = [2048, 3072, 4096];
-
-/// Kind of subscriber key, which decides the key usages of the certificate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SubjectKeyKind {
-    /// RSA: certificates also get keyEncipherment (RSA key transport in TLS 1.2).
-    Rsa,
-    /// ECDSA P-256 or P-384.
-    Ecdsa,
-}
+/// The RSA modulus sizes accepted for subscriber keys, with their profile names.
+const RSA_SIZES: [(usize, KeyAlgorithm); 3] = [
+    (2048, KeyAlgorithm::Rsa2048),
+    (3072, KeyAlgorithm::Rsa3072),
+    (4096, KeyAlgorithm::Rsa4096),
+];
 
 /// A CSR that passed every check for a given order; only its public key is kept.
 #[derive(Debug, Clone)]
 pub struct CheckedCsr {
     spki_der: Vec<u8>,
     pub(crate) key: rcgen::SubjectPublicKeyInfo,
-    pub(crate) key_kind: SubjectKeyKind,
+    /// Type and size of the key: profiles choose by it, and RSA keys get keyEncipherment.
+    pub(crate) key_algorithm: KeyAlgorithm,
     /// The names the CSR was checked to request, so issuing for another set is caught.
     pub(crate) names: BTreeSet<Identifier>,
 }
@@ -53,6 +50,11 @@ impl CheckedCsr {
     /// DER of the subject public key info, as it will appear in the certificate.
     pub fn spki_der(&self) -> &[u8] {
         &self.spki_der
+    }
+
+    /// Type and size of the CSR's key, under the names profiles list them by.
+    pub fn key_algorithm(&self) -> KeyAlgorithm {
+        self.key_algorithm
     }
 }
 
@@ -72,7 +74,7 @@ pub fn check_csr(der: &[u8], identifiers: &[Identifier]) -> Result<CheckedCsr, E
         ));
     }
     let spki = &csr.certification_request_info.subject_pki;
-    let key_kind = check_public_key(spki)?;
+    let key_algorithm = check_public_key(spki)?;
     let sig_alg = &csr.signature_algorithm.algorithm;
     if *sig_alg == OID_PKCS1_SHA1WITHRSA || *sig_alg == OID_SHA1_WITH_RSA {
         return Err(Error::BadCsr(
@@ -91,12 +93,12 @@ pub fn check_csr(der: &[u8], identifiers: &[Identifier]) -> Result<CheckedCsr, E
     Ok(CheckedCsr {
         spki_der: spki.raw.to_vec(),
         key,
-        key_kind,
+        key_algorithm,
         names: requested,
     })
 }
 
-fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<SubjectKeyKind, Error> {
+fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<KeyAlgorithm, Error> {
     let alg = &spki.algorithm.algorithm;
     if *alg == OID_PKCS1_RSAENCRYPTION {
         let Ok(PublicKey::RSA(rsa)) = spki.parsed() else {
@@ -105,18 +107,21 @@ fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<SubjectKeyKind, E
             ));
         };
         let bits = bit_length(rsa.modulus);
-        if !RSA_SIZES.contains(&bits) {
+        let Some(algorithm) = RSA_SIZES
+            .iter()
+            .find_map(|(size, alg)| (*size == bits).then_some(*alg))
+        else {
             return Err(Error::BadCsr(format!(
                 "RSA keys must be 2048, 3072 or 4096 bits; this one has {bits}"
             )));
-        }
+        };
         let exponent = rsa.try_exponent().unwrap_or(0);
         if exponent < 65537 || exponent % 2 == 0 {
             return Err(Error::BadCsr(
                 "the RSA public exponent must be odd and at least 65537".to_owned(),
             ));
         }
-        return Ok(SubjectKeyKind::Rsa);
+        return Ok(algorithm);
     }
     if *alg == OID_KEY_TYPE_EC_PUBLIC_KEY {
         let curve = spki
@@ -130,7 +135,11 @@ fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<SubjectKeyKind, E
                 // Uncompressed points only: RFC 5480 makes compressed ones optional for clients.
                 let coordinate = if c == OID_EC_P256 { 32 } else { 48 };
                 if point.len() == 1 + 2 * coordinate && point[0] == 0x04 {
-                    Ok(SubjectKeyKind::Ecdsa)
+                    Ok(if c == OID_EC_P256 {
+                        KeyAlgorithm::EcdsaP256
+                    } else {
+                        KeyAlgorithm::EcdsaP384
+                    })
                 } else {
                     Err(Error::BadCsr(
                         "the EC public key must be an uncompressed point".to_owned(),

@@ -30,6 +30,31 @@ pub enum Error {
     /// The caller asked for something the CA cannot produce (e.g. an empty validity window).
     #[error("{0}")]
     InvalidRequest(String),
+    /// An order names a profile this CA does not offer (ACME `invalidProfile`).
+    #[error("profile {name:?} is not offered; the profiles are: {known}")]
+    UnknownProfile {
+        /// The name asked for.
+        name: String,
+        /// The offered names, comma-separated.
+        known: String,
+    },
+    /// An order holds identifiers of a type its profile does not certify (ACME
+    /// `rejectedIdentifier`).
+    #[error("profile {profile:?} certifies only identifiers of type {allowed}")]
+    IdentifierNotAllowed {
+        /// The profile.
+        profile: String,
+        /// Its identifier types, comma-separated.
+        allowed: String,
+        /// The refused identifiers.
+        identifiers: Vec<acme_core::identifier::Identifier>,
+    },
+    /// An order's notBefore/notAfter fall outside its profile's limits (ACME `malformed`).
+    #[error("{0}")]
+    BadValidity(String),
+    /// The operator's profile definitions are unusable.
+    #[error("{0}")]
+    InvalidProfile(String),
     /// A key algorithm name that is not one of the supported ones.
     #[error(
         "unknown key algorithm {0:?}; use one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096"

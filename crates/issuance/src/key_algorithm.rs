@@ -1,4 +1,4 @@
-//! The key algorithms Certeasy can generate its CA keys with.
+//! The key algorithms Certeasy generates its CA keys with and certifies subscriber keys of.
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,7 +8,8 @@ use rcgen::RsaKeySize;
 
 use crate::error::Error;
 
-/// Algorithm (and size) of a generated CA key.
+/// Algorithm (and size) of a generated CA key, or of a CSR's key (exactly the keys
+/// `check_csr` accepts, which profiles list by these names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KeyAlgorithm {
     /// ECDSA on NIST P-256 with SHA-256: small, fast, universally supported.

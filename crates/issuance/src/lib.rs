@@ -1,7 +1,8 @@
 //! Certeasy's certificate authority: CA key management, CSR policy and certificate signing.
 //!
-//! The flow is: [`Ca::load_or_create`] once at start-up; per finalization [`check_csr`] against
-//! the order's identifiers, then [`Ca::issue`]. Certificates are built from policy alone (see
+//! The flow is: [`Ca::load_or_create`] and [`Profiles::new`] once at start-up; per new order
+//! [`Profiles::select`] and the chosen [`Profile`]'s checks; per finalization [`check_csr`]
+//! against the order's identifiers, [`Profile::check_key`], then [`Ca::issue`] with the profile. Certificates are built from policy alone (see
 //! the `profile` module): a CSR contributes its public key and nothing else, so a CSR asking for
 //! `cA=true` or extra extensions cannot get them.
 
@@ -14,6 +15,7 @@ mod key_algorithm;
 mod loader;
 mod pem;
 mod profile;
+pub mod profiles;
 mod serial;
 mod settings;
 
@@ -25,5 +27,7 @@ pub use csr::CheckedCsr;
 pub use csr::check_csr;
 pub use error::Error;
 pub use key_algorithm::KeyAlgorithm;
+pub use profiles::Profile;
+pub use profiles::Profiles;
 pub use settings::CaSettings;
 pub use settings::ExistingCa;

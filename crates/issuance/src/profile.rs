@@ -17,6 +17,8 @@ use rcgen::SerialNumber;
 use time::OffsetDateTime;
 
 use crate::error::Error;
+use crate::profiles::ExtendedKeyUsage;
+use crate::profiles::KeyUsage;
 
 /// Longest value allowed in a common name (RFC 5280 ub-common-name).
 const MAX_CN_LEN: usize = 64;
@@ -56,30 +58,49 @@ pub(crate) fn intermediate(
     params
 }
 
-/// A subscriber TLS certificate for exactly `names`, in the given order.
+/// What a leaf certifies its key for: from a certificate profile, or fixed for the listener.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usages<'a> {
+    pub(crate) key_usages: &'a [KeyUsage],
+    pub(crate) extended_key_usages: &'a [ExtendedKeyUsage],
+}
+
+/// Certeasy's own listener: a TLS server that also connects out as a client.
+pub(crate) const LISTENER_USAGES: Usages<'static> = Usages {
+    key_usages: &[KeyUsage::DigitalSignature],
+    extended_key_usages: &[ExtendedKeyUsage::ServerAuth, ExtendedKeyUsage::ClientAuth],
+};
+
+/// A subscriber TLS certificate for exactly `names`, in the given order. keyEncipherment is
+/// kept only for an RSA key, whatever `usages` says: an ECDSA key cannot encipher.
 pub(crate) fn leaf(
     names: &[SanType],
     serial: &[u8],
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
+    usages: Usages<'_>,
     rsa_key: bool,
 ) -> CertificateParams {
     let mut params = base(serial, not_before, not_after);
     params.distinguished_name = leaf_subject(names);
     params.subject_alt_names = names.to_vec();
     params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = if rsa_key {
-        vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ]
-    } else {
-        vec![KeyUsagePurpose::DigitalSignature]
-    };
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
+    params.key_usages = usages
+        .key_usages
+        .iter()
+        .filter_map(|usage| match usage {
+            KeyUsage::DigitalSignature => Some(KeyUsagePurpose::DigitalSignature),
+            KeyUsage::KeyEncipherment => rsa_key.then_some(KeyUsagePurpose::KeyEncipherment),
+        })
+        .collect();
+    params.extended_key_usages = usages
+        .extended_key_usages
+        .iter()
+        .map(|usage| match usage {
+            ExtendedKeyUsage::ServerAuth => ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsage::ClientAuth => ExtendedKeyUsagePurpose::ClientAuth,
+        })
+        .collect();
     params.use_authority_key_identifier_extension = true;
     params
 }
@@ -176,6 +197,7 @@ mod tests {
     use rcgen::DnType;
     use time::OffsetDateTime;
 
+    use super::LISTENER_USAGES;
     use super::identifier_sans;
     use super::leaf;
     use super::leaf_subject;
@@ -190,6 +212,7 @@ mod tests {
             &[1; 16],
             OffsetDateTime::UNIX_EPOCH,
             OffsetDateTime::UNIX_EPOCH,
+            LISTENER_USAGES,
             false,
         );
         assert_eq!(params.distinguished_name.iter().count(), 0);

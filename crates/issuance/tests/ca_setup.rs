@@ -30,6 +30,7 @@ use common::is_ca;
 use common::new_ca;
 use common::parse;
 use common::pem_certs;
+use common::server_client;
 use common::settings;
 
 fn mode(path: &Path) -> u32 {
@@ -251,7 +252,13 @@ fn existing_ca_with_chain_is_loaded_and_issues() {
         )
         .unwrap();
         let issued = ca
-            .issue(&checked, &names, NOW, NOW + Duration::days(7))
+            .issue(
+                &checked,
+                &names,
+                &server_client(),
+                NOW,
+                NOW + Duration::days(7),
+            )
             .unwrap();
         let leaf = parse(&issued.der);
         let issuing_der = &pem_certs(&foreign.intermediate_pem)[0];

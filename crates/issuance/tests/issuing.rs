@@ -33,6 +33,7 @@ use common::new_ca;
 use common::parse;
 use common::pem_certs;
 use common::sans;
+use common::server_client;
 use common::subject_key;
 
 fn intermediate(ca: &Ca) -> Vec<u8> {
@@ -104,7 +105,9 @@ fn leaves_for_ec_and_rsa_keys_follow_the_profile() {
 
         let not_before = NOW + Duration::nanoseconds(123_456_789);
         let not_after = NOW + Duration::days(90);
-        let issued = ca.issue(&checked, &order, not_before, not_after).unwrap();
+        let issued = ca
+            .issue(&checked, &order, &server_client(), not_before, not_after)
+            .unwrap();
         let rsa = alg == &rcgen::PKCS_RSA_SHA256;
         // SANs follow the order's order of identifiers.
         assert_leaf(&ca, &issued.der, &["b.example.com", "a.example.com"], rsa);
@@ -133,7 +136,13 @@ fn rsa_ca_issues_verifiable_leaves() {
     )
     .unwrap();
     let issued = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     assert_leaf(&ca, &issued.der, &["rsa.example.org"], false);
 }
@@ -148,10 +157,22 @@ fn serials_differ_between_certificates() {
     )
     .unwrap();
     let a = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     let b = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     assert_ne!(a.serial, b.serial);
     assert_eq!(a.serial.as_bytes().len(), 16);
@@ -179,7 +200,13 @@ fn a_csr_asking_for_ca_powers_gets_a_plain_leaf() {
     let order = ids(&["evil.example.com"]);
     let checked = check_csr(&der, &order).unwrap();
     let issued = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     assert_leaf(&ca, &issued.der, &["evil.example.com"], false);
 }
@@ -196,7 +223,13 @@ fn wildcard_and_ip_identifiers_are_certified() {
     let order = ids(&names);
     let checked = check_csr(&csr(&rcgen::PKCS_ECDSA_P256_SHA256, &names), &order).unwrap();
     let issued = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     assert_leaf(&ca, &issued.der, &names, false);
     assert_eq!(parse(&issued.der).subject().to_string(), "CN=*.example.com");
@@ -206,7 +239,13 @@ fn wildcard_and_ip_identifiers_are_certified() {
     let order = ids(&ip_names);
     let checked = check_csr(&csr(&rcgen::PKCS_ECDSA_P256_SHA256, &ip_names), &order).unwrap();
     let issued = ca
-        .issue(&checked, &order, NOW, NOW + Duration::days(1))
+        .issue(
+            &checked,
+            &order,
+            &server_client(),
+            NOW,
+            NOW + Duration::days(1),
+        )
         .unwrap();
     assert_leaf(&ca, &issued.der, &ip_names, false);
     let leaf = parse(&issued.der);
@@ -340,17 +379,22 @@ fn issuing_rules_are_enforced() {
         .issue(
             &checked,
             &ids(&["b.example.com"]),
+            &server_client(),
             NOW,
             NOW + Duration::days(1),
         )
         .unwrap_err();
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
     // Empty window.
-    let err = ca.issue(&checked, &order, NOW, NOW).unwrap_err();
+    let err = ca
+        .issue(&checked, &order, &server_client(), NOW, NOW)
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
     // Outliving the intermediate.
     let too_late = ca.issuing_not_after() + Duration::days(1);
-    let err = ca.issue(&checked, &order, NOW, too_late).unwrap_err();
+    let err = ca
+        .issue(&checked, &order, &server_client(), NOW, too_late)
+        .unwrap_err();
     assert!(
         matches!(&err, Error::InvalidRequest(m) if m.contains("outlive")),
         "{err}"
@@ -469,4 +513,72 @@ fn crl_lists_revoked_serials_and_verifies() {
         ca.crl(&[], 2, NOW, NOW),
         Err(Error::InvalidRequest(_))
     ));
+}
+
+#[test]
+fn leaves_carry_their_profiles_usages() {
+    let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    let profiles = issuance::Profiles::shipped();
+    let order = ids(&["a.example.com"]);
+    for (alg, rsa) in [
+        (&rcgen::PKCS_ECDSA_P256_SHA256, false),
+        (&rcgen::PKCS_RSA_SHA256, true),
+    ] {
+        let checked = check_csr(&csr(alg, &["a.example.com"]), &order).unwrap();
+        let issued = ca
+            .issue(
+                &checked,
+                &order,
+                profiles.default_profile(),
+                NOW,
+                NOW + Duration::days(1),
+            )
+            .unwrap();
+        let leaf = parse(&issued.der);
+        let eku = leaf.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.server_auth && !eku.client_auth && eku.other.is_empty());
+        let ku = leaf.key_usage().unwrap().unwrap().value;
+        // The profile grants keyEncipherment; only RSA keys can use it.
+        assert!(ku.digital_signature());
+        assert_eq!(ku.key_encipherment(), rsa);
+    }
+}
+
+#[test]
+fn a_key_type_outside_the_profile_is_a_bad_csr() {
+    let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    let mut definitions = std::collections::BTreeMap::new();
+    definitions.insert(
+        "p384".to_owned(),
+        issuance::profiles::ProfileDefinition {
+            key_types: vec![KeyAlgorithm::EcdsaP384],
+            ..Default::default()
+        },
+    );
+    let profiles =
+        issuance::Profiles::new("p384", &definitions, Duration::days(90), Duration::days(90))
+            .unwrap();
+    let profile = profiles.default_profile();
+    let order = ids(&["a.example.com"]);
+    let p256 = check_csr(
+        &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["a.example.com"]),
+        &order,
+    )
+    .unwrap();
+    assert_eq!(p256.key_algorithm(), KeyAlgorithm::EcdsaP256);
+    let err = ca
+        .issue(&p256, &order, profile, NOW, NOW + Duration::days(1))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BadCsr(m) if m.contains("ecdsa-p256")),
+        "{err}"
+    );
+    let p384 = check_csr(
+        &csr(&rcgen::PKCS_ECDSA_P384_SHA384, &["a.example.com"]),
+        &order,
+    )
+    .unwrap();
+    profile.check_key(&p384).unwrap();
+    ca.issue(&p384, &order, profile, NOW, NOW + Duration::days(1))
+        .unwrap();
 }

@@ -16,6 +16,7 @@ pub mod jobs;
 pub mod limits;
 pub mod orders;
 pub mod pausing;
+mod profiles;
 pub mod rate_info;
 pub mod renewals;
 pub mod revocation;

@@ -28,6 +28,8 @@ use crate::error::Refusal;
 use crate::jobs::ISSUE_WAIT;
 use crate::jobs::Prepared;
 use crate::jobs::run_and_wait;
+use crate::profiles;
+use crate::profiles::ProfileRequest;
 use crate::rate_info::RateLimitInfo;
 
 /// An identifier as the client sent it: a type and a value, not yet normalised or judged.
@@ -45,6 +47,8 @@ pub struct OrderRequest {
     pub not_after: Option<OffsetDateTime>,
     /// The ARI identifier of the certificate this order replaces (RFC 9773 §5).
     pub replaces: Option<String>,
+    /// The certificate profile asked for (draft-ietf-acme-profiles); `None` takes the default.
+    pub profile: Option<String>,
 }
 
 /// A created order and the rate-limit policies that applied.
@@ -67,7 +71,20 @@ impl Ra {
         let settings = &self.inner.settings;
         let now = self.now();
         let identifiers = self.check_identifiers(&request.identifiers)?;
-        self.check_validity(request.not_before, request.not_after, now)?;
+        let profile = profiles::new_order(
+            &settings.profiles,
+            ProfileRequest {
+                profile: request.profile.as_deref(),
+                identifiers: &identifiers,
+                not_before: request.not_before,
+                not_after: request.not_after,
+            },
+            now,
+            settings.backdate,
+        )
+        .map_err(Refusal::Problem)?
+        .name()
+        .to_owned();
         self.refuse_paused(account.id, &identifiers, now).await?;
         let replacement = match &request.replaces {
             Some(cert_id) => Some(
@@ -103,6 +120,7 @@ impl Ra {
             authorizations,
             reuse_valid_authz: settings.reuse_valid_authorizations,
             replaces: replacement.map(|r| r.cert_id),
+            profile,
         };
         let order = match self.create_with_guards(new, now, exempt).await {
             Ok((order, db_policies)) => {
@@ -167,6 +185,12 @@ impl Ra {
             }
             other => Error::internal("checking the CSR", &other),
         })?;
+        profiles::finalize(
+            &self.inner.settings.profiles,
+            order.profile.as_deref(),
+            &checked,
+        )
+        .map_err(Refusal::Problem)?;
         self.refuse_account_key(account, checked.spki_der()).await?;
         let storage = &self.inner.storage;
         let jobs = &self.inner.jobs;
@@ -254,44 +278,6 @@ impl Ra {
         Ok(identifiers)
     }
 
-    /// The order's `notBefore`/`notAfter` must lie within the CA's limits: not before now minus
-    /// the backdate, not too far ahead, and no longer than the maximum validity.
-    fn check_validity(
-        &self,
-        not_before: Option<OffsetDateTime>,
-        not_after: Option<OffsetDateTime>,
-        now: OffsetDateTime,
-    ) -> Result<(), Error> {
-        let settings = &self.inner.settings;
-        let start = not_before.unwrap_or(now - settings.backdate);
-        if let Some(nb) = not_before {
-            if nb < now - settings.backdate {
-                return Err(Refusal::malformed(format!(
-                    "notBefore {} lies in the past; it may be at most {} before now",
-                    rfc3339(nb),
-                    settings.backdate
-                ))
-                .into());
-            }
-            if nb > now + settings.max_validity {
-                return Err(Refusal::malformed("notBefore lies too far in the future").into());
-            }
-        }
-        let end = not_after.unwrap_or(start + settings.default_validity);
-        if end <= start {
-            return Err(Refusal::malformed("notAfter must be later than notBefore").into());
-        }
-        if end - start > settings.max_validity {
-            return Err(Refusal::malformed(format!(
-                "the requested validity of {} days exceeds this CA's maximum of {} days",
-                (end - start).whole_days(),
-                settings.max_validity.whole_days()
-            ))
-            .into());
-        }
-        Ok(())
-    }
-
     /// A certificate must not carry the key of any ACME account, the requester's or another's:
     /// the key would then both control an account and be presented by a TLS server (RFC 8555
     /// §11.1 keeps the two apart). Accounts are found by the RFC 7638 thumbprint of the CSR
@@ -348,9 +334,4 @@ fn random_token() -> Result<String, Error> {
         .fill(&mut bytes)
         .map_err(|_| Error::internal("random token", &"the system RNG failed"))?;
     Ok(URL_SAFE_NO_PAD.encode(bytes))
-}
-
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }

@@ -2,6 +2,7 @@
 //! here are the one source of the configuration file's defaults for these keys.
 
 use acme_core::identifier::IdentifierPolicy;
+use issuance::Profiles;
 use time::Duration;
 
 /// Settings of the policy decisions.
@@ -15,10 +16,8 @@ pub struct PolicySettings {
     pub max_identifiers_per_order: usize,
     pub max_contacts: usize,
     pub identifier_policy: IdentifierPolicy,
-    /// Longest certificate lifetime an order may ask for.
-    pub max_validity: Duration,
-    /// Lifetime given when the order does not ask.
-    pub default_validity: Duration,
+    /// The certificate profiles offered (`meta.profiles`), each with its validity limits.
+    pub profiles: Profiles,
     /// How far notBefore may lie in the past.
     pub backdate: Duration,
     /// The renewal windows ARI suggests (RFC 9773).
@@ -59,8 +58,7 @@ impl Default for PolicySettings {
             max_identifiers_per_order: 100,
             max_contacts: 10,
             identifier_policy: IdentifierPolicy::default(),
-            max_validity: Duration::days(397),
-            default_validity: Duration::days(90),
+            profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
             renewal: RenewalSettings::default(),
         }

@@ -267,6 +267,7 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
             }],
             reuse_valid_authz: false,
             replaces: None,
+            profile: "tls-server".to_owned(),
         },
         &OrderGuards::default(),
         now,

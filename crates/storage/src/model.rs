@@ -58,6 +58,9 @@ pub struct Order {
     pub replaces: Option<String>,
     pub authz_ids: Vec<AuthzId>,
     pub created_at: OffsetDateTime,
+    /// The certificate profile chosen at creation; `None` for orders older than profiles, which
+    /// get the default one.
+    pub profile: Option<String>,
 }
 
 /// What is needed to create an order.
@@ -77,6 +80,8 @@ pub struct NewOrder {
     /// The ARI identifier of the certificate this order replaces (RFC 9773 `replaces`), checked
     /// and made canonical by the policy layer.
     pub replaces: Option<String>,
+    /// The certificate profile the order is signed with.
+    pub profile: String,
 }
 
 /// An authorization to create with an order.

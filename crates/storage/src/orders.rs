@@ -107,7 +107,7 @@ pub(crate) async fn create(
     };
     let order_id: i64 = sql::query_scalar(
         "INSERT INTO orders (account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
-         created_at, updated_at, replaces) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9) RETURNING id",
+         created_at, updated_at, replaces, profile) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING id",
     )
     .bind(new.account_id.0)
     .bind(status.as_str())
@@ -118,6 +118,7 @@ pub(crate) async fn create(
     .bind(expires_at)
     .bind(now_s)
     .bind(new.replaces.as_deref())
+    .bind(&new.profile)
     .fetch_one(&mut *tx)
     .await?;
 
@@ -160,6 +161,7 @@ pub(crate) async fn create(
         replaces: new.replaces.clone(),
         authz_ids,
         created_at: codec::time_from_unix(now_s)?,
+        profile: Some(new.profile),
     };
     Ok((order, usage))
 }

@@ -67,7 +67,7 @@ pub(crate) async fn load_account(conn: &mut Conn, id: AccountId) -> Result<Optio
 pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Order>> {
     let Some(row) = sql::query(
         "SELECT id, account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
-         error_type, error_detail, certificate_id, created_at, replaces FROM orders WHERE id = $1",
+         error_type, error_detail, certificate_id, created_at, replaces, profile FROM orders WHERE id = $1",
     )
     .bind(id.0)
     .fetch_optional(&mut *conn)
@@ -100,6 +100,7 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
         replaces: row.try_get("replaces")?,
         authz_ids,
         created_at: codec::time_from_unix(row.try_get("created_at")?)?,
+        profile: row.try_get("profile")?,
     }))
 }
 

@@ -542,17 +542,52 @@ async fn finalize(
             Err(settled) => return Ok(settled),
         },
     };
-    let not_before = order.not_before.unwrap_or(now - inner.settings.backdate);
+    let profile = match inner.settings.profiles.select(order.profile.as_deref()) {
+        Ok(profile) => profile,
+        // Removed from the configuration since the order was created: signing it under another
+        // profile would give the client a certificate it did not ask for.
+        Err(e) => {
+            tracing::warn!(order_id = %id, error = %e, "the order's profile is gone; the order fails");
+            inner
+                .storage
+                .fail_order(
+                    id,
+                    Problem::new(ProblemType::InvalidProfile, e.to_string()),
+                    now,
+                    Some(job),
+                )
+                .await?;
+            return Ok(Settled::Yes);
+        }
+    };
+    let (not_before, not_after) = profile.window(
+        order.not_before,
+        order.not_after,
+        now,
+        inner.settings.backdate,
+    );
     // A certificate can never outlive the CA that signs it.
-    let not_after = order
-        .not_after
-        .unwrap_or(not_before + inner.settings.default_validity)
-        .min(inner.ca.issuing_not_after());
+    let not_after = not_after.min(inner.ca.issuing_not_after());
     let issued = match inner
         .ca
-        .issue(&checked, &order.identifiers, not_before, not_after)
+        .issue(&checked, &order.identifiers, profile, not_before, not_after)
     {
         Ok(issued) => issued,
+        // The profile no longer certifies this key type (its definition changed since the
+        // finalize request was accepted).
+        Err(issuance::Error::BadCsr(detail)) => {
+            tracing::warn!(order_id = %id, detail, "the CSR's key is refused by the order's profile");
+            inner
+                .storage
+                .fail_order(
+                    id,
+                    Problem::new(ProblemType::BadCsr, detail),
+                    now,
+                    Some(job),
+                )
+                .await?;
+            return Ok(Settled::Yes);
+        }
         Err(e) => {
             tracing::error!(order_id = %id, error = %e, "signing failed");
             inner

@@ -1,5 +1,6 @@
 //! Knobs of the job runner and the issuance policy it applies.
 
+use issuance::Profiles;
 use time::Duration;
 
 /// Default of `validation.job-lease`: how long a claimed job stays reserved without a heartbeat.
@@ -26,8 +27,9 @@ pub struct WorkerSettings {
     pub attempt_timeout: Option<std::time::Duration>,
     /// Longest sleep between polls, so jobs enqueued by other instances are found.
     pub poll_interval: std::time::Duration,
-    /// Validity of a certificate when the order did not ask for one.
-    pub default_validity: Duration,
+    /// The certificate profiles: an order is signed with the usages and validity of the one it
+    /// was created under.
+    pub profiles: Profiles,
     /// notBefore is set this far in the past to tolerate client clock skew.
     pub backdate: Duration,
 }
@@ -65,7 +67,7 @@ impl Default for WorkerSettings {
             lease: DEFAULT_JOB_LEASE,
             attempt_timeout: None,
             poll_interval: std::time::Duration::from_secs(1),
-            default_validity: Duration::days(90),
+            profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
         }
     }

@@ -12,11 +12,14 @@ use acme_core::clock::SystemClock;
 use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::OrderId;
+use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use issuance::Ca;
 use issuance::CaSettings;
+use issuance::Profiles;
+use issuance::profiles::ProfileDefinition;
 use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
@@ -217,6 +220,7 @@ async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, acme_core::i
                 }],
                 reuse_valid_authz: false,
                 replaces: None,
+                profile: "tls-server".to_owned(),
             },
             &OrderGuards::default(),
             now,
@@ -609,10 +613,7 @@ async fn a_job_whose_last_attempt_died_is_settled_not_run_again_on(backend: Back
     wait_for(&env, order, OrderStatus::Invalid).await;
     let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
     assert_eq!(ch.status, ChallengeStatus::Invalid);
-    assert_eq!(
-        ch.error.unwrap().kind,
-        acme_core::problem::ProblemType::ServerInternal
-    );
+    assert_eq!(ch.error.unwrap().kind, ProblemType::ServerInternal);
     assert_eq!(
         hook.0.load(Ordering::SeqCst) + hook.1.load(Ordering::SeqCst),
         0,
@@ -670,10 +671,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
         .unwrap()
         .unwrap();
     assert_eq!(o.certificate_id, None);
-    assert_eq!(
-        o.error.unwrap().kind,
-        acme_core::problem::ProblemType::Unauthorized
-    );
+    assert_eq!(o.error.unwrap().kind, ProblemType::Unauthorized);
     assert!(env.storage.next_job_due().await.unwrap().is_none());
     workers.shutdown().await;
 }
@@ -754,4 +752,45 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
 
     workers.shutdown().await;
     assert!(workers.try_slot().is_none(), "no new work after shutdown");
+}
+
+/// An order whose profile was removed from the configuration before it was signed fails with
+/// `invalidProfile` rather than being signed under another profile.
+#[tokio::test]
+async fn an_order_whose_profile_is_gone_is_not_signed_under_another() {
+    let env = env().await;
+    let mut definitions = std::collections::BTreeMap::new();
+    definitions.insert("other".to_owned(), ProfileDefinition::default());
+    let settings = WorkerSettings {
+        profiles: Profiles::new(
+            "other",
+            &definitions,
+            time::Duration::days(90),
+            time::Duration::days(90),
+        )
+        .unwrap(),
+        ..test_settings()
+    };
+    let workers = spawn_with(&env, Arc::new(Counting::default()), settings);
+    let (order, challenge) = order_for(&env, "gone.workers.test", "tok-gone").await;
+    env.http.add("tok-gone", "tok-gone.tp");
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Ready).await;
+    env.storage
+        .begin_finalize(order, &csr("gone.workers.test"), OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Invalid).await;
+    let o = order_now(&env, order).await;
+    assert_eq!(o.profile.as_deref(), Some("tls-server"));
+    assert_eq!(o.certificate_id, None);
+    let error = o.error.unwrap();
+    assert_eq!(error.kind, ProblemType::InvalidProfile);
+    assert!(error.detail.contains("other"), "{}", error.detail);
+    workers.shutdown().await;
 }

@@ -24,6 +24,15 @@ pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
     if !s.caa_identities.is_empty() {
         meta["caaIdentities"] = json!(s.caa_identities);
     }
+    // draft-ietf-acme-profiles: name → human-readable description.
+    let profiles: serde_json::Map<String, serde_json::Value> = state
+        .ra()
+        .settings()
+        .profiles
+        .iter()
+        .map(|p| (p.name().to_owned(), json!(p.description())))
+        .collect();
+    meta["profiles"] = serde_json::Value::Object(profiles);
     let body = json!({
         "newNonce": state.urls().url("/acme/new-nonce"),
         "newAccount": state.urls().url("/acme/new-account"),

@@ -41,6 +41,7 @@ pub(crate) async fn new_order(
         not_before: timestamp("notBefore", payload.not_before.as_deref())?,
         not_after: timestamp("notAfter", payload.not_after.as_deref())?,
         replaces: payload.replaces,
+        profile: payload.profile,
     };
     let created = state
         .ra()

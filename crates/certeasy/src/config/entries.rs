@@ -3,9 +3,12 @@
 //! Each list element is parsed while the deserializer still stands on it, so an error such as a
 //! malformed CIDR is reported at the element's own line rather than at the end of the list.
 
+use std::fmt::Display;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::str::FromStr;
 
+use acme_core::duration::ConfigDuration;
 use ipnet::IpNet;
 use ratelimits::config::parse_ip_or_cidr;
 use serde::de::Error as _;
@@ -27,6 +30,45 @@ pub(crate) fn deserialize_strings<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<String>, D::Error> {
     Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A duration where the empty string (or null) means "not set".
+pub(crate) fn deserialize_optional_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ConfigDuration>, D::Error> {
+    let raw = Option::<String>::deserialize(d)?;
+    raw.filter(|s| !s.trim().is_empty())
+        .map(|s| s.parse().map_err(D::Error::custom))
+        .transpose()
+}
+
+/// A list of names read with their type's own parser (key types, usages, identifier types),
+/// so the file accepts exactly the names the error message lists.
+pub(crate) fn deserialize_names<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: Display,
+{
+    let raw = Option::<Vec<NameEntry<T>>>::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|NameEntry(value)| value)
+        .collect())
+}
+
+struct NameEntry<T>(T);
+
+impl<'de, T> Deserialize<'de> for NameEntry<T>
+where
+    T: FromStr,
+    T::Err: Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(NameEntry).map_err(D::Error::custom)
+    }
 }
 
 /// A list of networks; a bare address is a /32 or /128.

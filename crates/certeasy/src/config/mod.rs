@@ -26,8 +26,8 @@ use self::locations::{LocationMap, Position};
 pub use self::error::{ConfigError, ConfigProblem};
 pub use self::model::{
     AcmeConfig, CaConfig, Config, DatabaseConfig, ExistingCaConfig, IdentifiersConfig,
-    IssuanceConfig, KeyAlgorithm, LogFormat, LoggingConfig, RedisConfig, ServerConfig,
-    SqliteSynchronous, ValidationConfig, ZombiePausingConfig,
+    IssuanceConfig, KeyAlgorithm, LogFormat, LoggingConfig, ProfileConfig, RedisConfig,
+    ServerConfig, SqliteSynchronous, ValidationConfig, ZombiePausingConfig,
 };
 
 /// The longest piece of offending source text quoted in a message.

@@ -5,20 +5,24 @@
 //! The `Default` impls are the documented defaults: `config/certeasy.yaml` spells out the same
 //! values and a test keeps the two equal.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use acme_api::settings::ApiSettings;
 use acme_core::duration::ConfigDuration;
-use acme_core::identifier::IdentifierPolicy;
+use acme_core::identifier::{IdentifierKind, IdentifierPolicy};
 use ipnet::IpNet;
 pub use issuance::KeyAlgorithm;
+use issuance::Profiles;
+use issuance::profiles::{self, ExtendedKeyUsage, KeyUsage, ProfileDefinition};
 use ra::settings::PolicySettings;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
 use serde::Deserialize;
 
 use super::entries::{
-    deserialize_cidrs, deserialize_optional_path, deserialize_resolvers, deserialize_strings,
+    deserialize_cidrs, deserialize_names, deserialize_optional_duration, deserialize_optional_path,
+    deserialize_resolvers, deserialize_strings,
 };
 
 /// The whole configuration file.
@@ -366,23 +370,108 @@ impl ExistingCaConfig {
     }
 }
 
-/// `issuance:` validity of end-entity certificates.
+/// `issuance:` the certificate profiles and the validity of end-entity certificates.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IssuanceConfig {
+    /// Lifetime for profiles that set no `validity`.
     pub default_validity: ConfigDuration,
+    /// Longest lifetime for profiles that set no `max-validity`.
     pub max_validity: ConfigDuration,
     /// `notBefore` is set this far in the past to tolerate clients with slow clocks.
     pub backdate: ConfigDuration,
+    /// The profile of orders that name none.
+    pub default_profile: String,
+    /// The profiles offered, by name. Written in the file, the map replaces the shipped one.
+    pub profiles: BTreeMap<String, ProfileConfig>,
 }
 
 impl Default for IssuanceConfig {
     fn default() -> Self {
-        let policy = PolicySettings::default();
         Self {
-            default_validity: config_duration(policy.default_validity),
-            max_validity: config_duration(policy.max_validity),
-            backdate: config_duration(policy.backdate),
+            default_validity: config_duration(profiles::DEFAULT_VALIDITY),
+            max_validity: config_duration(profiles::DEFAULT_MAX_VALIDITY),
+            backdate: config_duration(PolicySettings::default().backdate),
+            default_profile: profiles::SHIPPED_DEFAULT.to_owned(),
+            profiles: ProfileDefinition::shipped()
+                .into_iter()
+                .map(|(name, definition)| (name, ProfileConfig::from(definition)))
+                .collect(),
+        }
+    }
+}
+
+impl IssuanceConfig {
+    /// The checked profiles; `validate` has already run the same checks, so this fails only
+    /// for a configuration that was never validated.
+    pub fn profiles(&self) -> Result<Profiles, issuance::Error> {
+        let definitions = self
+            .profiles
+            .iter()
+            .map(|(name, profile)| (name.clone(), profile.definition()))
+            .collect();
+        Profiles::new(
+            &self.default_profile,
+            &definitions,
+            self.default_validity.time(),
+            self.max_validity.time(),
+        )
+    }
+}
+
+/// `issuance.profiles.<name>:` one certificate profile (draft-ietf-acme-profiles). A key left
+/// out takes the value of `ProfileDefinition::default()`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProfileConfig {
+    /// Shown to clients in the directory's `meta.profiles`.
+    pub description: String,
+    /// Lifetime when the order does not ask; `None`: `issuance.default-validity`.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    pub validity: Option<ConfigDuration>,
+    /// Longest lifetime an order may ask for; `None`: `issuance.max-validity`.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    pub max_validity: Option<ConfigDuration>,
+    #[serde(deserialize_with = "deserialize_names")]
+    pub key_usages: Vec<KeyUsage>,
+    #[serde(deserialize_with = "deserialize_names")]
+    pub extended_key_usages: Vec<ExtendedKeyUsage>,
+    #[serde(deserialize_with = "deserialize_names")]
+    pub identifier_types: Vec<IdentifierKind>,
+    #[serde(deserialize_with = "deserialize_names")]
+    pub key_types: Vec<KeyAlgorithm>,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        ProfileDefinition::default().into()
+    }
+}
+
+impl From<ProfileDefinition> for ProfileConfig {
+    fn from(d: ProfileDefinition) -> Self {
+        Self {
+            description: d.description,
+            validity: d.validity.map(config_duration),
+            max_validity: d.max_validity.map(config_duration),
+            key_usages: d.key_usages,
+            extended_key_usages: d.extended_key_usages,
+            identifier_types: d.identifier_types,
+            key_types: d.key_types,
+        }
+    }
+}
+
+impl ProfileConfig {
+    fn definition(&self) -> ProfileDefinition {
+        ProfileDefinition {
+            description: self.description.clone(),
+            validity: self.validity.map(ConfigDuration::time),
+            max_validity: self.max_validity.map(ConfigDuration::time),
+            key_usages: self.key_usages.clone(),
+            extended_key_usages: self.extended_key_usages.clone(),
+            identifier_types: self.identifier_types.clone(),
+            key_types: self.key_types.clone(),
         }
     }
 }

@@ -3,10 +3,18 @@
 //! `Config::default()`) is documented with its default, and every documented key exists there
 //! with that default. A key added to the model and the shipped file but not to the reference, a
 //! changed default, or a documented key that was renamed fails here.
+//!
+//! `issuance.profiles` is a map whose entries differ, so it is held to the reference in two
+//! parts: the keys of every shipped profile are those of the ``## `issuance.profiles.<name>` ``
+//! table, whose defaults are what a profile gets for a key it leaves out; and the shipped map
+//! itself equals the reference's YAML block of the shipped profiles.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+
+use super::from_str;
+use super::model::ProfileConfig;
 
 const SHIPPED: &str = include_str!("../../../../config/certeasy.yaml");
 const REFERENCE: &str = include_str!("../../../../docs/configuration.md");
@@ -49,6 +57,17 @@ fn documented() -> BTreeMap<String, String> {
         );
     }
     keys
+}
+
+/// The map of certificate profiles: its entries are documented once, under this placeholder.
+const PROFILES: &str = "issuance.profiles.";
+const PROFILE_PLACEHOLDER: &str = "<name>";
+
+/// `issuance.profiles.tls-server.validity` → `issuance.profiles.<name>.validity`.
+fn generic_path(path: &str) -> Option<String> {
+    let rest = path.strip_prefix(PROFILES)?;
+    let (_, key) = rest.split_once('.')?;
+    Some(format!("{PROFILES}{PROFILE_PLACEHOLDER}.{key}"))
 }
 
 /// Every leaf of the shipped file by dotted path (lists are leaves).
@@ -132,6 +151,13 @@ fn every_shipped_key_is_documented_with_its_default() {
             }
             continue;
         }
+        if let Some(generic) = generic_path(&path) {
+            // The value differs per profile: `shipped_profiles_are_the_documented_ones` holds it.
+            if !documented.contains_key(&generic) {
+                problems.push(format!("{path}: {generic} not in docs/configuration.md"));
+            }
+            continue;
+        }
         match documented.get(&path) {
             None => problems.push(format!("{path}: not in docs/configuration.md")),
             Some(cell) if documented_value(cell) != value => problems.push(format!(
@@ -146,9 +172,10 @@ fn every_shipped_key_is_documented_with_its_default() {
 #[test]
 fn every_documented_key_exists() {
     let shipped = shipped();
+    let generic: Vec<String> = shipped.keys().filter_map(|p| generic_path(p)).collect();
     let unknown: Vec<String> = documented()
         .into_keys()
-        .filter(|path| !shipped.contains_key(path))
+        .filter(|path| !shipped.contains_key(path) && !generic.contains(path))
         .collect();
     assert!(
         unknown.is_empty(),
@@ -156,4 +183,51 @@ fn every_documented_key_exists() {
     );
     // The parser found the tables at all: one row per key of every section.
     assert!(documented().len() >= 60, "{:?}", documented().keys());
+}
+
+/// The documented per-profile defaults, written into a profile, give exactly what a profile
+/// gets for the keys it leaves out.
+#[test]
+fn documented_profile_defaults_are_the_model_defaults() {
+    let prefix = format!("{PROFILES}{PROFILE_PLACEHOLDER}.");
+    let mut text = String::from("issuance:\n  default-profile: p\n  profiles:\n    p:\n");
+    let mut keys = 0;
+    for (path, cell) in documented() {
+        if let Some(key) = path.strip_prefix(&prefix) {
+            text.push_str(&format!("      {key}: {}\n", cell.trim_matches('`')));
+            keys += 1;
+        }
+    }
+    assert_eq!(keys, 7, "{text}");
+    // The documented description is empty, which the semantic checks refuse: parse only.
+    let parsed: super::Config = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(
+        parsed.issuance.profiles["p"],
+        ProfileConfig::default(),
+        "{text}"
+    );
+    assert!(from_str(&text, "doc").is_err());
+}
+
+/// The reference's YAML block of the shipped profiles equals the shipped file's.
+#[test]
+fn shipped_profiles_are_the_documented_ones() {
+    let start = REFERENCE
+        .find("```yaml\nissuance:\n  default-profile:")
+        .expect("docs/configuration.md lost the block of shipped profiles");
+    let block = &REFERENCE[start + "```yaml\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let documented: Value = serde_saphyr::from_str(block).unwrap();
+    let shipped: Value = serde_saphyr::from_str(SHIPPED).unwrap();
+    for key in ["default-profile", "profiles"] {
+        assert_eq!(
+            documented["issuance"][key], shipped["issuance"][key],
+            "issuance.{key}"
+        );
+    }
+    // And the shipped file parses into the three profiles the directory will list.
+    let config = from_str(SHIPPED, "config/certeasy.yaml").unwrap();
+    let profiles = config.issuance.profiles().unwrap();
+    let names: Vec<&str> = profiles.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["short-lived", "tls-server", "tls-server-client"]);
 }

@@ -667,3 +667,75 @@ fn pruning_keys_parse_and_default_to_a_week_a_minute_and_500_rows() {
     );
     assert_eq!(config.database.prune_batch, 2);
 }
+
+#[test]
+fn profile_errors_name_line_and_key() {
+    let unknown_eku = only_problem(
+        "issuance:\n  default-profile: p\n  profiles:\n    p:\n      description: d\n      extended-key-usages: [server-auth, code-signing]\n",
+    );
+    assert_eq!(
+        unknown_eku.key_path,
+        "issuance.profiles.p.extended-key-usages[1]"
+    );
+    assert_eq!(unknown_eku.line, Some(6));
+    assert!(
+        unknown_eku.message.contains("server-auth, client-auth"),
+        "{}",
+        unknown_eku.message
+    );
+
+    let unknown_key = only_problem(
+        "issuance:\n  default-profile: p\n  profiles:\n    p:\n      description: d\n      key-types: [ed25519]\n",
+    );
+    assert_eq!(unknown_key.key_path, "issuance.profiles.p.key-types[0]");
+
+    let missing_default = only_problem("issuance:\n  default-profile: gold\n");
+    assert_eq!(missing_default.key_path, "issuance.default-profile");
+    assert_eq!(missing_default.line, Some(2));
+    assert!(
+        missing_default
+            .message
+            .contains("short-lived, tls-server, tls-server-client"),
+        "{}",
+        missing_default.message
+    );
+
+    let text = "\
+issuance:
+  default-profile: p
+  profiles:
+    p:
+      description: \"\"
+      validity: 30d
+      max-validity: 10d
+      key-usages: []
+";
+    let found: Vec<(String, Option<u64>)> = problems(text)
+        .into_iter()
+        .map(|p| (p.key_path, p.line))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("issuance.profiles.p.description".to_owned(), Some(5)),
+            ("issuance.profiles.p.max-validity".to_owned(), Some(7)),
+            ("issuance.profiles.p.key-usages".to_owned(), Some(8)),
+        ]
+    );
+}
+
+#[test]
+fn a_profile_inherits_the_ca_wide_validities() {
+    let config = from_str(
+        "issuance:\n  default-validity: 30d\n  max-validity: 60d\n",
+        "c.yaml",
+    )
+    .unwrap();
+    let profiles = config.issuance.profiles().unwrap();
+    let default = profiles.default_profile();
+    assert_eq!(default.name(), "tls-server");
+    assert_eq!(default.validity(), time::Duration::days(30));
+    assert_eq!(default.max_validity(), time::Duration::days(60));
+    let short = profiles.select(Some("short-lived")).unwrap();
+    assert_eq!(short.validity(), time::Duration::days(7));
+}

@@ -341,6 +341,98 @@ impl Checker {
                 ),
             );
         }
+        self.profiles(config);
+    }
+
+    /// `issuance.profiles`: each profile's lifetimes are checked as resolved (a left-out
+    /// `validity` is `issuance.default-validity`), and reported at the key that decides them.
+    /// What a profile inherits unchanged was checked once under `issuance.*`.
+    fn profiles(&mut self, config: &Config) {
+        let issuance = &config.issuance;
+        let ca = &config.ca;
+        if issuance.profiles.is_empty() {
+            self.fail("issuance.profiles", "must define at least one profile");
+        } else if !issuance.profiles.contains_key(&issuance.default_profile) {
+            let names: Vec<&str> = issuance.profiles.keys().map(String::as_str).collect();
+            self.fail(
+                "issuance.default-profile",
+                format!(
+                    "{:?} is not one of issuance.profiles ({})",
+                    issuance.default_profile,
+                    names.join(", ")
+                ),
+            );
+        }
+        for (name, profile) in &issuance.profiles {
+            let at = |key: &str| format!("issuance.profiles.{name}.{key}");
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                self.fail(
+                    format!("issuance.profiles.{name}"),
+                    "a profile name is printable ASCII without spaces",
+                );
+            }
+            self.non_empty(&at("description"), &profile.description);
+            let (validity, validity_key) = match profile.validity {
+                Some(v) => (v, at("validity")),
+                None => (
+                    issuance.default_validity,
+                    "issuance.default-validity".to_owned(),
+                ),
+            };
+            let (max, max_key) = match profile.max_validity {
+                Some(v) => (v, at("max-validity")),
+                None => (issuance.max_validity, "issuance.max-validity".to_owned()),
+            };
+            if let Some(v) = profile.validity {
+                self.positive_duration(&at("validity"), v);
+            }
+            if max < validity && (profile.validity.is_some() || profile.max_validity.is_some()) {
+                self.fail_related(
+                    &max_key,
+                    &validity_key,
+                    format!("{max} is shorter than {validity_key} ({validity})"),
+                );
+            }
+            if profile.max_validity.is_some()
+                && !ca.existing.is_configured()
+                && max > ca.intermediate_validity
+            {
+                self.fail_related(
+                    &max_key,
+                    "ca.intermediate-validity",
+                    format!(
+                        "{max} is longer than ca.intermediate-validity ({}): certificates cannot outlive their issuer",
+                        ca.intermediate_validity
+                    ),
+                );
+            }
+            if profile.validity.is_some()
+                && !validity.std().is_zero()
+                && issuance.backdate >= validity
+            {
+                self.fail_related(
+                    "issuance.backdate",
+                    &validity_key,
+                    format!(
+                        "{} is not shorter than {validity_key} ({validity})",
+                        issuance.backdate
+                    ),
+                );
+            }
+            for (key, empty) in [
+                ("key-usages", profile.key_usages.is_empty()),
+                (
+                    "extended-key-usages",
+                    profile.extended_key_usages.is_empty(),
+                ),
+                ("identifier-types", profile.identifier_types.is_empty()),
+                ("key-types", profile.key_types.is_empty()),
+            ] {
+                if empty {
+                    self.fail(at(key), "must list at least one value");
+                }
+            }
+        }
     }
 
     fn acme(&mut self, config: &Config) {

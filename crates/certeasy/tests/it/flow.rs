@@ -24,10 +24,20 @@ pub async fn issue(
     identifiers: &[Identifier],
     kind: ChallengeType,
 ) -> String {
-    let mut order = account
-        .new_order(&NewOrder::new(identifiers))
+    issue_order(env, account, &NewOrder::new(identifiers), kind)
         .await
-        .unwrap();
+        .0
+}
+
+/// [`issue`] for any new-order request; also returns the order's `profile` as the server
+/// echoed it.
+pub async fn issue_order(
+    env: &TestEnv,
+    account: &Account,
+    new_order: &NewOrder<'_>,
+    kind: ChallengeType,
+) -> (String, Option<String>) {
+    let mut order = account.new_order(new_order).await.unwrap();
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
         let mut authz = authz.unwrap();
@@ -63,10 +73,11 @@ pub async fn issue(
         order.state()
     );
     order.finalize().await.unwrap();
-    order
+    let chain = order
         .poll_certificate(&RetryPolicy::default())
         .await
-        .unwrap()
+        .unwrap();
+    (chain, order.state().profile.clone())
 }
 
 async fn started(db: Db) -> TestEnv {

@@ -17,6 +17,7 @@ mod hostile;
 mod kill_under_load;
 mod listener;
 mod nonce_instances;
+mod profiles;
 mod pruning;
 mod ratelimit;
 mod ratelimit_policies;

@@ -191,3 +191,11 @@ pub fn rsa_csr_with_fake_signature(bits: usize, exponent: u64, name: &str) -> Ve
         .der()
         .to_vec()
 }
+
+/// The shipped profile whose leaves the older tests expect: serverAuth and clientAuth.
+pub fn server_client() -> issuance::Profile {
+    issuance::Profiles::shipped()
+        .select(Some("tls-server-client"))
+        .unwrap()
+        .clone()
+}

@@ -253,6 +253,7 @@ pub(crate) fn new_order_expiring(
         authorizations,
         reuse_valid_authz: reuse,
         replaces: None,
+        profile: "tls-server".to_owned(),
     }
 }
 

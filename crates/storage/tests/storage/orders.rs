@@ -33,6 +33,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     let mut new = harness::new_order(acct.id, &["a.example.com", "*.b.example.com"], now, true);
     new.not_before = Some(now);
     new.not_after = Some(now + Duration::days(30));
+    new.profile = "short-lived".to_owned();
     let order = s
         .create_order(new.clone(), &OrderGuards::default(), now)
         .await
@@ -47,6 +48,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     assert_eq!(order.error, None);
     assert_eq!(order.certificate_id, None);
     assert_eq!(order.created_at, now);
+    assert_eq!(order.profile.as_deref(), Some("short-lived"));
     assert_eq!(order.authz_ids.len(), 2);
     assert_eq!(s.order(order.id, now).await.unwrap(), Some(order.clone()));
     assert_eq!(
