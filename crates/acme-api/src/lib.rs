@@ -4,6 +4,7 @@
 
 mod auth;
 mod client_ip;
+mod eab_decision;
 mod handlers;
 mod headers;
 mod limit_headers;

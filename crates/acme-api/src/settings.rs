@@ -12,6 +12,9 @@ pub struct ApiSettings {
     pub terms_of_service: Option<String>,
     pub website: Option<String>,
     pub caa_identities: Vec<String>,
+    /// newAccount must carry an external account binding (RFC 8555 §7.3.4); announced in the
+    /// directory. A valid binding is honoured either way.
+    pub external_account_required: bool,
     pub order_lifetime: Duration,
     pub authorization_lifetime: Duration,
     pub reuse_valid_authorizations: bool,
@@ -46,6 +49,7 @@ impl ApiSettings {
             terms_of_service: None,
             website: None,
             caa_identities: Vec::new(),
+            external_account_required: false,
             order_lifetime: Duration::days(7),
             authorization_lifetime: Duration::days(7),
             reuse_valid_authorizations: true,

@@ -341,6 +341,7 @@ fn api_settings(config: &Config) -> ApiSettings {
         terms_of_service: non_empty(&a.terms_of_service),
         website: non_empty(&a.website),
         caa_identities: a.caa_identities.clone(),
+        external_account_required: a.external_account_required,
         order_lifetime: a.order_lifetime.time(),
         authorization_lifetime: a.authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,

@@ -29,6 +29,8 @@ use crate::auth::Authenticated;
 use crate::auth::KeyPolicy;
 use crate::auth::KidRequest;
 use crate::auth::authenticate;
+use crate::eab_decision;
+use crate::eab_decision::Registered;
 use crate::limits::ClientIp;
 use crate::limits::RateLimitInfo;
 use crate::limits::Spent;
@@ -72,11 +74,15 @@ pub(crate) async fn new_account(
         )
         .with_status(StatusCode::BAD_REQUEST));
     }
-    if payload.external_account_binding.is_some() {
-        return Err(ApiError::malformed(
-            "this server does not use external account binding; omit externalAccountBinding",
-        ));
-    }
+    let binding = eab_decision::check_binding(
+        storage,
+        state.inner.settings.external_account_required,
+        payload.external_account_binding.as_ref(),
+        &req.jws.header().url,
+        &req.jwk,
+    )
+    .await?
+    .map_err(ApiError::from_problem)?;
     let agreed = payload.terms_of_service_agreed.unwrap_or(false);
     if let Some(tos) = &state.inner.settings.terms_of_service
         && !agreed
@@ -95,28 +101,26 @@ pub(crate) async fn new_account(
         contacts,
         tos_agreed: agreed,
     };
-    let created = storage.create_account(new, state.inner.clock.now()).await;
-    if created.is_err() {
+    let created =
+        eab_decision::create_account(storage, binding.as_ref(), new, state.inner.clock.now()).await;
+    if !matches!(created, Ok(Ok(Registered::New(_)))) {
         refund(&state, &spent).await;
     }
-    let account = match created {
-        Ok(a) => a,
+    let account = match created?.map_err(ApiError::from_problem)? {
+        Registered::New(a) => a,
         // A concurrent request registered the same key first: answer as for an existing account.
-        Err(storage::error::Error::Conflict(id)) => {
-            storage.account(AccountId(id)).await?.ok_or_else(|| {
-                ApiError::internal("account vanished", &"conflicting account not found")
-            })?
-        }
-        Err(e) => return Err(e.into()),
+        Registered::Existing(id) => storage.account(id).await?.ok_or_else(|| {
+            ApiError::internal("account vanished", &"conflicting account not found")
+        })?,
     };
     tracing::info!(account_id = %account.id, "account created");
     metrics::counter!("certeasy_accounts_created_total").increment(1);
     let url = state.urls().account(account.id);
-    Ok(
-        Resource::created(account_json(state.urls(), &account), &url)
-            .rate_limit(spent.info)
-            .into_response(),
-    )
+    let mut body = account_json(state.urls(), &account);
+    eab_decision::reflect_binding(&mut body, &account, binding.as_ref());
+    Ok(Resource::created(body, &url)
+        .rate_limit(spent.info)
+        .into_response())
 }
 
 /// Layer 2 of new-account: one token from the client address's account-creation bucket.

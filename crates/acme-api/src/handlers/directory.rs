@@ -13,7 +13,7 @@ use crate::state::ApiState;
 
 pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
     let s = &state.inner.settings;
-    let mut meta = json!({ "externalAccountRequired": false });
+    let mut meta = json!({ "externalAccountRequired": s.external_account_required });
     if let Some(tos) = &s.terms_of_service {
         meta["termsOfService"] = json!(tos);
     }

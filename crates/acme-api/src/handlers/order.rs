@@ -34,6 +34,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::auth::KidRequest;
+use crate::eab_decision;
 use crate::handlers::run_now;
 use crate::limit_headers::PolicyItem;
 use crate::limits::RateLimitInfo;
@@ -64,6 +65,16 @@ pub(crate) async fn new_order(
 
     let identifiers = parse_identifiers(&state, &payload)?;
     let (not_before, not_after) = validity_window(&state, &payload, now)?;
+    eab_decision::check_new_order(
+        &state.inner.storage,
+        settings,
+        &account,
+        &identifiers,
+        (not_before, not_after),
+        now,
+    )
+    .await?
+    .map_err(ApiError::from_problem)?;
     refuse_paused(&state, account.id, &identifiers, now).await?;
     let mut spent = charge_order(&state, account.id, &identifiers).await?;
 
