@@ -144,7 +144,10 @@ pub(crate) fn reflect_binding(
 
 /// What a bound account may order: the key's identifiers and maximum validity (the order's
 /// `notBefore`/`notAfter`, with the CA's defaults applied as the order handler applies them).
-/// Accounts without a key pass at once.
+/// Returns the `notAfter` to store: an order that asks for none gets the CA's default validity
+/// cut to the key's maximum rather than a refusal, so clients that never send `notAfter` (certbot,
+/// lego) can use a key whose maximum is shorter than the default. Accounts without a key pass at
+/// once with their `notAfter` unchanged.
 pub(crate) async fn check_new_order(
     storage: &Storage,
     settings: &ApiSettings,
@@ -152,12 +155,11 @@ pub(crate) async fn check_new_order(
     identifiers: &[Identifier],
     (not_before, not_after): (Option<OffsetDateTime>, Option<OffsetDateTime>),
     now: OffsetDateTime,
-) -> Result<Verdict<()>, StorageError> {
+) -> Result<Verdict<Option<OffsetDateTime>>, StorageError> {
     let Some(kid) = &account.eab_kid else {
-        return Ok(Ok(()));
+        return Ok(Ok(not_after));
     };
     let start = not_before.unwrap_or(now - settings.backdate);
-    let requested = not_after.unwrap_or(start + settings.default_validity) - start;
     let Some(key) = storage.eab_key(kid).await? else {
         // The column references the key, so this is a damaged database, not a verdict.
         return Err(StorageError::Corrupt(format!(
@@ -165,8 +167,13 @@ pub(crate) async fn check_new_order(
             account.id
         )));
     };
-    Ok(key
-        .policy
-        .check_identifiers(identifiers)
-        .and_then(|()| key.policy.check_validity(requested)))
+    if let Err(problem) = key.policy.check_identifiers(identifiers) {
+        return Ok(Err(problem));
+    }
+    let verdict = match (not_after, key.policy.max_validity()) {
+        (Some(end), _) => key.policy.check_validity(end - start).map(|()| Some(end)),
+        (None, Some(max)) if settings.default_validity > max => Ok(Some(start + max)),
+        (None, _) => Ok(None),
+    };
+    Ok(verdict)
 }

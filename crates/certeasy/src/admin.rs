@@ -36,6 +36,8 @@ use ratelimits::LimitName;
 use serde::Deserialize;
 use storage::Storage;
 
+use crate::admin_eab;
+use crate::admin_eab::EabAdmin;
 use crate::admin_token::AdminToken;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -77,6 +79,15 @@ struct AdminState {
     metrics: Option<PrometheusHandle>,
 }
 
+impl axum::extract::FromRef<AdminState> for EabAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        EabAdmin {
+            storage: state.ctx.storage.clone(),
+            clock: state.ctx.clock.clone(),
+        }
+    }
+}
+
 /// `/metrics`, `/healthz` (the process is up), `/readyz` (the database answers), and `/admin/*`.
 pub fn router(ctx: AdminContext) -> Router {
     let state = AdminState {
@@ -90,6 +101,8 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/pauses", get(list_pauses))
         .route("/admin/pause", post(pause))
         .route("/admin/unpause", post(unpause))
+        .route("/admin/eab", get(admin_eab::list).post(admin_eab::create))
+        .route("/admin/eab/{kid}/revoke", post(admin_eab::revoke))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,

@@ -2,6 +2,7 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_eab;
 pub mod admin_token;
 pub mod config;
 pub mod data_dir;

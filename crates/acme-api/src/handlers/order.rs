@@ -65,7 +65,7 @@ pub(crate) async fn new_order(
 
     let identifiers = parse_identifiers(&state, &payload)?;
     let (not_before, not_after) = validity_window(&state, &payload, now)?;
-    eab_decision::check_new_order(
+    let not_after = eab_decision::check_new_order(
         &state.inner.storage,
         settings,
         &account,
