@@ -1,5 +1,8 @@
 //! External account binding verification (RFC 8555 §7.3.4): the accepted form and every refusal.
 
+// Fixture helpers outside `#[test]` functions unwrap too: a failed fixture fails the test.
+#![allow(clippy::unwrap_used)]
+
 use acme_core::problem::ProblemType;
 use acme_jose::Algorithm;
 use acme_jose::Error;
@@ -51,7 +54,7 @@ fn a_wrong_mac_key_is_unauthorized() {
     assert_eq!(err.problem_type(), ProblemType::Unauthorized);
     assert!(err.to_string().contains("kid-1"), "{err}");
     // A tampered signature fails the same way.
-    let mut tampered = binding.clone();
+    let mut tampered = binding;
     let sig = URL_SAFE_NO_PAD
         .decode(tampered["signature"].as_str().unwrap())
         .unwrap();
@@ -174,7 +177,7 @@ fn the_jws_must_be_flattened_and_well_formed() {
     let mut with_header = good.clone();
     with_header["header"] = json!({"kid": "k"});
     bad.push(with_header);
-    let mut general = good.clone();
+    let mut general = good;
     general["signatures"] = json!([]);
     bad.push(general);
     for value in bad {

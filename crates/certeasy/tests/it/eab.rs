@@ -194,11 +194,12 @@ async fn raw_bindings_on(db: Db) {
         }
     }
     let created = &replies[winners[0]];
-    assert_eq!(
+    // RFC 8555 §7.3.4: the new account object carries the binding it was created with.
+    assert!(
         created.body["externalAccountBinding"]["protected"]
             .as_str()
             .is_some(),
-        true
+        "{created:?}"
     );
     let mut winner = clients.into_iter().nth(winners[0]).unwrap();
     winner.kid = Some(created.location());
