@@ -103,3 +103,14 @@ mod tests {
         assert!("x".parse::<OrderId>().is_err());
     }
 }
+
+/// The key identifier of an external-account-binding key (RFC 8555 §7.3.4 `kid`): an opaque,
+/// random string the operator hands to a subscriber together with the HMAC key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EabKid(pub String);
+
+impl fmt::Display for EabKid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod duration;
+pub mod eab_policy;
 pub mod identifier;
 pub mod ids;
 pub mod problem;

@@ -17,6 +17,10 @@ pub enum Error {
     /// The signature does not verify (maps to `malformed`, as RFC 8555 has no dedicated type).
     #[error("JWS signature is invalid")]
     BadSignature,
+    /// An external account binding names a key this server cannot use, or its MAC does not verify
+    /// (maps to `unauthorized`: the binding is well formed but does not authorise the account).
+    #[error("{0}")]
+    EabUnauthorized(String),
     /// Generating, importing or signing with a local key failed; only the `sign` module returns
     /// this, so it never describes a client request (maps to `serverInternal`).
     #[error("local key operation failed: {0}")]
@@ -30,6 +34,7 @@ impl Error {
             Self::Malformed(_) | Self::BadSignature => ProblemType::Malformed,
             Self::BadSignatureAlgorithm(_) => ProblemType::BadSignatureAlgorithm,
             Self::BadPublicKey(_) => ProblemType::BadPublicKey,
+            Self::EabUnauthorized(_) => ProblemType::Unauthorized,
             Self::Key(_) => ProblemType::ServerInternal,
         }
     }

@@ -8,6 +8,7 @@
 mod algorithm;
 mod b64;
 mod der;
+pub mod eab;
 mod error;
 mod header;
 mod jwk;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 
 use crate::algorithm::Algorithm;
 use crate::b64;
+use crate::eab::MacAlgorithm;
 use crate::error::Error;
 use crate::jwk::{EcCurve, Jwk};
 
@@ -277,4 +278,35 @@ impl SigningKey {
         let payload = payload.map(Value::to_string).unwrap_or_default();
         self.sign_flattened(self.acme_header(url, nonce, kid), payload.as_bytes())
     }
+}
+
+/// An external account binding (RFC 8555 §7.3.4) for `jwk`, as a client puts it into the
+/// newAccount payload: `kid` and `url` protected, `jwk` as the payload, MACed with `hmac_key`.
+pub fn eab_binding(kid: &str, hmac_key: &[u8], alg: MacAlgorithm, url: &str, jwk: &Jwk) -> Value {
+    let protected = json!({ "alg": alg.as_str(), "kid": kid, "url": url });
+    mac_flattened(
+        &protected,
+        jwk.to_json().to_string().as_bytes(),
+        alg,
+        hmac_key,
+    )
+}
+
+/// A flattened JWS over exactly `protected` and `payload`, MACed with `hmac_key`; for tests that
+/// need bindings a client should not send (extra header parameters, another payload).
+pub fn mac_flattened(
+    protected: &Value,
+    payload: &[u8],
+    alg: MacAlgorithm,
+    hmac_key: &[u8],
+) -> Value {
+    let protected_b64 = b64::encode(protected.to_string().as_bytes());
+    let payload_b64 = b64::encode(payload);
+    let key = aws_lc_rs::hmac::Key::new(alg.hmac(), hmac_key);
+    let tag = aws_lc_rs::hmac::sign(&key, format!("{protected_b64}.{payload_b64}").as_bytes());
+    json!({
+        "protected": protected_b64,
+        "payload": payload_b64,
+        "signature": b64::encode(tag.as_ref()),
+    })
 }

@@ -43,6 +43,8 @@ use storage::model::Page;
 
 use crate::admin_actions;
 use crate::admin_actions::AdminError;
+use crate::admin_eab;
+use crate::admin_eab::EabAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
@@ -95,6 +97,15 @@ struct AdminState {
     metrics: Option<PrometheusHandle>,
 }
 
+impl axum::extract::FromRef<AdminState> for EabAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        EabAdmin {
+            storage: state.ctx.storage.clone(),
+            clock: state.ctx.clock.clone(),
+        }
+    }
+}
+
 /// `/metrics`, `/healthz` (the process is up), `/readyz` (the database answers), and `/admin/*`.
 pub fn router(ctx: AdminContext) -> Router {
     let state = AdminState {
@@ -117,6 +128,8 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/certificates/revoke", post(revoke_batch))
         .route("/admin/certificates/{serial}", get(show_certificate))
         .route("/admin/certificates/{serial}/revoke", post(revoke_one))
+        .route("/admin/eab", get(admin_eab::list).post(admin_eab::create))
+        .route("/admin/eab/{kid}/revoke", post(admin_eab::revoke))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,

@@ -81,6 +81,11 @@ enum AdminCommand {
         // Boxed: its filters would make every `Command` as large as this one variant.
         command: Box<certeasy::admin_cli::CertificatesCommand>,
     },
+    /// External account binding keys: create, list, revoke.
+    Eab {
+        #[command(subcommand)]
+        command: EabCommand,
+    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -107,6 +112,47 @@ enum AdminCommand {
         file: Option<PathBuf>,
         /// Identifiers (dns:name, ip:addr, or bare).
         names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EabCommand {
+    /// Create an external account binding key (RFC 8555 §7.3.4). Prints its key ID and HMAC key
+    /// (base64url) once: give both to the subscriber's ACME client.
+    Create {
+        /// Allow names equal to or below this domain (repeatable). With no --domain and no
+        /// --cidr, any identifier the CA allows.
+        #[arg(long = "domain")]
+        domains: Vec<String>,
+        /// Allow IP identifiers inside this network (repeatable).
+        #[arg(long = "cidr")]
+        cidrs: Vec<String>,
+        /// Allow this certificate profile (repeatable); none means any.
+        #[arg(long = "profile")]
+        profiles: Vec<String>,
+        /// Longest certificate validity orders of bound accounts may ask for (e.g. 30d).
+        #[arg(long)]
+        max_validity: Option<String>,
+        /// The key binds no new account after this long (e.g. 7d); bound accounts keep working.
+        #[arg(long)]
+        expires_in: Option<String>,
+        /// The key may bind any number of accounts (default: one).
+        #[arg(long)]
+        reusable: bool,
+        /// Print the key as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the keys with their policy and how many accounts each binds (never the HMAC keys).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key: it binds no new account. Accounts already bound keep working under its policy.
+    Revoke {
+        /// The key ID.
+        kid: String,
     },
 }
 
@@ -378,6 +424,7 @@ async fn admin_command(
             "POST",
             format!("/admin/ratelimit/{limit}/{}/reset", encode_segment(&id)),
         ),
+        AdminCommand::Eab { command } => return eab(&client, base, command).await,
         AdminCommand::Pauses {
             command: PausesCommand::List { account, all },
         } => {
@@ -440,6 +487,116 @@ async fn admin_command(
     let (ok, text) = send(&client, &method, &format!("{base}{path}"), None).await?;
     print!("{text}");
     Ok(ok)
+}
+
+/// `certeasy admin eab ...`: the server answers JSON; this prints it for people or as is.
+async fn eab(client: &reqwest::Client, base: &str, command: EabCommand) -> anyhow::Result<bool> {
+    let (ok, text, json) = match command {
+        EabCommand::Create {
+            domains,
+            cidrs,
+            profiles,
+            max_validity,
+            expires_in,
+            reusable,
+            json,
+        } => {
+            let body = serde_json::json!({
+                "domains": domains,
+                "cidrs": cidrs,
+                "profiles": profiles,
+                "max-validity": max_validity,
+                "expires-in": expires_in,
+                "reusable": reusable,
+            });
+            let (ok, text) = send(
+                client,
+                "POST",
+                &format!("{base}/admin/eab"),
+                Some(body.to_string()),
+            )
+            .await?;
+            (ok, text, json)
+        }
+        EabCommand::List { json } => {
+            let (ok, text) = send(client, "GET", &format!("{base}/admin/eab"), None).await?;
+            (ok, text, json)
+        }
+        EabCommand::Revoke { kid } => {
+            let url = format!("{base}/admin/eab/{}/revoke", encode_segment(&kid));
+            let (ok, text) = send(client, "POST", &url, None).await?;
+            (ok, text, false)
+        }
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!("the admin listener answered something other than JSON ({e}): {text}")
+    })?;
+    if !ok {
+        let detail = value.get("error").and_then(|v| v.as_str()).unwrap_or(&text);
+        eprintln!("refused: {detail}");
+        return Ok(false);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(true);
+    }
+    match &value {
+        serde_json::Value::Array(keys) => {
+            println!(
+                "kid\tdomains\tcidrs\tprofiles\tmax-validity\texpires-at\treusable\trevoked-at\tbound-accounts"
+            );
+            for key in keys {
+                println!("{}", eab_row(key));
+            }
+        }
+        key if key.get("hmac-key").is_some() => {
+            let field = |name: &str| key.get(name).and_then(|v| v.as_str()).unwrap_or("");
+            println!("Key ID:   {}", field("kid"));
+            println!("HMAC key: {}", field("hmac-key"));
+            println!("The HMAC key is shown only now. Give both to the ACME client, e.g.");
+            println!(
+                "  certbot --eab-kid {} --eab-hmac-key {}",
+                field("kid"),
+                field("hmac-key")
+            );
+            println!(
+                "  lego --eab --kid {} --hmac {}",
+                field("kid"),
+                field("hmac-key")
+            );
+            println!("Policy: {}", eab_row(key));
+        }
+        key => println!("revoked: {}", eab_row(key)),
+    }
+    Ok(true)
+}
+
+/// One key as a tab-separated row; `-` for an empty field.
+fn eab_row(key: &serde_json::Value) -> String {
+    let show = |name: &str| match key.get(name) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+            .join(","),
+        Some(serde_json::Value::Bool(b)) => b.to_string(),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        _ => "-".to_owned(),
+    };
+    [
+        "kid",
+        "domains",
+        "cidrs",
+        "profiles",
+        "max-validity",
+        "expires-at",
+        "reusable",
+        "revoked-at",
+        "bound-accounts",
+    ]
+    .map(show)
+    .join("\t")
 }
 
 async fn send(

@@ -366,6 +366,7 @@ fn policy_settings(config: &Config, profiles: Profiles) -> PolicySettings {
     let a = &config.acme;
     PolicySettings {
         terms_of_service: (!a.terms_of_service.is_empty()).then(|| a.terms_of_service.clone()),
+        external_account_required: a.external_account_required,
         order_lifetime: a.order_lifetime.time(),
         authorization_lifetime: a.authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,

@@ -6,10 +6,12 @@ use acme_core::ids::AccountId;
 use acme_core::problem::ProblemType;
 use acme_core::status::AccountStatus;
 use acme_jose::Jwk;
+use acme_jose::eab::EabBinding;
 use storage::model::Account;
 use storage::model::NewAccount;
 
 use crate::Ra;
+use crate::eab::Creation;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::rate_info::RateLimitInfo;
@@ -22,8 +24,9 @@ pub struct AccountRequest {
     pub contacts: Option<Vec<String>>,
     pub terms_of_service_agreed: bool,
     pub only_return_existing: bool,
-    /// Whether the request carried an `externalAccountBinding`.
-    pub external_account_binding: bool,
+    /// The `externalAccountBinding`, parsed and checked against the outer JWS (RFC 8555
+    /// §7.3.4 steps 1 and 2); its MAC is verified here.
+    pub external_account_binding: Option<EabBinding>,
     /// The client's address (after trusted proxies), for the account-creation limit.
     pub client_ip: IpAddr,
 }
@@ -66,12 +69,9 @@ impl Ra {
             )
             .into());
         }
-        if request.external_account_binding {
-            return Err(Refusal::malformed(
-                "this server does not use external account binding; omit externalAccountBinding",
-            )
-            .into());
-        }
+        let kid = self
+            .check_binding(request.external_account_binding.as_ref())
+            .await?;
         if let Some(terms) = &self.inner.settings.terms_of_service
             && !request.terms_of_service_agreed
         {
@@ -88,21 +88,20 @@ impl Ra {
             contacts,
             tos_agreed: request.terms_of_service_agreed,
         };
-        let created = storage.create_account(new, self.now()).await;
-        if created.is_err() {
+        let created = self.create_account_bound(kid.as_ref(), new).await;
+        if !matches!(created, Ok(Creation::New(_))) {
             self.refund(&spent).await;
         }
-        let account = match created {
-            Ok(a) => a,
+        let account = match created? {
+            Creation::New(a) => a,
             // A concurrent request registered the same key first: answer as for an existing
             // account.
-            Err(storage::error::Error::Conflict(id)) => {
-                let existing = storage.account(AccountId(id)).await?;
+            Creation::Existing(id) => {
+                let existing = storage.account(id).await?;
                 return existing.map(Registered::Existing).ok_or_else(|| {
                     Error::internal("new account", &"conflicting account vanished")
                 });
             }
-            Err(e) => return Err(e.into()),
         };
         tracing::info!(account_id = %account.id, "account created");
         metrics::counter!("certeasy_accounts_created_total").increment(1);

@@ -82,9 +82,17 @@ impl Ra {
             now,
             settings.backdate,
         )
-        .map_err(Refusal::Problem)?
-        .name()
-        .to_owned();
+        .map_err(Refusal::Problem)?;
+        let not_after = self
+            .check_key_policy(
+                account,
+                &identifiers,
+                profile,
+                (request.not_before, request.not_after),
+                now,
+            )
+            .await?;
+        let profile = profile.name().to_owned();
         self.refuse_paused(account.id, &identifiers, now).await?;
         let replacement = match &request.replaces {
             Some(cert_id) => Some(
@@ -115,7 +123,7 @@ impl Ra {
             set_hash: canonical_set_hash(&identifiers),
             identifiers,
             not_before: request.not_before,
-            not_after: request.not_after,
+            not_after,
             expires_at: now + settings.order_lifetime,
             authorizations,
             reuse_valid_authz: settings.reuse_valid_authorizations,

@@ -10,6 +10,9 @@ use time::Duration;
 pub struct PolicySettings {
     /// When set, new accounts must agree to these terms.
     pub terms_of_service: Option<String>,
+    /// newAccount must carry an external account binding (RFC 8555 §7.3.4); announced in the
+    /// directory. A valid binding is honoured either way.
+    pub external_account_required: bool,
     pub order_lifetime: Duration,
     pub authorization_lifetime: Duration,
     pub reuse_valid_authorizations: bool,
@@ -52,6 +55,7 @@ impl Default for PolicySettings {
     fn default() -> Self {
         Self {
             terms_of_service: None,
+            external_account_required: false,
             order_lifetime: Duration::days(7),
             authorization_lifetime: Duration::days(7),
             reuse_valid_authorizations: true,

@@ -11,6 +11,7 @@ mod authz;
 mod certificates;
 mod codec;
 mod connect;
+mod eab;
 pub mod error;
 mod jobs;
 pub mod model;
@@ -29,6 +30,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::ChallengeId;
+use acme_core::ids::EabKid;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::problem::Problem;
@@ -41,15 +43,18 @@ use crate::model::Account;
 use crate::model::AccountCounts;
 use crate::model::AccountFilter;
 use crate::model::Authorization;
+use crate::model::BindOutcome;
 use crate::model::Certificate;
 use crate::model::CertificateFilter;
 use crate::model::CertificateSummary;
 use crate::model::Challenge;
 use crate::model::Completion;
+use crate::model::EabKey;
 use crate::model::GuardUsage;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
+use crate::model::NewEabKey;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
@@ -172,6 +177,37 @@ impl Storage {
         thumbprint: &str,
     ) -> Result<Account> {
         accounts::change_key(self, id, jwk_json, thumbprint).await
+    }
+
+    // ---- external account binding (RFC 8555 §7.3.4) ----
+
+    /// Stores a new EAB key; `Error::WrongState` when the kid is taken.
+    pub async fn create_eab_key(&self, new: NewEabKey, now: OffsetDateTime) -> Result<EabKey> {
+        eab::create(self, new, now).await
+    }
+    /// One EAB key, with the number of accounts bound to it.
+    pub async fn eab_key(&self, kid: &EabKid) -> Result<Option<EabKey>> {
+        eab::get(self, kid).await
+    }
+    /// Every EAB key, oldest first.
+    pub async fn list_eab_keys(&self) -> Result<Vec<EabKey>> {
+        eab::list(self).await
+    }
+    /// Revokes a key: it binds no new account. `Error::NotFound` for an unknown kid,
+    /// `Error::WrongState` when it was already revoked.
+    pub async fn revoke_eab_key(&self, kid: &EabKid, now: OffsetDateTime) -> Result<EabKey> {
+        eab::revoke(self, kid, now).await
+    }
+    /// Creates the account bound to the key, in one transaction that first checks, under a lock
+    /// on the key, that the key exists, is neither revoked nor expired and, when single-use,
+    /// binds no account yet. The MAC must have been verified by the caller.
+    pub async fn bind_eab_and_create_account(
+        &self,
+        kid: &EabKid,
+        new: NewAccount,
+        now: OffsetDateTime,
+    ) -> Result<BindOutcome> {
+        eab::bind_and_create(self, kid, new, now).await
     }
 
     // ---- orders and authorizations ----

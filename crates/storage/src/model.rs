@@ -1,10 +1,12 @@
 //! Rows as the rest of Certeasy sees them: domain types, no SQL.
 
+use acme_core::eab_policy::EabPolicy;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::ChallengeId;
+use acme_core::ids::EabKid;
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
@@ -29,6 +31,9 @@ pub struct Account {
     pub contacts: Vec<String>,
     pub tos_agreed: bool,
     pub created_at: OffsetDateTime,
+    /// The external-account-binding key the account was created with; its policy applies to
+    /// every order of the account.
+    pub eab_kid: Option<EabKid>,
 }
 
 /// What is needed to create an account.
@@ -347,4 +352,65 @@ pub struct AccountCounts {
     pub orders: u64,
     pub certificates: u64,
     pub revoked_certificates: u64,
+}
+
+/// An external-account-binding key (RFC 8555 §7.3.4) and the policy it gives bound accounts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EabKey {
+    pub kid: EabKid,
+    /// The shared MAC key; never logged, never listed.
+    pub hmac_key: Vec<u8>,
+    pub policy: EabPolicy,
+    /// After this instant the key binds no new account (bound accounts keep working).
+    pub expires_at: Option<OffsetDateTime>,
+    /// False: the key binds one account only.
+    pub reusable: bool,
+    pub revoked_at: Option<OffsetDateTime>,
+    pub created_at: OffsetDateTime,
+    /// How many accounts are bound with the key.
+    pub bound_accounts: u32,
+}
+
+impl std::fmt::Debug for EabKey {
+    /// Leaves the HMAC key out, so a key never reaches a log line through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EabKey")
+            .field("kid", &self.kid)
+            .field("policy", &self.policy)
+            .field("expires_at", &self.expires_at)
+            .field("reusable", &self.reusable)
+            .field("revoked_at", &self.revoked_at)
+            .field("created_at", &self.created_at)
+            .field("bound_accounts", &self.bound_accounts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What is needed to create an external-account-binding key.
+#[derive(Clone)]
+pub struct NewEabKey {
+    pub kid: EabKid,
+    pub hmac_key: Vec<u8>,
+    pub policy: EabPolicy,
+    pub expires_at: Option<OffsetDateTime>,
+    pub reusable: bool,
+}
+
+/// What binding a key and creating the account did. Refusals are verdicts, not errors: the
+/// caller turns each into its own problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// The account exists and is bound to the key.
+    Created(Account),
+    /// No key has this kid.
+    UnknownKey,
+    /// The key was revoked at this instant.
+    Revoked(OffsetDateTime),
+    /// The key expired at this instant.
+    Expired(OffsetDateTime),
+    /// The key is single-use and already binds this account.
+    AlreadyBound(AccountId),
+    /// Another account already has the account key (a concurrent newAccount won); nothing was
+    /// bound.
+    KeyRegistered(AccountId),
 }

@@ -7,6 +7,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::ChallengeId;
+use acme_core::ids::EabKid;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
@@ -23,7 +24,7 @@ use crate::model::Order;
 /// Column lists as macros, because queries must be `&'static str` and `concat!` only takes literals.
 macro_rules! account_cols {
     () => {
-        "id, thumbprint, jwk, status, contacts, tos_agreed, created_at"
+        "id, thumbprint, jwk, status, contacts, tos_agreed, created_at, eab_kid"
     };
 }
 pub(crate) use account_cols;
@@ -49,6 +50,7 @@ pub(crate) fn account(row: &Row) -> Result<Account> {
         contacts: codec::decode_list(&row.try_get::<String, _>("contacts")?),
         tos_agreed: row.try_get::<i64, _>("tos_agreed")? != 0,
         created_at: codec::time_from_unix(row.try_get("created_at")?)?,
+        eab_kid: row.try_get::<Option<String>, _>("eab_kid")?.map(EabKid),
     })
 }
 

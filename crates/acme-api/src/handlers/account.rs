@@ -5,6 +5,7 @@ use acme_core::ids::OrderId;
 use acme_jose::Jwk;
 use acme_jose::Jws;
 use acme_jose::KeyRef;
+use acme_jose::eab::EabBinding;
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::Path;
@@ -44,12 +45,19 @@ pub(crate) async fn new_account(
 ) -> ApiResult {
     let req = authenticate(&state, &headers, &uri, body, KeyPolicy::Jwk).await?;
     let payload: AccountRequest = req.payload()?;
+    // RFC 8555 §7.3.4 steps 1 and 2: the binding is a JWS over this request's key and URL.
+    let binding = payload
+        .external_account_binding
+        .as_ref()
+        .map(|value| EabBinding::parse(value, &req.jws.header().url, &req.jwk))
+        .transpose()
+        .map_err(|e| ApiError::from_problem(e.into()))?;
     let request = ra::accounts::AccountRequest {
         jwk: req.jwk.clone(),
         contacts: payload.contact,
         terms_of_service_agreed: payload.terms_of_service_agreed.unwrap_or(false),
         only_return_existing: payload.only_return_existing == Some(true),
-        external_account_binding: payload.external_account_binding.is_some(),
+        external_account_binding: binding.clone(),
         client_ip: ip,
     };
     match state.ra().new_account(request).await {
@@ -64,11 +72,16 @@ pub(crate) async fn new_account(
             rate_limit,
         }) => {
             let url = state.urls().account(account.id);
-            Ok(
-                Resource::created(account_json(state.urls(), &account), &url)
-                    .rate_limit(rate_limit)
-                    .into_response(),
-            )
+            let mut body = account_json(state.urls(), &account);
+            // RFC 8555 §7.3.4: the object of an account this request bound carries the binding.
+            if let (Some(binding), Some(value)) = (&binding, &payload.external_account_binding)
+                && account.eab_kid.as_ref().map(|k| k.0.as_str()) == Some(binding.kid())
+            {
+                body["externalAccountBinding"] = value.clone();
+            }
+            Ok(Resource::created(body, &url)
+                .rate_limit(rate_limit)
+                .into_response())
         }
         Err(e) => Err(refused(&state, e)),
     }

@@ -14,8 +14,9 @@ use crate::state::ApiState;
 
 pub(crate) async fn directory(State(state): State<ApiState>) -> Response {
     let s = &state.inner.settings;
-    let mut meta = json!({ "externalAccountRequired": false });
-    if let Some(tos) = &state.ra().settings().terms_of_service {
+    let policy = state.ra().settings();
+    let mut meta = json!({ "externalAccountRequired": policy.external_account_required });
+    if let Some(tos) = &policy.terms_of_service {
         meta["termsOfService"] = json!(tos);
     }
     if let Some(site) = &s.website {

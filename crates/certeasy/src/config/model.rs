@@ -485,6 +485,8 @@ pub struct AcmeConfig {
     pub website: String,
     /// Issuer domains for CAA; when non-empty CAA checking is enabled.
     pub caa_identities: Vec<String>,
+    /// newAccount must carry an external account binding (keys from `certeasy admin eab`).
+    pub external_account_required: bool,
     pub order_lifetime: ConfigDuration,
     /// Pending authorizations expire after this.
     pub authorization_lifetime: ConfigDuration,
@@ -514,6 +516,7 @@ impl Default for AcmeConfig {
             terms_of_service: String::new(),
             website: String::new(),
             caa_identities: Vec::new(),
+            external_account_required: policy.external_account_required,
             order_lifetime: config_duration(policy.order_lifetime),
             authorization_lifetime: config_duration(policy.authorization_lifetime),
             valid_authorization_lifetime: ConfigDuration::from_secs(

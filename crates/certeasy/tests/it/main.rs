@@ -11,6 +11,7 @@ mod browser;
 mod certcheck;
 mod e2e_certbot;
 mod e2e_lego;
+mod eab;
 mod flow;
 mod harness;
 mod hostile;

@@ -12,6 +12,7 @@ mod authz_lifetimes;
 mod certificates;
 mod connect;
 mod deactivated;
+mod eab;
 mod guards;
 mod jobs;
 mod orders;

@@ -1,0 +1,194 @@
+//! External-account-binding keys: create, list, read, revoke, and binding a key while creating
+//! the account, in one transaction.
+//!
+//! Binding reads the key under a row lock (PostgreSQL `FOR UPDATE`; on SQLite the IMMEDIATE
+//! transaction holds the writer), so two newAccount requests with one single-use key are
+//! serialised and the second finds the key bound.
+
+use acme_core::eab_policy::EabPolicy;
+use acme_core::ids::AccountId;
+use acme_core::ids::EabKid;
+use ipnet::IpNet;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::model::BindOutcome;
+use crate::model::EabKey;
+use crate::model::NewAccount;
+use crate::model::NewEabKey;
+use crate::rows;
+use crate::rows::account_cols;
+use crate::sql;
+use crate::sql::Row;
+
+macro_rules! key_cols {
+    () => {
+        "k.kid, k.hmac_key, k.allowed_domains, k.allowed_cidrs, k.allowed_profiles, \
+         k.max_validity_secs, k.expires_at, k.reusable, k.revoked_at, k.created_at, \
+         (SELECT COUNT(*) FROM accounts a WHERE a.eab_kid = k.kid) AS bound_accounts"
+    };
+}
+
+fn key(row: &Row) -> Result<EabKey> {
+    let cidrs = codec::decode_list(&row.try_get::<String, _>("allowed_cidrs")?)
+        .iter()
+        .map(|c| codec::parse::<IpNet>(c))
+        .collect::<Result<Vec<_>>>()?;
+    let policy = EabPolicy::new(
+        &codec::decode_list(&row.try_get::<String, _>("allowed_domains")?),
+        cidrs,
+        codec::decode_list(&row.try_get::<String, _>("allowed_profiles")?),
+        row.try_get::<Option<i64>, _>("max_validity_secs")?
+            .map(Duration::seconds),
+    )
+    .map_err(|e| Error::Corrupt(format!("eab key policy: {e}")))?;
+    Ok(EabKey {
+        kid: EabKid(row.try_get("kid")?),
+        hmac_key: row.try_get("hmac_key")?,
+        policy,
+        expires_at: codec::opt_time_from_unix(row.try_get("expires_at")?)?,
+        reusable: row.try_get::<i64, _>("reusable")? != 0,
+        revoked_at: codec::opt_time_from_unix(row.try_get("revoked_at")?)?,
+        created_at: codec::time_from_unix(row.try_get("created_at")?)?,
+        bound_accounts: codec::count(row.try_get("bound_accounts")?)?,
+    })
+}
+
+pub(crate) async fn create(s: &Storage, new: NewEabKey, now: OffsetDateTime) -> Result<EabKey> {
+    let cidrs: Vec<String> = new
+        .policy
+        .allowed_cidrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let inserted = sql::query(
+        "INSERT INTO eab_keys (kid, hmac_key, allowed_domains, allowed_cidrs, allowed_profiles, \
+         max_validity_secs, expires_at, reusable, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(&new.kid.0)
+    .bind(new.hmac_key.as_slice())
+    .bind(codec::encode_list(new.policy.allowed_domains()))
+    .bind(codec::encode_list(&cidrs))
+    .bind(codec::encode_list(new.policy.allowed_profiles()))
+    .bind(new.policy.max_validity().map(codec::seconds_ceil))
+    .bind(new.expires_at.map(codec::unix))
+    .bind(i64::from(new.reusable))
+    .bind(codec::unix(now))
+    .execute(&s.db)
+    .await;
+    match inserted {
+        Ok(_) => {}
+        Err(e) if e.is_unique_violation() => {
+            return Err(Error::WrongState(format!("key {} already exists", new.kid)));
+        }
+        Err(e) => return Err(e),
+    }
+    get(s, &new.kid).await?.ok_or(Error::NotFound)
+}
+
+pub(crate) async fn get(s: &Storage, kid: &EabKid) -> Result<Option<EabKey>> {
+    let row = sql::query(concat!(
+        "SELECT ",
+        key_cols!(),
+        " FROM eab_keys k WHERE k.kid = $1"
+    ))
+    .bind(&kid.0)
+    .fetch_optional(&s.db)
+    .await?;
+    row.as_ref().map(key).transpose()
+}
+
+pub(crate) async fn list(s: &Storage) -> Result<Vec<EabKey>> {
+    let rows = sql::query(concat!(
+        "SELECT ",
+        key_cols!(),
+        " FROM eab_keys k ORDER BY k.created_at, k.kid"
+    ))
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter().map(key).collect()
+}
+
+pub(crate) async fn revoke(s: &Storage, kid: &EabKid, now: OffsetDateTime) -> Result<EabKey> {
+    let changed =
+        sql::query("UPDATE eab_keys SET revoked_at = $2 WHERE kid = $1 AND revoked_at IS NULL")
+            .bind(&kid.0)
+            .bind(codec::unix(now))
+            .execute(&s.db)
+            .await?
+            .rows_affected();
+    let current = get(s, kid).await?.ok_or(Error::NotFound)?;
+    if changed == 0 {
+        return Err(Error::WrongState(format!("key {kid} is already revoked")));
+    }
+    Ok(current)
+}
+
+pub(crate) async fn bind_and_create(
+    s: &Storage,
+    kid: &EabKid,
+    new: NewAccount,
+    now: OffsetDateTime,
+) -> Result<BindOutcome> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let lock = match s.backend {
+        Backend::Postgres => sql::query(
+            "SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1 FOR UPDATE",
+        ),
+        Backend::Sqlite => {
+            sql::query("SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1")
+        }
+    };
+    let Some(row) = lock.bind(&kid.0).fetch_optional(&mut *tx).await? else {
+        return Ok(BindOutcome::UnknownKey);
+    };
+    if let Some(revoked) = row.try_get::<Option<i64>, _>("revoked_at")? {
+        return Ok(BindOutcome::Revoked(codec::time_from_unix(revoked)?));
+    }
+    if let Some(expires) = row.try_get::<Option<i64>, _>("expires_at")?
+        && expires <= now_s
+    {
+        return Ok(BindOutcome::Expired(codec::time_from_unix(expires)?));
+    }
+    if row.try_get::<i64, _>("reusable")? == 0
+        && let Some(bound) = sql::query_scalar::<i64>(
+            "SELECT id FROM accounts WHERE eab_kid = $1 ORDER BY id LIMIT 1",
+        )
+        .bind(&kid.0)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        return Ok(BindOutcome::AlreadyBound(AccountId(bound)));
+    }
+    let created = sql::query(concat!(
+        "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at, eab_kid) \
+         VALUES ($1, $2, 'valid', $3, $4, $5, $6) ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
+        account_cols!()
+    ))
+    .bind(&new.thumbprint)
+    .bind(&new.jwk_json)
+    .bind(codec::encode_list(&new.contacts))
+    .bind(i64::from(new.tos_agreed))
+    .bind(now_s)
+    .bind(&kid.0)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = created else {
+        let holder = sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
+            .bind(&new.thumbprint)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?;
+        return Ok(BindOutcome::KeyRegistered(AccountId(holder)));
+    };
+    let account = rows::account(&row)?;
+    tx.commit().await?;
+    Ok(BindOutcome::Created(account))
+}

@@ -1,0 +1,208 @@
+use std::sync::Arc;
+
+use acme_core::eab_policy::EabPolicy;
+use acme_core::ids::EabKid;
+use storage::Storage;
+use storage::error::Error;
+use storage::model::BindOutcome;
+use storage::model::NewAccount;
+use storage::model::NewEabKey;
+use time::Duration;
+
+use crate::harness;
+use crate::harness::t0;
+
+crate::both_backends!(
+    keys_round_trip_and_revoke,
+    single_use_key_binds_one_account,
+    reusable_expired_and_revoked_keys,
+    concurrent_binds_of_a_single_use_key
+);
+
+fn new_key(kid: &str, reusable: bool) -> NewEabKey {
+    NewEabKey {
+        kid: EabKid(kid.to_owned()),
+        hmac_key: vec![7_u8; 32],
+        policy: EabPolicy::new(
+            &["example.com".to_owned()],
+            vec!["10.0.0.0/8".parse().unwrap()],
+            vec!["short".to_owned()],
+            Some(Duration::days(30)),
+        )
+        .unwrap(),
+        expires_at: Some(t0() + Duration::days(1)),
+        reusable,
+    }
+}
+
+fn new_account(tag: &str) -> NewAccount {
+    let thumb = format!("tp-{tag}-{}", harness::unique());
+    NewAccount {
+        jwk_json: format!(r#"{{"kty":"EC","x":"{thumb}"}}"#),
+        thumbprint: thumb,
+        contacts: vec![],
+        tos_agreed: true,
+    }
+}
+
+async fn keys_round_trip_and_revoke(s: &Storage) {
+    let created = s
+        .create_eab_key(new_key("kid-a", false), t0())
+        .await
+        .unwrap();
+    assert_eq!(created.kid.0, "kid-a");
+    assert_eq!(created.hmac_key, vec![7_u8; 32]);
+    assert_eq!(created.policy, new_key("kid-a", false).policy);
+    assert_eq!(created.expires_at, Some(t0() + Duration::days(1)));
+    assert!(!created.reusable);
+    assert_eq!(created.revoked_at, None);
+    assert_eq!(created.bound_accounts, 0);
+    // The Debug form never shows the HMAC key.
+    assert!(!format!("{created:?}").contains("7, 7"));
+    assert!(matches!(
+        s.create_eab_key(new_key("kid-a", true), t0()).await,
+        Err(Error::WrongState(_))
+    ));
+    s.create_eab_key(new_key("kid-b", true), t0() + Duration::seconds(1))
+        .await
+        .unwrap();
+    let all = s.list_eab_keys().await.unwrap();
+    assert_eq!(
+        all.iter().map(|k| k.kid.0.as_str()).collect::<Vec<_>>(),
+        ["kid-a", "kid-b"]
+    );
+    assert_eq!(s.eab_key(&EabKid("nope".into())).await.unwrap(), None);
+
+    let revoked = s
+        .revoke_eab_key(&EabKid("kid-a".into()), t0() + Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(revoked.revoked_at, Some(t0() + Duration::hours(1)));
+    assert!(matches!(
+        s.revoke_eab_key(&EabKid("kid-a".into()), t0()).await,
+        Err(Error::WrongState(_))
+    ));
+    assert!(matches!(
+        s.revoke_eab_key(&EabKid("nope".into()), t0()).await,
+        Err(Error::NotFound)
+    ));
+}
+
+async fn single_use_key_binds_one_account(s: &Storage) {
+    let kid = EabKid("single".into());
+    s.create_eab_key(new_key("single", false), t0())
+        .await
+        .unwrap();
+    let first = match s
+        .bind_eab_and_create_account(&kid, new_account("a"), t0())
+        .await
+        .unwrap()
+    {
+        BindOutcome::Created(a) => a,
+        other => panic!("expected an account, got {other:?}"),
+    };
+    assert_eq!(first.eab_kid, Some(kid.clone()));
+    assert_eq!(s.account(first.id).await.unwrap(), Some(first.clone()));
+    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 1);
+    assert_eq!(
+        s.bind_eab_and_create_account(&kid, new_account("b"), t0())
+            .await
+            .unwrap(),
+        BindOutcome::AlreadyBound(first.id)
+    );
+    // An account key already registered is reported, and nothing new is bound.
+    let plain = harness::account(s, t0()).await;
+    assert_eq!(plain.eab_kid, None);
+    s.create_eab_key(new_key("fresh", false), t0())
+        .await
+        .unwrap();
+    let taken = NewAccount {
+        jwk_json: plain.jwk_json.clone(),
+        thumbprint: plain.thumbprint.clone(),
+        contacts: vec![],
+        tos_agreed: true,
+    };
+    assert_eq!(
+        s.bind_eab_and_create_account(&EabKid("fresh".into()), taken, t0())
+            .await
+            .unwrap(),
+        BindOutcome::KeyRegistered(plain.id)
+    );
+    assert_eq!(
+        s.eab_key(&EabKid("fresh".into()))
+            .await
+            .unwrap()
+            .unwrap()
+            .bound_accounts,
+        0
+    );
+    assert_eq!(
+        s.bind_eab_and_create_account(&EabKid("unknown".into()), new_account("c"), t0())
+            .await
+            .unwrap(),
+        BindOutcome::UnknownKey
+    );
+}
+
+async fn reusable_expired_and_revoked_keys(s: &Storage) {
+    let kid = EabKid("multi".into());
+    s.create_eab_key(new_key("multi", true), t0())
+        .await
+        .unwrap();
+    for tag in ["a", "b", "c"] {
+        assert!(matches!(
+            s.bind_eab_and_create_account(&kid, new_account(tag), t0())
+                .await
+                .unwrap(),
+            BindOutcome::Created(_)
+        ));
+    }
+    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 3);
+    // Expired a day after t0.
+    let expiry = t0() + Duration::days(1);
+    assert_eq!(
+        s.bind_eab_and_create_account(&kid, new_account("d"), expiry)
+            .await
+            .unwrap(),
+        BindOutcome::Expired(expiry)
+    );
+    let revoked_at = t0() + Duration::minutes(5);
+    s.revoke_eab_key(&kid, revoked_at).await.unwrap();
+    assert_eq!(
+        s.bind_eab_and_create_account(&kid, new_account("e"), t0())
+            .await
+            .unwrap(),
+        BindOutcome::Revoked(revoked_at)
+    );
+    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 3);
+}
+
+async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
+    let kid = EabKid("race".into());
+    s.create_eab_key(new_key("race", false), t0())
+        .await
+        .unwrap();
+    let s = Arc::new(s.clone());
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let s = Arc::clone(&s);
+            let kid = kid.clone();
+            tokio::spawn(async move {
+                s.bind_eab_and_create_account(&kid, new_account(&format!("r{i}")), t0())
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            BindOutcome::Created(_) => created += 1,
+            BindOutcome::AlreadyBound(_) => refused += 1,
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    assert_eq!((created, refused), (1, 15));
+    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 1);
+}
