@@ -34,6 +34,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use ra::Ra;
 use ra::pausing::UnpausedBy;
+use ra::renewals::RenewEarlyTarget;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
 use serde::Deserialize;
@@ -41,8 +42,6 @@ use storage::Storage;
 use storage::model::AccountFilter;
 use storage::model::Page;
 
-use crate::admin_actions;
-use crate::admin_actions::AdminError;
 use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
 use crate::admin_token::AdminToken;
@@ -56,6 +55,7 @@ use crate::admin_wire::CertificateQuery;
 use crate::admin_wire::CountDoc;
 use crate::admin_wire::RevokeBody;
 use crate::admin_wire::parse_identifier;
+use ra::operator;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -370,11 +370,12 @@ async fn unpause(
     }
 }
 
-/// Body of `/admin/certificates/renew-early`: one serial (hex) or one account.
+/// Body of `/admin/certificates/renew-early`: one serial (hex), one account or one name.
 #[derive(Debug, Deserialize)]
 struct RenewEarlyBody {
     serial: Option<String>,
     account: Option<i64>,
+    name: Option<String>,
 }
 
 /// Marks certificates for early renewal: their ARI window moves into the past. Answers how many
@@ -382,43 +383,46 @@ struct RenewEarlyBody {
 async fn renew_early(
     State(state): State<AdminState>,
     Json(body): Json<RenewEarlyBody>,
-) -> (StatusCode, String) {
-    let which = match (body.serial, body.account) {
-        (Some(serial), None) => match acme_core::ids::Serial::from_hex(&serial) {
-            Some(serial) => storage::model::RenewEarly::Serial(serial),
-            None => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    format!("serial {serial:?} is not hexadecimal\n"),
-                );
-            }
+) -> Answer<CountDoc> {
+    let which = match (body.serial, body.account, body.name) {
+        (Some(serial), None, None) => match crate::admin_wire::parse_serial(&serial) {
+            Ok(serial) => RenewEarlyTarget::Serial(serial),
+            Err(e) => return Err(bad_request(e)),
         },
-        (None, Some(account)) => storage::model::RenewEarly::Account(AccountId(account)),
+        (None, Some(account), None) => RenewEarlyTarget::Account(AccountId(account)),
+        (None, None, Some(name)) => match parse_identifier(&name) {
+            Ok(name) => RenewEarlyTarget::Name(name),
+            Err(e) => return Err(bad_request(e)),
+        },
         _ => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "name exactly one of \"serial\" and \"account\"\n".to_owned(),
-            );
+            return Err(bad_request(
+                "name exactly one of \"serial\", \"account\" and \"name\"".to_owned(),
+            ));
         }
     };
-    match state.ctx.ra.renew_early(&which).await {
-        Ok(marked) => (StatusCode::OK, format!("{marked}\n")),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-    }
+    let count = state.ctx.ra.renew_early(&which).await.map_err(refused)?;
+    Ok(Json(CountDoc { count }))
 }
 
-// ---- accounts and certificates: parse, call `admin_actions`, render `admin_wire` ----
+// ---- accounts and certificates: parse, call `ra::operator`, render `admin_wire` ----
 
 /// What a handler answers: a JSON document, or a status with a line of text.
 type Answer<T> = Result<Json<T>, (StatusCode, String)>;
 
-fn refused(e: AdminError) -> (StatusCode, String) {
-    let status = match &e {
-        AdminError::NotFound(_) => StatusCode::NOT_FOUND,
-        AdminError::Refused(_) => StatusCode::CONFLICT,
-        AdminError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    (status, format!("{e}\n"))
+fn refused(e: ra::Error) -> (StatusCode, String) {
+    match e {
+        ra::Error::Refused(r) => match *r {
+            ra::Refusal::NotFound(what) => {
+                (StatusCode::NOT_FOUND, format!("{what} does not exist\n"))
+            }
+            other => (StatusCode::CONFLICT, format!("{other}\n")),
+        },
+        ra::Error::Storage(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        ra::Error::Internal { context, message } => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{context}: {message}\n"),
+        ),
+    }
 }
 
 fn bad_request(e: String) -> (StatusCode, String) {
@@ -459,12 +463,15 @@ async fn list_accounts(
         status,
         contact: q.contact.filter(|c| !c.is_empty()),
     };
-    let limit = admin_actions::list_limit(p.limit);
+    let limit = operator::list_limit(p.limit);
     let page = Page {
         before: p.before.map(AccountId),
         limit,
     };
-    let accounts = admin_actions::list_accounts(&state.ctx.storage, &filter, page)
+    let accounts = state
+        .ctx
+        .ra
+        .list_accounts(&filter, page)
         .await
         .map_err(refused)?;
     let ids: Vec<i64> = accounts.iter().map(|a| a.id.0).collect();
@@ -475,7 +482,10 @@ async fn list_accounts(
 }
 
 async fn show_account(State(state): State<AdminState>, Path(id): Path<i64>) -> Answer<AccountDoc> {
-    let detail = admin_actions::show_account(&state.ctx.storage, AccountId(id))
+    let detail = state
+        .ctx
+        .ra
+        .show_account(AccountId(id))
         .await
         .map_err(refused)?;
     Ok(Json(AccountDoc::detailed(&detail)))
@@ -485,11 +495,16 @@ async fn deactivate_account(
     State(state): State<AdminState>,
     Path(id): Path<i64>,
 ) -> Answer<AccountDoc> {
-    let storage = &state.ctx.storage;
-    admin_actions::deactivate_account(storage, &state.ctx.clock, AccountId(id))
+    state
+        .ctx
+        .ra
+        .operator_deactivates(AccountId(id))
         .await
         .map_err(refused)?;
-    let detail = admin_actions::show_account(storage, AccountId(id))
+    let detail = state
+        .ctx
+        .ra
+        .show_account(AccountId(id))
         .await
         .map_err(refused)?;
     Ok(Json(AccountDoc::detailed(&detail)))
@@ -501,12 +516,15 @@ async fn list_certificates(
     Query(p): Query<PageQuery>,
 ) -> Answer<CertificateList> {
     let filter = q.to_filter().map_err(bad_request)?;
-    let limit = admin_actions::list_limit(p.limit);
+    let limit = operator::list_limit(p.limit);
     let page = Page {
         before: p.before.map(CertificateId),
         limit,
     };
-    let rows = admin_actions::list_certificates(&state.ctx.storage, &filter, page)
+    let rows = state
+        .ctx
+        .ra
+        .list_certificates(&filter, page)
         .await
         .map_err(refused)?;
     let ids: Vec<i64> = rows.iter().map(|c| c.id.0).collect();
@@ -521,7 +539,10 @@ async fn count_revocable(
     Query(q): Query<CertificateQuery>,
 ) -> Answer<CountDoc> {
     let filter = q.to_filter().map_err(bad_request)?;
-    let count = admin_actions::count_revocable(&state.ctx.storage, &filter)
+    let count = state
+        .ctx
+        .ra
+        .count_revocable(&filter)
         .await
         .map_err(refused)?;
     Ok(Json(CountDoc { count }))
@@ -539,7 +560,10 @@ async fn show_certificate(
     Query(q): Query<ShowQuery>,
 ) -> Answer<CertificateDoc> {
     let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
-    let detail = admin_actions::show_certificate(&state.ctx.storage, &serial)
+    let detail = state
+        .ctx
+        .ra
+        .show_certificate(&serial)
         .await
         .map_err(refused)?;
     Ok(Json(CertificateDoc::detailed(&detail, q.pem)))
@@ -552,11 +576,16 @@ async fn revoke_one(
 ) -> Answer<CertificateDoc> {
     let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
     let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
-    let storage = &state.ctx.storage;
-    admin_actions::revoke_by_serial(storage, &state.ctx.clock, &serial, reason)
+    state
+        .ctx
+        .ra
+        .revoke_by_serial(&serial, reason)
         .await
         .map_err(refused)?;
-    let detail = admin_actions::show_certificate(storage, &serial)
+    let detail = state
+        .ctx
+        .ra
+        .show_certificate(&serial)
         .await
         .map_err(refused)?;
     Ok(Json(CertificateDoc::detailed(&detail, false)))
@@ -568,16 +597,17 @@ async fn revoke_batch(
 ) -> Answer<BatchDoc> {
     let filter = body.filter.to_filter().map_err(bad_request)?;
     let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
-    let outcome = admin_actions::revoke_batch(
-        &state.ctx.storage,
-        &state.ctx.clock,
-        &filter,
-        body.before.map(CertificateId),
-        admin_actions::revoke_batch_size(body.batch),
-        reason,
-    )
-    .await
-    .map_err(refused)?;
+    let outcome = state
+        .ctx
+        .ra
+        .revoke_batch(
+            &filter,
+            body.before.map(CertificateId),
+            operator::revoke_batch_size(body.batch),
+            reason,
+        )
+        .await
+        .map_err(refused)?;
     Ok(Json(BatchDoc {
         revoked: outcome
             .revoked

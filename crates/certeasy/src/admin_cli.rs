@@ -10,8 +10,6 @@ use clap::Subcommand;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::admin_actions::DEFAULT_LIST_LIMIT;
-use crate::admin_actions::DEFAULT_REVOKE_BATCH;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
 use crate::admin_wire::BatchDoc;
@@ -22,6 +20,8 @@ use crate::admin_wire::CertificateQuery;
 use crate::admin_wire::CountDoc;
 use crate::admin_wire::RevokeBody;
 use crate::admin_wire::parse_reason;
+use ra::operator::DEFAULT_LIST_LIMIT;
+use ra::operator::DEFAULT_REVOKE_BATCH;
 
 const ACCOUNTS_LIST_HELP: &str = "\
 Filters (combined with AND):
@@ -165,6 +165,26 @@ pub enum CertificatesCommand {
         #[arg(long, default_value_t = DEFAULT_REVOKE_BATCH)]
         batch: u32,
         /// Print one JSON document, and no progress bar.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask ARI clients (RFC 9773) to renew now: the renewal window of every matching
+    /// unexpired, unrevoked certificate moves into the past, so clients that poll renewalInfo
+    /// renew at their next poll. Name exactly one of SERIAL, --account and --name.
+    ///
+    /// Examples: `certeasy admin certificates renew-early 5f3a…`,
+    /// `certeasy admin certificates renew-early --account 7`,
+    /// `certeasy admin certificates renew-early --name www.example.com`.
+    RenewEarly {
+        /// The serial number in hex (colons allowed).
+        serial: Option<String>,
+        /// Every certificate of this account.
+        #[arg(long)]
+        account: Option<i64>,
+        /// Every certificate holding this name (dns:NAME, ip:ADDR, or bare).
+        #[arg(long)]
+        name: Option<String>,
+        /// Print one JSON document ({"count": N}).
         #[arg(long)]
         json: bool,
     },
@@ -548,6 +568,48 @@ pub async fn certificates(
                     }),
                 )?;
                 next_page_hint(list.next_before);
+            }
+            Ok(true)
+        }
+        CertificatesCommand::RenewEarly {
+            serial,
+            account,
+            name,
+            json,
+        } => {
+            #[derive(Serialize)]
+            struct Body {
+                #[serde(skip_serializing_if = "Option::is_none")]
+                serial: Option<String>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                account: Option<i64>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                name: Option<String>,
+            }
+            if usize::from(serial.is_some())
+                + usize::from(account.is_some())
+                + usize::from(name.is_some())
+                != 1
+            {
+                anyhow::bail!("name exactly one of SERIAL, --account and --name");
+            }
+            let reply = api
+                .post::<CountDoc>(
+                    "/admin/certificates/renew-early",
+                    &Body {
+                        serial,
+                        account,
+                        name,
+                    },
+                )
+                .await?;
+            let Some(count) = doc(reply) else {
+                return Ok(false);
+            };
+            if json {
+                print_json(&count)?;
+            } else {
+                println!("{} certificate(s) marked for early renewal", count.count);
             }
             Ok(true)
         }

@@ -12,8 +12,8 @@ use storage::model::CertificateFilter;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::admin_actions::AccountDetail;
-use crate::admin_actions::CertificateDetail;
+use ra::operator::AccountDetail;
+use ra::operator::CertificateDetail;
 
 /// An account. The counts are there only when one account is shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

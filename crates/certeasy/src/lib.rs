@@ -2,7 +2,6 @@
 //! integration tests.
 
 pub mod admin;
-pub mod admin_actions;
 pub mod admin_cli;
 pub mod admin_eab;
 pub mod admin_token;

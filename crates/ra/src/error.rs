@@ -84,6 +84,10 @@ pub enum Refusal {
     /// The object does not exist, or belongs to another account (indistinguishable on purpose).
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// The object's state does not allow what an operator asked (already deactivated, already
+    /// revoked, a bulk selection that names nothing).
+    #[error("{0}")]
+    Conflict(String),
     /// A key is already the key of another account.
     #[error("the key belongs to account {0}")]
     KeyInUse(AccountId),

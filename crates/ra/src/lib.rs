@@ -15,6 +15,7 @@ pub mod error;
 mod guards;
 pub mod jobs;
 pub mod limits;
+pub mod operator;
 pub mod orders;
 pub mod pausing;
 mod profiles;

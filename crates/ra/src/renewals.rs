@@ -8,6 +8,8 @@ use acme_core::problem::ProblemType;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use storage::model::Certificate;
+use storage::model::CertificateFilter;
+use storage::model::Page;
 use storage::model::RenewEarly;
 use time::Duration;
 use time::OffsetDateTime;
@@ -19,6 +21,16 @@ use x509_parser::prelude::FromDer;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+
+/// Which certificates an operator marks for early renewal.
+#[derive(Debug, Clone)]
+pub enum RenewEarlyTarget {
+    Serial(Serial),
+    /// Every certificate of the account.
+    Account(AccountId),
+    /// Every certificate holding the name.
+    Name(Identifier),
+}
 
 /// A suggested renewal window and when to ask again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,13 +213,48 @@ impl Ra {
     }
 
     /// An operator asks for certificates to be renewed early: their ARI window moves into the
-    /// past, so ARI clients renew at their next poll. Returns how many were newly marked.
-    pub async fn renew_early(&self, which: &RenewEarly) -> Result<u64, Error> {
-        let marked = self
-            .inner
-            .storage
-            .mark_renew_early(which, self.now())
-            .await?;
+    /// past, so ARI clients renew at their next poll. Returns how many were newly marked
+    /// (unexpired, unrevoked, not marked before).
+    pub async fn renew_early(&self, which: &RenewEarlyTarget) -> Result<u64, Error> {
+        let storage = &self.inner.storage;
+        let now = self.now();
+        let marked = match which {
+            RenewEarlyTarget::Serial(serial) => {
+                storage
+                    .mark_renew_early(&RenewEarly::Serial(serial.clone()), now)
+                    .await?
+            }
+            RenewEarlyTarget::Account(account) => {
+                storage
+                    .mark_renew_early(&RenewEarly::Account(*account), now)
+                    .await?
+            }
+            // The certificates holding the name, page by page (the names are the orders'), each
+            // marked by its serial.
+            RenewEarlyTarget::Name(name) => {
+                let filter = CertificateFilter {
+                    name: Some(name.clone()),
+                    revoked: Some(false),
+                    ..CertificateFilter::default()
+                };
+                let mut marked = 0;
+                let mut before = None;
+                loop {
+                    let page = storage
+                        .list_certificates(&filter, Page { before, limit: 500 })
+                        .await?;
+                    for cert in &page {
+                        marked += storage
+                            .mark_renew_early(&RenewEarly::Serial(cert.serial.clone()), now)
+                            .await?;
+                    }
+                    match page.last() {
+                        Some(last) if page.len() == 500 => before = Some(last.id),
+                        _ => break marked,
+                    }
+                }
+            }
+        };
         tracing::info!(?which, marked, "certificates marked for early renewal");
         metrics::counter!("certeasy_certificates_renew_early_total").increment(marked);
         Ok(marked)

@@ -17,14 +17,14 @@ use crate::flow::issue;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 
-struct Out {
+pub(crate) struct Out {
     ok: bool,
     stdout: String,
     stderr: String,
 }
 
 impl Out {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         assert!(self.ok, "command failed: {}{}", self.stdout, self.stderr);
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", self.stdout))
@@ -32,7 +32,7 @@ impl Out {
 }
 
 /// Runs the CLI without blocking the runtime: the server under test runs on it.
-async fn admin(env: &TestEnv, args: &[&str]) -> Out {
+pub(crate) async fn admin(env: &TestEnv, args: &[&str]) -> Out {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
         .env_remove("CERTEASY_ADMIN_URL")
         .env_remove("CERTEASY_ADMIN_TOKEN_FILE")

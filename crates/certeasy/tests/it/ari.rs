@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 use x509_parser::prelude::FromDer;
 use x509_parser::prelude::X509Certificate;
 
+use crate::admin_records::admin;
 use crate::certcheck::pem_ders;
 use crate::flow::issue;
 use crate::harness::Db;
@@ -44,22 +45,12 @@ fn validity(der: &[u8]) -> (OffsetDateTime, OffsetDateTime) {
     )
 }
 
-async fn admin_renew_early(env: &TestEnv, body: serde_json::Value) -> (u16, String) {
-    let r = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!(
-            "http://{}/admin/certificates/renew-early",
-            env.admin_addr()
-        ))
-        .bearer_auth(env.admin_token())
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
+/// `certeasy admin certificates renew-early ARGS --json`, through the real CLI: how many were
+/// marked.
+async fn renew_early(env: &TestEnv, args: &[&str]) -> u64 {
+    let mut all = vec!["certificates", "renew-early", "--json"];
+    all.extend_from_slice(args);
+    admin(env, &all).await.json()["count"].as_u64().unwrap()
 }
 
 fn problem_type(e: &instant_acme::Error) -> String {
@@ -98,15 +89,13 @@ async fn the_window_lies_inside_the_lifetime_and_moves_into_the_past_when_marked
 
     // An operator marks it: the window is now in the past.
     let serial = hex_serial(&der);
-    let (status, body) = admin_renew_early(&env, serde_json::json!({ "serial": serial })).await;
-    assert_eq!((status, body.trim()), (200, "1"));
+    assert_eq!(renew_early(&env, &[&serial]).await, 1);
     let (marked, _) = account.renewal_info(&id).await.unwrap();
     let now = OffsetDateTime::now_utc();
     assert!(marked.suggested_window.end <= now, "{marked:?}");
     assert!(marked.suggested_window.start < marked.suggested_window.end);
     // Marking again changes nothing.
-    let (_, body) = admin_renew_early(&env, serde_json::json!({ "serial": serial })).await;
-    assert_eq!(body.trim(), "0");
+    assert_eq!(renew_early(&env, &[&serial]).await, 0);
 
     // A revoked certificate's window is in the past too.
     let other = issued(&env, &account, &env.name("ari-revoked")).await;
@@ -121,6 +110,15 @@ async fn the_window_lies_inside_the_lifetime_and_moves_into_the_past_when_marked
         .unwrap();
     let (revoked, _) = account.renewal_info(&other_id).await.unwrap();
     assert!(revoked.suggested_window.end <= OffsetDateTime::now_utc());
+
+    // By account: the one certificate of this account still unexpired, unrevoked and unmarked.
+    let third = issued(&env, &account, &env.name("ari-account")).await;
+    let third_cert = CertificateDer::from(third);
+    let third_id = CertificateIdentifier::try_from(&third_cert).unwrap();
+    let id_text = account.id().rsplit('/').next().unwrap().to_owned();
+    assert_eq!(renew_early(&env, &["--account", &id_text]).await, 1);
+    let (third_info, _) = account.renewal_info(&third_id).await.unwrap();
+    assert!(third_info.suggested_window.end <= OffsetDateTime::now_utc());
 }
 
 #[tokio::test]
@@ -141,10 +139,9 @@ async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_duplica
         .expect("the order is refused");
     assert!(problem_type(&early).ends_with(":rateLimited"), "{early}");
 
-    // Due (the operator marked it): exempt, created, and recorded.
-    let (status, _) =
-        admin_renew_early(&env, serde_json::json!({ "serial": hex_serial(&der) })).await;
-    assert_eq!(status, 200);
+    // Due (the operator marked it by name, as after a key compromise on one host): exempt,
+    // created, and recorded.
+    assert_eq!(renew_early(&env, &["--name", &name]).await, 1);
     let mut order = account
         .new_order(&NewOrder::new(&ids).replaces(id.clone()))
         .await

@@ -1,0 +1,287 @@
+//! What an operator may do to accounts and certificates through the admin API, and doing it. The
+//! decisions (may this account be deactivated, may this certificate be revoked, which
+//! certificates a bulk revocation takes) are plain functions over domain values; the admin
+//! handlers only parse, call and render.
+
+use std::collections::HashSet;
+
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
+use acme_core::ids::CertificateId;
+use acme_core::ids::Serial;
+use acme_core::status::AccountStatus;
+use acme_core::status::RevocationReason;
+use storage::model::Account;
+use storage::model::AccountCounts;
+use storage::model::AccountFilter;
+use storage::model::Certificate;
+use storage::model::CertificateFilter;
+use storage::model::CertificateSummary;
+use storage::model::Page;
+
+use crate::Ra;
+use crate::error::Error;
+use crate::error::Refusal;
+
+/// Rows per listing page when the operator names no `--limit`.
+pub const DEFAULT_LIST_LIMIT: u32 = 100;
+/// The most rows one page returns: a page is one statement, and its rows are held in memory.
+pub const MAX_LIST_LIMIT: u32 = 1_000;
+/// Certificates one bulk-revocation step revokes when the operator names no `--batch`: one
+/// short write per batch, so issuance waits at most for one batch.
+pub const DEFAULT_REVOKE_BATCH: u32 = 500;
+/// The largest batch (also bounds the statement's `IN` list).
+pub const MAX_REVOKE_BATCH: u32 = 5_000;
+
+/// An account with what it holds, for `accounts show`.
+#[derive(Debug, Clone)]
+pub struct AccountDetail {
+    pub account: Account,
+    pub counts: AccountCounts,
+}
+
+/// A certificate with the names it holds, for `certificates show`.
+#[derive(Debug, Clone)]
+pub struct CertificateDetail {
+    pub certificate: Certificate,
+    pub identifiers: Vec<Identifier>,
+}
+
+/// One step of a bulk revocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Certificates this step revoked (those revoked meanwhile by someone else are not counted).
+    pub revoked: Vec<Serial>,
+    /// Where the next step starts; `None` when the selection is exhausted.
+    pub next: Option<CertificateId>,
+}
+
+/// The page size: the operator's, within 1..=[`MAX_LIST_LIMIT`], or the default.
+pub fn list_limit(requested: Option<u32>) -> u32 {
+    requested.map_or(DEFAULT_LIST_LIMIT, |n| n.clamp(1, MAX_LIST_LIMIT))
+}
+
+/// The bulk-revocation batch: the operator's, within 1..=[`MAX_REVOKE_BATCH`], or the default.
+pub fn revoke_batch_size(requested: Option<u32>) -> u32 {
+    requested.map_or(DEFAULT_REVOKE_BATCH, |n| n.clamp(1, MAX_REVOKE_BATCH))
+}
+
+/// Only a valid account can be deactivated: deactivation is final (RFC 8555 §7.3.6), and a
+/// server-revoked account stays revoked.
+pub fn may_deactivate(account: &Account) -> Result<(), Refusal> {
+    match account.status {
+        AccountStatus::Valid => Ok(()),
+        other => Err(Refusal::Conflict(format!(
+            "account {} is already {}",
+            account.id,
+            other.as_str()
+        ))),
+    }
+}
+
+/// A certificate is revoked once: the first revocation's time and reason stand, as on the ACME
+/// path (`alreadyRevoked`). Every reason `RevocationReason` holds is allowed to an operator.
+pub fn may_revoke(certificate: &Certificate, _reason: RevocationReason) -> Result<(), Refusal> {
+    match (certificate.revoked_at, certificate.revocation_reason) {
+        (None, _) => Ok(()),
+        (Some(at), reason) => Err(Refusal::Conflict(format!(
+            "certificate {} is already revoked (at {at}, reason {})",
+            certificate.serial,
+            reason.map_or("unspecified", RevocationReason::as_str)
+        ))),
+    }
+}
+
+/// What a bulk revocation takes: the certificates of `filter` not revoked yet. A filter with no
+/// condition would revoke every certificate of the CA, which no operator means by accident, and
+/// one asking for revoked certificates selects nothing to revoke: both are refused.
+pub fn bulk_selection(filter: &CertificateFilter) -> Result<CertificateFilter, Refusal> {
+    let mut selection = filter.clone();
+    selection.revoked = None;
+    if selection.is_empty() {
+        return Err(Refusal::Conflict(
+            "a bulk revocation needs at least one filter (name, serial, account, issued or expiry dates)"
+                .to_owned(),
+        ));
+    }
+    if filter.revoked == Some(true) {
+        return Err(Refusal::Conflict(
+            "revoked certificates cannot be revoked again".to_owned(),
+        ));
+    }
+    selection.revoked = Some(false);
+    Ok(selection)
+}
+
+impl Ra {
+    pub async fn list_accounts(
+        &self,
+        filter: &AccountFilter,
+        page: Page<AccountId>,
+    ) -> Result<Vec<Account>, Error> {
+        Ok(self.inner.storage.list_accounts(filter, page).await?)
+    }
+
+    pub async fn show_account(&self, id: AccountId) -> Result<AccountDetail, Error> {
+        let account = self
+            .inner
+            .storage
+            .account(id)
+            .await?
+            .ok_or_else(|| Refusal::NotFound("account"))?;
+        let counts = self.inner.storage.account_counts(id).await?;
+        Ok(AccountDetail { account, counts })
+    }
+
+    /// Deactivates the account as its holder would: it can do nothing afterwards (every request it
+    /// signs is refused with `unauthorized`), its pending authorizations are deactivated and its
+    /// pending and ready orders become invalid, in one transaction (`Storage::deactivate_account`).
+    pub async fn operator_deactivates(&self, id: AccountId) -> Result<Account, Error> {
+        let account = self
+            .inner
+            .storage
+            .account(id)
+            .await?
+            .ok_or_else(|| Refusal::NotFound("account"))?;
+        may_deactivate(&account)?;
+        let account = match self.inner.storage.deactivate_account(id, self.now()).await {
+            Ok(account) => account,
+            // Deactivated by its holder between the check and the update.
+            Err(storage::error::Error::WrongState(state)) => {
+                return Err(Refusal::Conflict(format!("account {id}: {state}")).into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(account_id = %id, "account deactivated by an operator");
+        metrics::counter!("certeasy_accounts_deactivated_total", "via" => "admin").increment(1);
+        Ok(account)
+    }
+
+    pub async fn list_certificates(
+        &self,
+        filter: &CertificateFilter,
+        page: Page<CertificateId>,
+    ) -> Result<Vec<CertificateSummary>, Error> {
+        Ok(self.inner.storage.list_certificates(filter, page).await?)
+    }
+
+    pub async fn show_certificate(&self, serial: &Serial) -> Result<CertificateDetail, Error> {
+        let certificate = self
+            .inner
+            .storage
+            .certificate_by_serial(serial)
+            .await?
+            .ok_or_else(|| Refusal::NotFound("certificate"))?;
+        let filter = CertificateFilter {
+            serial: Some(serial.clone()),
+            ..CertificateFilter::default()
+        };
+        let identifiers = self
+            .inner
+            .storage
+            .list_certificates(
+                &filter,
+                Page {
+                    before: None,
+                    limit: 1,
+                },
+            )
+            .await?
+            .into_iter()
+            .next()
+            .map(|s| s.identifiers)
+            .unwrap_or_default();
+        Ok(CertificateDetail {
+            certificate,
+            identifiers,
+        })
+    }
+
+    pub async fn revoke_by_serial(
+        &self,
+        serial: &Serial,
+        reason: RevocationReason,
+    ) -> Result<Certificate, Error> {
+        let certificate = self
+            .inner
+            .storage
+            .certificate_by_serial(serial)
+            .await?
+            .ok_or_else(|| Refusal::NotFound("certificate"))?;
+        may_revoke(&certificate, reason)?;
+        let revoked = match self
+            .inner
+            .storage
+            .revoke_certificate(certificate.id, reason, self.now())
+            .await
+        {
+            Ok(c) => c,
+            // Revoked by its holder between the check and the update.
+            Err(storage::error::Error::AlreadyRevoked) => {
+                return Err(
+                    Refusal::Conflict(format!("certificate {serial} is already revoked")).into(),
+                );
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(serial = %serial, reason = reason.as_str(), "certificate revoked by an operator");
+        metrics::counter!("certeasy_certificates_revoked_total").increment(1);
+        Ok(revoked)
+    }
+
+    /// How many certificates a bulk revocation of `filter` would take now.
+    pub async fn count_revocable(&self, filter: &CertificateFilter) -> Result<u64, Error> {
+        let selection = bulk_selection(filter)?;
+        Ok(self.inner.storage.count_certificates(&selection).await?)
+    }
+
+    /// One step of a bulk revocation: the next `batch` certificates of the selection below
+    /// `before` (newest first), revoked in one statement. Repeat with `next` until it is `None`.
+    pub async fn revoke_batch(
+        &self,
+        filter: &CertificateFilter,
+        before: Option<CertificateId>,
+        batch: u32,
+        reason: RevocationReason,
+    ) -> Result<BatchOutcome, Error> {
+        let selection = bulk_selection(filter)?;
+        let rows = self
+            .inner
+            .storage
+            .list_certificates(
+                &selection,
+                Page {
+                    before,
+                    limit: batch,
+                },
+            )
+            .await?;
+        let ids: Vec<CertificateId> = rows.iter().map(|r| r.id).collect();
+        let revoked: HashSet<CertificateId> = self
+            .inner
+            .storage
+            .revoke_certificates(&ids, reason, self.now())
+            .await?
+            .into_iter()
+            .collect();
+        let serials: Vec<Serial> = rows
+            .iter()
+            .filter(|r| revoked.contains(&r.id))
+            .map(|r| r.serial.clone())
+            .collect();
+        if !serials.is_empty() {
+            tracing::info!(
+                revoked = serials.len(),
+                reason = reason.as_str(),
+                "certificates revoked by an operator (bulk)"
+            );
+            metrics::counter!("certeasy_certificates_revoked_total")
+                .increment(serials.len() as u64);
+        }
+        let full = u32::try_from(rows.len()).is_ok_and(|n| n >= batch);
+        Ok(BatchOutcome {
+            revoked: serials,
+            next: if full { ids.last().copied() } else { None },
+        })
+    }
+}
