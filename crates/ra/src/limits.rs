@@ -88,28 +88,18 @@ impl Ra {
     /// open, logged): the global limit protects capacity, and refusing every client because
     /// Redis is away would be the outage it exists to prevent.
     pub async fn charge_request(&self, ip: IpAddr) -> Result<Spent, Error> {
-        let limiter = self.inner.limits.limiter();
-        if limiter.is_whitelisted(ip) {
-            return Ok(Spent::default());
-        }
-        let requests = vec![LimitRequest::ip(LimitName::GlobalPerIp, ip, 1)];
-        let verdict = match limiter.check(self.now(), &requests).await {
-            Ok(v) => v,
-            Err(e) => {
+        match self.charge_ip(LimitName::GlobalPerIp, ip).await {
+            Ok(Some((requests, verdict))) => Ok(Spent {
+                requests,
+                info: Some(RateLimitInfo::from_applied(&verdict.applied)),
+            }),
+            Ok(None) => Ok(Spent::default()),
+            Err(ChargeError::Refused(r)) => Err(r.into()),
+            Err(ChargeError::Limiter(e)) => {
                 tracing::error!(error = %e, "global rate limit could not be evaluated; allowing");
-                return Ok(Spent::default());
+                Ok(Spent::default())
             }
-        };
-        log_shadow(&verdict);
-        if !verdict.allowed
-            && let Some(b) = &verdict.binding
-        {
-            return Err(self.denied(b, "from your IP address", None).into());
         }
-        Ok(Spent {
-            requests,
-            info: Some(RateLimitInfo::from_applied(&verdict.applied)),
-        })
     }
 
     /// Gives back what a failed request spent; a refund never takes a bucket above its burst.
@@ -130,25 +120,15 @@ impl Ra {
 
     /// Layer 2 of new-account: one token from the client address's account-creation bucket.
     pub(crate) async fn charge_account_creation(&self, ip: IpAddr) -> Result<Spent, Error> {
-        let limiter = self.inner.limits.limiter();
-        if limiter.is_whitelisted(ip) {
-            return Ok(Spent::default());
+        match self.charge_ip(LimitName::NewAccountPerIp, ip).await {
+            Ok(Some((requests, verdict))) => Ok(Spent {
+                requests,
+                info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
+            }),
+            Ok(None) => Ok(Spent::default()),
+            Err(ChargeError::Refused(r)) => Err(r.into()),
+            Err(ChargeError::Limiter(e)) => Err(Error::internal("account-creation limit", &e)),
         }
-        let requests = vec![LimitRequest::ip(LimitName::NewAccountPerIp, ip, 1)];
-        let verdict = limiter
-            .check(self.now(), &requests)
-            .await
-            .map_err(|e| Error::internal("account-creation limit", &e))?;
-        log_shadow(&verdict);
-        if !verdict.allowed
-            && let Some(b) = &verdict.binding
-        {
-            return Err(self.denied(b, "from your IP address", None).into());
-        }
-        Ok(Spent {
-            requests,
-            info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
-        })
     }
 
     /// Layers 2 and 4 of new-order as one batch: one order token (none for an `exempt` ARI
@@ -223,6 +203,35 @@ impl Ra {
         })
     }
 
+    /// One token of the client address's bucket under `name`: `None` for a whitelisted
+    /// address, the spent requests and the verdict otherwise.
+    async fn charge_ip(
+        &self,
+        name: LimitName,
+        ip: IpAddr,
+    ) -> Result<Option<(Vec<LimitRequest>, Verdict)>, ChargeError> {
+        let limiter = self.inner.limits.limiter();
+        if limiter.is_whitelisted(ip) {
+            return Ok(None);
+        }
+        let requests = vec![LimitRequest::ip(name, ip, 1)];
+        let verdict = limiter
+            .check(self.now(), &requests)
+            .await
+            .map_err(ChargeError::Limiter)?;
+        log_shadow(&verdict);
+        if !verdict.allowed
+            && let Some(b) = &verdict.binding
+        {
+            return Err(ChargeError::Refused(self.denied(
+                b,
+                "from your IP address",
+                None,
+            )));
+        }
+        Ok(Some((requests, verdict)))
+    }
+
     /// A `rateLimited` refusal for a GCRA denial; `info` replaces the binding bucket alone as
     /// the policies reported.
     fn denied(&self, b: &BindingLimit, subject: &str, info: Option<RateLimitInfo>) -> Refusal {
@@ -252,6 +261,13 @@ impl Ra {
             info: info.unwrap_or_else(|| RateLimitInfo::from_binding(b)),
         }
     }
+}
+
+/// Why a per-address charge did not go through: its callers treat a limiter failure
+/// differently (the global limit fails open).
+enum ChargeError {
+    Refused(Refusal),
+    Limiter(ratelimits::error::Error),
 }
 
 /// The bucket id of an (account, identifier) pair; wildcards stay distinct from base names.

@@ -122,13 +122,26 @@ impl Ra {
         Ok(self.inner.storage.list_accounts(filter, page).await?)
     }
 
-    pub async fn show_account(&self, id: AccountId) -> Result<AccountDetail, Error> {
-        let account = self
+    async fn existing_account(&self, id: AccountId) -> Result<Account, Error> {
+        Ok(self
             .inner
             .storage
             .account(id)
             .await?
-            .ok_or_else(|| Refusal::NotFound("account"))?;
+            .ok_or(Refusal::NotFound("account"))?)
+    }
+
+    async fn existing_certificate(&self, serial: &Serial) -> Result<Certificate, Error> {
+        Ok(self
+            .inner
+            .storage
+            .certificate_by_serial(serial)
+            .await?
+            .ok_or(Refusal::NotFound("certificate"))?)
+    }
+
+    pub async fn show_account(&self, id: AccountId) -> Result<AccountDetail, Error> {
+        let account = self.existing_account(id).await?;
         let counts = self.inner.storage.account_counts(id).await?;
         Ok(AccountDetail { account, counts })
     }
@@ -137,12 +150,7 @@ impl Ra {
     /// signs is refused with `unauthorized`), its pending authorizations are deactivated and its
     /// pending and ready orders become invalid, in one transaction (`Storage::deactivate_account`).
     pub async fn operator_deactivates(&self, id: AccountId) -> Result<Account, Error> {
-        let account = self
-            .inner
-            .storage
-            .account(id)
-            .await?
-            .ok_or_else(|| Refusal::NotFound("account"))?;
+        let account = self.existing_account(id).await?;
         may_deactivate(&account)?;
         let account = match self.inner.storage.deactivate_account(id, self.now()).await {
             Ok(account) => account,
@@ -166,12 +174,7 @@ impl Ra {
     }
 
     pub async fn show_certificate(&self, serial: &Serial) -> Result<CertificateDetail, Error> {
-        let certificate = self
-            .inner
-            .storage
-            .certificate_by_serial(serial)
-            .await?
-            .ok_or_else(|| Refusal::NotFound("certificate"))?;
+        let certificate = self.existing_certificate(serial).await?;
         let filter = CertificateFilter {
             serial: Some(serial.clone()),
             ..CertificateFilter::default()
@@ -202,12 +205,7 @@ impl Ra {
         serial: &Serial,
         reason: RevocationReason,
     ) -> Result<Certificate, Error> {
-        let certificate = self
-            .inner
-            .storage
-            .certificate_by_serial(serial)
-            .await?
-            .ok_or_else(|| Refusal::NotFound("certificate"))?;
+        let certificate = self.existing_certificate(serial).await?;
         may_revoke(&certificate, reason)?;
         let revoked = match self
             .inner
