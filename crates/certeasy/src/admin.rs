@@ -100,8 +100,7 @@ struct AdminState {
 impl axum::extract::FromRef<AdminState> for EabAdmin {
     fn from_ref(state: &AdminState) -> Self {
         EabAdmin {
-            storage: state.ctx.storage.clone(),
-            clock: state.ctx.clock.clone(),
+            ra: state.ctx.ra.clone(),
         }
     }
 }

@@ -3,38 +3,28 @@
 //! The HMAC key is shown once, in the answer to its creation; listing never shows it, so a key
 //! that is lost is revoked and replaced rather than read back.
 
-use acme_core::clock::SharedClock;
 use acme_core::duration::ConfigDuration;
 use acme_core::eab_policy::EabPolicy;
 use acme_core::ids::EabKid;
-use aws_lc_rs::rand::SecureRandom;
-use aws_lc_rs::rand::SystemRandom;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::State;
 use axum::http::StatusCode;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ipnet::IpNet;
+use ra::Ra;
+use ra::eab::KeyRequest;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::json;
-use storage::Storage;
 use storage::model::EabKey;
-use storage::model::NewEabKey;
 use time::format_description::well_known::Rfc3339;
 
-/// What the EAB routes need of the admin state.
+/// What the EAB routes need of the admin state: the policy layer, which makes, lists and
+/// revokes keys.
 #[derive(Clone)]
 pub struct EabAdmin {
-    pub storage: Storage,
-    pub clock: SharedClock,
+    pub ra: Ra,
 }
-
-/// Bytes of a new HMAC key: 256 bits, the output size of HS256.
-const HMAC_KEY_BYTES: usize = 32;
-/// Bytes of a new key identifier: random, so identifiers reveal nothing about how many exist.
-const KID_BYTES: usize = 16;
 
 /// Body of `POST /admin/eab`.
 #[derive(Debug, Default, Deserialize)]
@@ -56,19 +46,25 @@ pub struct CreateRequest {
 
 type Answer = (StatusCode, Json<Value>);
 
-fn refused(status: StatusCode, detail: impl Into<String>) -> Answer {
-    (status, Json(json!({ "error": detail.into() })))
+/// The answer to a policy-layer failure.
+fn failed(e: ra::Error) -> Answer {
+    match e {
+        ra::Error::Refused(r) => match *r {
+            ra::Refusal::NotFound(what) => {
+                refused(StatusCode::NOT_FOUND, format!("{what} not found"))
+            }
+            other => refused(StatusCode::CONFLICT, other.to_string()),
+        },
+        ra::Error::Storage(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        ra::Error::Internal { context, message } => refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{context}: {message}"),
+        ),
+    }
 }
 
-fn random_b64(len: usize) -> Result<String, Answer> {
-    let mut bytes = vec![0_u8; len];
-    SystemRandom::new().fill(&mut bytes).map_err(|_| {
-        refused(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the system random number generator failed",
-        )
-    })?;
-    Ok(URL_SAFE_NO_PAD.encode(bytes))
+fn refused(status: StatusCode, detail: impl Into<String>) -> Answer {
+    (status, Json(json!({ "error": detail.into() })))
 }
 
 fn duration(what: &str, text: Option<&str>) -> Result<Option<time::Duration>, Answer> {
@@ -122,25 +118,12 @@ async fn create_key(ctx: &EabAdmin, body: CreateRequest) -> Result<Answer, Answe
     let expires_in = duration("expires-in", body.expires_in.as_deref())?;
     let policy = EabPolicy::new(&body.domains, cidrs, body.profiles, max_validity)
         .map_err(|e| refused(StatusCode::BAD_REQUEST, format!("domain: {e}")))?;
-    let now = ctx.clock.now();
-    let hmac_b64 = random_b64(HMAC_KEY_BYTES)?;
-    let hmac_key = URL_SAFE_NO_PAD
-        .decode(&hmac_b64)
-        .map_err(|e| refused(StatusCode::INTERNAL_SERVER_ERROR, format!("hmac key: {e}")))?;
-    let new = NewEabKey {
-        kid: EabKid(random_b64(KID_BYTES)?),
-        hmac_key,
+    let request = KeyRequest {
         policy,
-        expires_at: expires_in.map(|d| now + d),
+        expires_in,
         reusable: body.reusable,
     };
-    let key = ctx
-        .storage
-        .create_eab_key(new, now)
-        .await
-        .map_err(|e| refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    tracing::info!(kid = %key.kid, reusable = key.reusable, "external account key created by an operator");
-    metrics::counter!("certeasy_eab_keys_created_total").increment(1);
+    let (key, hmac_b64) = ctx.ra.create_eab_key(request).await.map_err(failed)?;
     let mut answer = key_json(&key);
     answer["hmac-key"] = Value::String(hmac_b64);
     Ok((StatusCode::CREATED, Json(answer)))
@@ -148,12 +131,12 @@ async fn create_key(ctx: &EabAdmin, body: CreateRequest) -> Result<Answer, Answe
 
 /// `GET /admin/eab`: every key, without HMAC keys.
 pub async fn list(State(ctx): State<EabAdmin>) -> Answer {
-    match ctx.storage.list_eab_keys().await {
+    match ctx.ra.eab_keys().await {
         Ok(keys) => (
             StatusCode::OK,
             Json(Value::Array(keys.iter().map(key_json).collect())),
         ),
-        Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => failed(e),
     }
 }
 
@@ -161,16 +144,8 @@ pub async fn list(State(ctx): State<EabAdmin>) -> Answer {
 /// policy and keep working.
 pub async fn revoke(State(ctx): State<EabAdmin>, Path(kid): Path<String>) -> Answer {
     let kid = EabKid(kid);
-    match ctx.storage.revoke_eab_key(&kid, ctx.clock.now()).await {
-        Ok(key) => {
-            tracing::info!(kid = %kid, "external account key revoked by an operator");
-            (StatusCode::OK, Json(key_json(&key)))
-        }
-        Err(storage::error::Error::NotFound) => refused(
-            StatusCode::NOT_FOUND,
-            format!("no external account key has the identifier {kid}"),
-        ),
-        Err(storage::error::Error::WrongState(detail)) => refused(StatusCode::CONFLICT, detail),
-        Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    match ctx.ra.revoke_eab_key(&kid).await {
+        Ok(key) => (StatusCode::OK, Json(key_json(&key))),
+        Err(e) => failed(e),
     }
 }

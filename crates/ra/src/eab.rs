@@ -3,16 +3,23 @@
 //! bound account. The front end parses the binding (a JWS) and reflects it in the response; the
 //! MAC is verified here, with the key only storage knows.
 
+use acme_core::eab_policy::EabPolicy;
 use acme_core::identifier::Identifier;
 use acme_core::ids::EabKid;
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
 use acme_jose::eab::EabBinding;
+use aws_lc_rs::rand::SecureRandom;
+use aws_lc_rs::rand::SystemRandom;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use issuance::Profile;
 use storage::error::Error as StorageError;
 use storage::model::Account;
 use storage::model::BindOutcome;
+use storage::model::EabKey;
 use storage::model::NewAccount;
+use storage::model::NewEabKey;
 use time::OffsetDateTime;
 
 use crate::Ra;
@@ -154,4 +161,69 @@ impl Ra {
             (None, _) => Ok(None),
         }
     }
+}
+
+/// Bytes of a new HMAC key: 256 bits, the output size of HS256.
+const HMAC_KEY_BYTES: usize = 32;
+/// Bytes of a new key identifier: random, so identifiers reveal nothing about how many exist.
+const KID_BYTES: usize = 16;
+
+/// What an operator asks of a new key.
+#[derive(Debug, Clone)]
+pub struct KeyRequest {
+    pub policy: EabPolicy,
+    /// The key binds no new account after this long.
+    pub expires_in: Option<time::Duration>,
+    /// The key may bind several accounts (default: one).
+    pub reusable: bool,
+}
+
+impl Ra {
+    /// Creates an external-account-binding key with a random identifier and HMAC key. Returns
+    /// the key and its HMAC key in base64url, which is shown to the operator once and never
+    /// again.
+    pub async fn create_eab_key(&self, request: KeyRequest) -> Result<(EabKey, String), Error> {
+        let hmac_key = random_bytes(HMAC_KEY_BYTES)?;
+        let kid = URL_SAFE_NO_PAD.encode(random_bytes(KID_BYTES)?);
+        let hmac_b64 = URL_SAFE_NO_PAD.encode(&hmac_key);
+        let now = self.now();
+        let new = NewEabKey {
+            kid: EabKid(kid),
+            hmac_key,
+            policy: request.policy,
+            expires_at: request.expires_in.map(|d| now + d),
+            reusable: request.reusable,
+        };
+        let key = self.inner.storage.create_eab_key(new, now).await?;
+        tracing::info!(kid = %key.kid, reusable = key.reusable, "external account key created by an operator");
+        metrics::counter!("certeasy_eab_keys_created_total").increment(1);
+        Ok((key, hmac_b64))
+    }
+
+    /// Every key, for `eab list` (the HMAC keys are never shown).
+    pub async fn eab_keys(&self) -> Result<Vec<EabKey>, Error> {
+        Ok(self.inner.storage.list_eab_keys().await?)
+    }
+
+    /// Revokes a key: it binds no new account; accounts bound with it keep its policy and keep
+    /// working.
+    pub async fn revoke_eab_key(&self, kid: &EabKid) -> Result<EabKey, Error> {
+        match self.inner.storage.revoke_eab_key(kid, self.now()).await {
+            Ok(key) => {
+                tracing::info!(kid = %kid, "external account key revoked by an operator");
+                Ok(key)
+            }
+            Err(StorageError::NotFound) => Err(Refusal::NotFound("external account key").into()),
+            Err(StorageError::WrongState(detail)) => Err(Refusal::Conflict(detail).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn random_bytes(len: usize) -> Result<Vec<u8>, Error> {
+    let mut bytes = vec![0_u8; len];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| Error::internal("random key", &"the system RNG failed"))?;
+    Ok(bytes)
 }

@@ -10,7 +10,7 @@
 
 pub mod accounts;
 pub mod challenges;
-mod eab;
+pub mod eab;
 pub mod error;
 mod guards;
 pub mod jobs;

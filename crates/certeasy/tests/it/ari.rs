@@ -21,11 +21,12 @@ use crate::harness::Db;
 use crate::harness::TestEnv;
 
 async fn env_with_one_duplicate() -> TestEnv {
+    env_with_limits("  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 1\n    window: 7d\n").await
+}
+
+async fn env_with_limits(limits: &str) -> TestEnv {
     let mut env = TestEnv::new(Db::Sqlite).await;
-    env.section(
-        "rate-limiting",
-        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 1\n    window: 7d\n",
-    );
+    env.section("rate-limiting", limits);
     env.start().await;
     env
 }
@@ -122,8 +123,13 @@ async fn the_window_lies_inside_the_lifetime_and_moves_into_the_past_when_marked
 }
 
 #[tokio::test]
-async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_duplicate_limit() {
-    let env = env_with_one_duplicate().await;
+async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_both_limits() {
+    // One certificate per name set a week, and one order per account (a burst of 1 refilled
+    // once an hour): the first issuance spends both.
+    let env = env_with_limits(
+        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 1\n    window: 7d\n  order-creation:\n    orders-per-account-per-hour: 1\n    order-burst: 1\n",
+    )
+    .await;
     let account = env.account().await;
     let name = env.name("ari-replace");
     let der = issued(&env, &account, &name).await;
@@ -131,7 +137,7 @@ async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_duplica
     let id = CertificateIdentifier::try_from(&cert).unwrap();
     let ids = [Identifier::Dns(name.clone())];
 
-    // Not yet due: the duplicate-certificate limit (1 per 7 days) applies, replaces or not.
+    // Not yet due: the limits apply, replaces or not.
     let early = account
         .new_order(&NewOrder::new(&ids).replaces(id.clone()))
         .await
@@ -139,8 +145,8 @@ async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_duplica
         .expect("the order is refused");
     assert!(problem_type(&early).ends_with(":rateLimited"), "{early}");
 
-    // Due (the operator marked it by name, as after a key compromise on one host): exempt,
-    // created, and recorded.
+    // Due (the operator marked it by name, as after a key compromise on one host): exempt from
+    // both the order-creation and the duplicate-certificate limit, created, and recorded.
     assert_eq!(renew_early(&env, &["--name", &name]).await, 1);
     let mut order = account
         .new_order(&NewOrder::new(&ids).replaces(id.clone()))
