@@ -165,10 +165,16 @@ async fn an_unresponsive_first_address_leaves_time_for_the_second() {
 /// the attempt: A/AAAA, TXT and the CAA walk. The attempt still ends by its deadline.
 #[tokio::test]
 async fn a_silent_nameserver_cannot_hold_an_attempt_past_its_deadline() {
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = udp.local_addr().unwrap();
-    // The same port over TCP, accepting and never answering, for hickory's TCP fallback.
-    let tcp = std::net::TcpListener::bind(addr).unwrap();
+    // A UDP port whose TCP twin is free too (another test may hold it over TCP): the same port
+    // over TCP accepts and never answers, for hickory's TCP fallback.
+    let (udp, tcp, addr) = (0..50)
+        .find_map(|_| {
+            let udp = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+            let addr = udp.local_addr().ok()?;
+            let tcp = std::net::TcpListener::bind(addr).ok()?;
+            Some((udp, tcp, addr))
+        })
+        .expect("a UDP port whose TCP twin is free");
     let env = Env::start().await;
     let mut settings = env.settings();
     settings.dns_servers = vec![addr];
