@@ -12,7 +12,6 @@
 use acme_core::ids::AccountId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::OrderId;
-use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
 use time::OffsetDateTime;
 
@@ -150,26 +149,17 @@ fn certificate_conditions(cond: &mut Conditions, filter: &CertificateFilter) {
 }
 
 fn summary(row: &Row) -> Result<CertificateSummary> {
-    let serial_hex: String = row.try_get("serial")?;
-    let reason = row
-        .try_get::<Option<i64>, _>("revocation_reason")?
-        .map(|code| {
-            RevocationReason::from_code(code)
-                .ok_or_else(|| Error::Corrupt(format!("revocation reason {code}")))
-        })
-        .transpose()?;
     Ok(CertificateSummary {
         id: CertificateId(row.try_get("id")?),
         account_id: AccountId(row.try_get("account_id")?),
         order_id: OrderId(row.try_get("order_id")?),
-        serial: Serial::from_hex(&serial_hex)
-            .ok_or_else(|| Error::Corrupt(format!("serial {serial_hex:?}")))?,
+        serial: rows::serial_column(row)?,
         identifiers: codec::decode_identifiers(&row.try_get::<String, _>("identifiers")?)?,
         not_before: codec::time_from_unix(row.try_get("not_before")?)?,
         not_after: codec::time_from_unix(row.try_get("not_after")?)?,
         issued_at: codec::time_from_unix(row.try_get("issued_at")?)?,
         revoked_at: codec::opt_time_from_unix(row.try_get("revoked_at")?)?,
-        revocation_reason: reason,
+        revocation_reason: rows::revocation_reason_column(row)?,
     })
 }
 

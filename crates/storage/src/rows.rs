@@ -168,21 +168,28 @@ pub(crate) async fn load_authorization(
     }))
 }
 
-fn certificate(row: &Row) -> Result<Certificate> {
+/// A certificate row's `serial` column (hex).
+pub(crate) fn serial_column(row: &Row) -> Result<Serial> {
     let serial_hex: String = row.try_get("serial")?;
-    let reason = row
-        .try_get::<Option<i64>, _>("revocation_reason")?
+    Serial::from_hex(&serial_hex).ok_or_else(|| Error::Corrupt(format!("serial {serial_hex:?}")))
+}
+
+/// A certificate row's `revocation_reason` column (an RFC 5280 code, or NULL).
+pub(crate) fn revocation_reason_column(row: &Row) -> Result<Option<RevocationReason>> {
+    row.try_get::<Option<i64>, _>("revocation_reason")?
         .map(|code| {
             RevocationReason::from_code(code)
                 .ok_or_else(|| Error::Corrupt(format!("revocation reason {code}")))
         })
-        .transpose()?;
+        .transpose()
+}
+
+fn certificate(row: &Row) -> Result<Certificate> {
     Ok(Certificate {
         id: CertificateId(row.try_get("id")?),
         account_id: AccountId(row.try_get("account_id")?),
         order_id: OrderId(row.try_get("order_id")?),
-        serial: Serial::from_hex(&serial_hex)
-            .ok_or_else(|| Error::Corrupt(format!("serial {serial_hex:?}")))?,
+        serial: serial_column(row)?,
         der: row.try_get("der")?,
         chain_pem: row.try_get("chain_pem")?,
         set_hash: row.try_get("set_hash")?,
@@ -190,7 +197,7 @@ fn certificate(row: &Row) -> Result<Certificate> {
         not_after: codec::time_from_unix(row.try_get("not_after")?)?,
         issued_at: codec::time_from_unix(row.try_get("issued_at")?)?,
         revoked_at: codec::opt_time_from_unix(row.try_get("revoked_at")?)?,
-        revocation_reason: reason,
+        revocation_reason: revocation_reason_column(row)?,
         renew_early_at: codec::opt_time_from_unix(row.try_get("renew_early_at")?)?,
     })
 }
