@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
-# certbot, redis-server, PostgreSQL, chromium and chromedriver), makes sure PostgreSQL and Redis answer on loopback, then
+# certbot, redis-server, PostgreSQL, chromium and chromedriver, nginx and openssl for the
+# scripts/cluster.sh test), makes sure PostgreSQL and Redis answer on loopback, then
 # checks formatting, lints, the crypto-provider guard, runs every test, then fuzzes each parser
 # for a short time (scripts/fuzz.sh, FUZZ_SECONDS per target).
 #
@@ -33,6 +34,9 @@ need_pkg redis-cli redis-tools
 need_pkg pg_ctlcluster postgresql
 need_pkg psql postgresql-client
 need_pkg curl curl
+need_pkg openssl openssl
+# nginx is in /usr/sbin, which a non-root PATH may lack.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then need_pkg nginx nginx; fi
 need_pkg chromium chromium
 need_pkg chromedriver chromium-driver
 
