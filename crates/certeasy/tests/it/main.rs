@@ -9,6 +9,7 @@ mod ari;
 mod bounded_work;
 mod browser;
 mod certcheck;
+mod cluster;
 mod e2e_certbot;
 mod e2e_lego;
 mod eab;
