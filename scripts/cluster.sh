@@ -5,6 +5,7 @@
 #   scripts/cluster.sh start            # creates everything, prints the directory URL and root
 #   scripts/cluster.sh status           # each process, and each instance's /readyz
 #   scripts/cluster.sh stop-instance b  # stops one instance (SIGTERM, then SIGKILL after 10 s)
+#   scripts/cluster.sh kill-instance b  # crashes one instance (SIGKILL)
 #   scripts/cluster.sh stop             # stops everything, drops the database, deletes the keys
 #
 # Nothing shared is touched destructively: `start` creates a database with a unique name on
@@ -195,9 +196,12 @@ http {
       # instead (\$proxy_add_x_forwarded_for) and trust that proxy too.
       proxy_set_header X-Forwarded-For \$remote_addr;
       proxy_set_header X-Forwarded-Proto https;
-      # An instance that refuses connections is skipped; a request it already received is not
-      # sent again (ACME POSTs are not idempotent).
-      proxy_next_upstream error timeout;
+      # A request whose instance fails (refuses the connection, closes it or dies before
+      # answering) is sent to the other one, POSTs included: every ACME POST carries a
+      # single-use nonce, shared through Redis, so a resent POST is either processed once or
+      # refused with badNonce (which clients retry). The only other POST, /unpause, unpauses
+      # what is already unpaused the second time.
+      proxy_next_upstream error timeout non_idempotent;
       proxy_connect_timeout 2s;
       proxy_read_timeout 60s;
     }
@@ -327,6 +331,18 @@ cmd_stop_instance() {
   echo "instance $1 stopped"
 }
 
+cmd_kill_instance() {
+  load_state
+  case "${1:-}" in a|b) ;; *) die "usage: cluster.sh kill-instance a|b";; esac
+  local pid
+  pid="$(pid_of "$1")"
+  if alive "$pid"; then
+    kill -KILL "$pid"
+    for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.05; done
+  fi
+  echo "instance $1 killed"
+}
+
 cmd_stop() {
   load_state
   stop_pid "$(pid_of nginx)" 10
@@ -347,5 +363,6 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   stop-instance) cmd_stop_instance "${2:-}" ;;
-  *) echo "usage: $0 start|stop|status|stop-instance a|b" >&2; exit 2 ;;
+  kill-instance) cmd_kill_instance "${2:-}" ;;
+  *) echo "usage: $0 start|stop|status|stop-instance a|b|kill-instance a|b" >&2; exit 2 ;;
 esac
