@@ -32,7 +32,14 @@
 #                          does not write (e.g. rate-limiting)
 set -euo pipefail
 
-die() { echo "cluster.sh: $*" >&2; exit 1; }
+starting=0
+die() {
+  echo "cluster.sh: $*" >&2
+  if [ "$starting" = 1 ] && [ -e "$state" ]; then
+    echo "cluster.sh: clean up what was started with: CLUSTER_DIR=$dir $0 stop" >&2
+  fi
+  exit 1
+}
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${CLUSTER_DIR:-$repo/cluster}"
@@ -251,6 +258,7 @@ cmd_start() {
     || die "cannot create database $db_name at $pg_admin"
   db_url="${pg_admin%/*}/$db_name"
   # From here on `stop` knows what to remove, whatever fails next.
+  starting=1
   cat > "$state" <<EOF
 pg_admin='$pg_admin'
 db_name='$db_name'
