@@ -33,11 +33,18 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 /// How long requests in flight may run on after shutdown or an idle close asks a connection to
 /// finish.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a connection that has not yet had a request answered may wait for one after shutdown
+/// begins. A client whose connection was accepted just before shutdown has usually sent its
+/// request already; closing the connection unread would fail it (a 502 behind a proxy, an
+/// unanswered POST for an ACME client), while answering it costs one request.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
 
 /// The connection limits of the ACME listener, from `server:` in the configuration.
 #[derive(Debug, Clone)]
@@ -104,7 +111,9 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// Serves `router` over TLS until `shutdown` fires.
+/// Serves `router` over TLS until `shutdown` fires, then returns once every connection has
+/// answered what it was asked (each within `CLOSE_GRACE`, see `serve_connection`), so that a
+/// stopping server does not cut off responses: its process exits when this returns.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
@@ -118,11 +127,40 @@ pub async fn serve_tls(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
     let limits = Arc::new(limits);
+    let connections = TaskTracker::new();
+    accept_until_shutdown(
+        &listener,
+        &acceptor,
+        &router,
+        &builder,
+        &slots,
+        &limits,
+        &shutdown,
+        &connections,
+    )
+    .await;
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
+
+/// The accept loop of `serve_tls`: each accepted connection runs on a task of `connections`.
+#[allow(clippy::too_many_arguments)]
+async fn accept_until_shutdown(
+    listener: &TcpListener,
+    acceptor: &TlsAcceptor,
+    router: &Router,
+    builder: &Arc<Builder<TokioExecutor>>,
+    slots: &Arc<Semaphore>,
+    limits: &Arc<ListenerLimits>,
+    shutdown: &CancellationToken,
+    connections: &TaskTracker,
+) {
     loop {
         // The slot is taken before accepting: while all are taken, new clients wait in the
         // kernel's accept queue (they are not refused) until a connection ends.
         let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
+            slot = Arc::clone(slots).acquire_owned() => match slot {
                 Ok(slot) => slot,
                 Err(_) => return,
             },
@@ -152,9 +190,9 @@ pub async fn serve_tls(
         let acceptor = acceptor.clone();
         let router = router.clone();
         let shutdown = shutdown.clone();
-        let builder = Arc::clone(&builder);
-        let limits = Arc::clone(&limits);
-        tokio::spawn(async move {
+        let builder = Arc::clone(builder);
+        let limits = Arc::clone(limits);
+        connections.spawn(async move {
             let _slot = slot;
             let handshake =
                 tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream)).await;
@@ -249,6 +287,18 @@ async fn idle_for(activity: &Activity, timeout: Duration) {
     }
 }
 
+/// Returns once a request has started on the connection and none is in flight any more.
+async fn first_answered(activity: &Activity) {
+    loop {
+        if activity.started.load(Ordering::Relaxed) > 0
+            && activity.in_flight.load(Ordering::Relaxed) == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn serve_connection<I>(
     io: I,
     peer: SocketAddr,
@@ -290,7 +340,188 @@ async fn serve_connection<I>(
             "idle timeout"
         }
     };
+    if why == "shutdown" && activity.started.load(Ordering::Relaxed) == 0 {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = first_answered(&activity) => {}
+            () = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+        }
+    }
     tracing::debug!(%peer, why, "closing connection");
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use axum::routing::get;
+    use rustls::pki_types::ServerName;
+    use tokio::io::AsyncReadExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio_rustls::TlsConnector;
+
+    use super::*;
+
+    fn limits() -> ListenerLimits {
+        ListenerLimits {
+            tls_handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 16,
+            http2_max_concurrent_streams: 16,
+            http2_keep_alive_interval: Duration::from_secs(30),
+            http2_keep_alive_timeout: Duration::from_secs(10),
+            http2_max_header_list_size: 16 * 1024,
+        }
+    }
+
+    fn peer() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 40000))
+    }
+
+    /// Reads an HTTP/1.1 exchange to its end (the request asks the server to close).
+    async fn exchange<S>(mut stream: S, path: &str) -> String
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.expect("read");
+        String::from_utf8_lossy(&response).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_connection_accepted_as_shutdown_begins_has_its_request_answered() {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let router = Router::new().route("/", get(|| async { "answered" }));
+        let served = tokio::spawn(async move {
+            let builder = limits().http_builder();
+            serve_connection(
+                TokioIo::new(server),
+                peer(),
+                router,
+                &builder,
+                Duration::from_secs(30),
+                shutdown,
+            )
+            .await;
+        });
+        // The client's request arrives a moment after the connection, as it does over a network.
+        let delayed = async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            exchange(client, "/").await
+        };
+        let response = tokio::time::timeout(Duration::from_secs(10), delayed)
+            .await
+            .expect("the server answers before closing");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("answered"), "{response}");
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection ends after its answer")
+            .expect("no panic");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_after_shutdown_is_closed_after_the_grace() {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let started = Instant::now();
+        let builder = limits().http_builder();
+        serve_connection(
+            TokioIo::new(server),
+            peer(),
+            Router::new(),
+            &builder,
+            Duration::from_secs(30),
+            shutdown,
+        )
+        .await;
+        assert!(started.elapsed() < FIRST_REQUEST_GRACE + CLOSE_GRACE);
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.expect("read");
+        assert!(rest.is_empty(), "nothing was asked, nothing is answered");
+    }
+
+    /// The process exits when `serve_tls` returns, so a request in flight at shutdown must be
+    /// answered before it does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_waits_for_the_requests_in_flight() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let key = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+        let cert = key.cert.der().clone();
+        let server_config = ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.signing_key.serialize_der().into()),
+            )
+            .expect("server config");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).expect("root");
+        let client_config = Arc::new(
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+        let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+        let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler_answered = Arc::clone(&answered);
+        let router = Router::new().route(
+            "/slow",
+            get(move || {
+                let entered_tx = Arc::clone(&entered_tx);
+                let answered = Arc::clone(&handler_answered);
+                async move {
+                    if let Some(tx) = entered_tx.lock().expect("lock").take() {
+                        let _ = tx.send(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    answered.store(true, Ordering::SeqCst);
+                    "slow answer"
+                }
+            }),
+        );
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_tls(
+            listener,
+            Arc::new(server_config),
+            router,
+            limits(),
+            shutdown.clone(),
+        ));
+
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let tls = TlsConnector::from(client_config)
+            .connect(ServerName::try_from("localhost").expect("name"), tcp)
+            .await
+            .expect("handshake");
+        let client = tokio::spawn(exchange(tls, "/slow"));
+        entered_rx.await.expect("the request reached its handler");
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("serve_tls returns")
+            .expect("no panic");
+        assert!(
+            answered.load(Ordering::SeqCst),
+            "serve_tls returned before the request in flight was answered"
+        );
+        let response = client.await.expect("client");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("slow answer"), "{response}");
+    }
 }
