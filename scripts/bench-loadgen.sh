@@ -25,7 +25,7 @@
 #   BENCH_FLAME [1]             profile Certeasy's full issuance (perf) after the rounds
 #   BENCH_FLAME_SECS [10]       length of the profiled run
 #   BENCH_PERF_CALLGRAPH [dwarf,16384]  perf record --call-graph mode
-#   BENCH_PORT_BASE [18400]     first of the loopback ports used (ten consecutive ports)
+#   BENCH_PORT_BASE [18400]     first of the loopback ports used (BASE to BASE+16)
 #   BENCH_UPDATE_DOCS [1]       write the table into docs/performance.md and the images to docs/img
 #   BENCH_SCALE_ACCOUNTS [10000], BENCH_SCALE_ORDERS [100000], BENCH_SCALE_CONCURRENCY [16]
 #   BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS], BENCH_CLUSTER_DURATION [BENCH_DURATION],
@@ -167,6 +167,8 @@ rate-limiting:
     enabled: false
 zombie-pausing:
   enabled: false
+crl:
+  listen: "127.0.0.1:$((port + 9))"
 EOF
     [ -n "$db" ] && printf 'database:\n  url: "%s"\n' "$db"
     [ -n "$redis" ] && printf 'redis:\n  shards: ["%s"]\n  key-prefix: "%s"\n' "$redis" "$prefix"

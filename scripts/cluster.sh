@@ -17,7 +17,8 @@
 #   CERTEASY_BIN           the certeasy binary (default: certeasy on PATH, else target/release)
 #   CLUSTER_DIR            state directory (default: ./cluster)
 #   CLUSTER_PORT_BASE      nginx listens on BASE, instance a on BASE+1 (admin BASE+2),
-#                          instance b on BASE+3 (admin BASE+4); default 24000
+#                          instance b on BASE+3 (admin BASE+4); their CRL listeners on
+#                          BASE+5 and BASE+6; default 24000
 #   CLUSTER_POSTGRES_URL   a PostgreSQL URL allowed to CREATE DATABASE
 #                          (default postgres://postgres@127.0.0.1:5432/postgres)
 #   CLUSTER_REDIS_URL      default redis://127.0.0.1:6379
@@ -114,7 +115,7 @@ make_pki() {
 
 # One instance's configuration; everything but its ports and data dir is the same for both.
 write_instance_config() {
-  local name="$1" port="$2" admin="$3" dns="" server servers=()
+  local name="$1" port="$2" admin="$3" crl="$4" dns="" server servers=()
   IFS=, read -r -a servers <<< "${CLUSTER_DNS_SERVERS:-}"
   for server in "${servers[@]}"; do dns="$dns${dns:+, }\"$server\""; done
   mkdir -p "$dir/$name"
@@ -152,6 +153,11 @@ logging:
   level: "info,tower_http=debug"
 zombie-pausing:
   unpause-key-file: "$dir/secrets/unpause.key"
+crl:
+  listen: "127.0.0.1:$crl"
+  # Certificates name the CRL behind nginx, which any live instance answers (/crl/ is also
+  # served on the ACME listener).
+  base-url: "https://$host:$nginx_port/crl"
 EOF
   if [ -n "${CLUSTER_EXTRA_YAML:-}" ]; then cat "$CLUSTER_EXTRA_YAML" >> "$dir/$name.yaml"; fi
 }
@@ -274,8 +280,8 @@ EOF
   (umask 077; openssl rand -hex 32 > "$dir/secrets/admin.token"
    openssl rand -hex 32 > "$dir/secrets/unpause.key")
   make_pki
-  write_instance_config a "$a_port" "$a_admin"
-  write_instance_config b "$b_port" "$b_admin"
+  write_instance_config a "$a_port" "$a_admin" $((base + 5))
+  write_instance_config b "$b_port" "$b_admin" $((base + 6))
   write_nginx_config
   "$nginx_bin" -t -q -p "$dir/nginx" -c "$dir/nginx/nginx.conf" -e "$dir/nginx/error.log" \
     || die "nginx refuses the configuration"

@@ -4,6 +4,7 @@
 
 mod auth;
 mod client_ip;
+pub mod crl;
 mod handlers;
 mod headers;
 mod limit_headers;

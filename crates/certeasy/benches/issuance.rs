@@ -118,6 +118,7 @@ fn write_config(
          external-url: \"https://localhost:{acme_port}\"\n  tls-names: [\"localhost\", \"127.0.0.1\"]\n\
          validation:\n  dns-servers: [\"{dns}\"]\n  http-port: {http_port}\n  allow-loopback: true\n  timeout: 5s\n\
          logging:\n  level: \"warn\"\n\
+         crl:\n  listen: \"127.0.0.1:0\"\n\
          rate-limiting:\n  whitelist: [\"127.0.0.1\", \"::1\"]\n  order-creation:\n    order-burst: 1000\n    \
          orders-per-account-per-hour: 1000\n    san-budget-per-account-per-hour: 1000\n",
         data = dir.join("data").display(),

@@ -253,6 +253,7 @@ fn write_config(
          external-url: \"https://localhost:{acme_port}\"\n  tls-names: [\"localhost\", \"127.0.0.1\"]\n\
          validation:\n  dns-servers: [\"{dns}\"]\n  http-port: {http_port}\n  allow-loopback: true\n  timeout: 5s\n  job-lease: 10s\n\
          logging:\n  level: \"warn\"\n\
+         crl:\n  listen: \"127.0.0.1:0\"\n\
          rate-limiting:\n  whitelist: [\"127.0.0.1\", \"::1\"]\n  order-creation:\n    order-burst: 100000\n    \
          orders-per-account-per-hour: 10000000\n    san-budget-per-account-per-hour: 10000000\n  \
          pending-authorizations:\n    max: 100000\n\

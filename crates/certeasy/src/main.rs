@@ -269,6 +269,9 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
         "                    (also served at {}/root.pem)",
         server.directory_url.trim_end_matches("/directory")
     );
+    if let (Some(base), Some(addr)) = (&server.crl_base_url, server.crl_addr) {
+        println!("  CRLs:             {base}/<shard>.crl (served on {addr})");
+    }
     println!(
         "  Metrics, health:  http://{}/metrics  /healthz  /readyz",
         server.admin_addr

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use acme_api::ApiState;
+use acme_api::crl::CrlState;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
@@ -12,6 +13,7 @@ use acme_core::clock::SharedClock;
 use anyhow::Context;
 use issuance::Ca;
 use issuance::CaSettings;
+use issuance::CrlDistribution;
 use issuance::ExistingCa;
 use issuance::Profiles;
 use ra::Ra;
@@ -47,6 +49,10 @@ pub struct RunningServer {
     pub acme_addr: SocketAddr,
     /// The admin (plain HTTP, loopback) listener.
     pub admin_addr: SocketAddr,
+    /// The CRL (plain HTTP) listener, when CRLs are published.
+    pub crl_addr: Option<SocketAddr>,
+    /// The URL certificates name for their CRL, without the file name, when CRLs are published.
+    pub crl_base_url: Option<String>,
     /// The root certificate clients must trust.
     pub root_pem: String,
     /// Where the root certificate is on disk, when the CA lives in the data directory.
@@ -121,7 +127,14 @@ pub async fn start(
         .with_context(|| format!("opening the database {}", redact(&database_url)))?
         .with_valid_authorization_lifetime(config.acme.valid_authorization_lifetime.time());
 
-    let ca = Arc::new(load_ca(config, &data_dir, clock.now())?);
+    let mut ca = load_ca(config, &data_dir, clock.now())?;
+    if config.crl.enabled {
+        ca = ca.with_crl_distribution(CrlDistribution {
+            base_url: config.crl_base_url(),
+            shards: config.crl.shards,
+        });
+    }
+    let ca = Arc::new(ca);
 
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let listener_cert = ListenerCert::load(
@@ -183,7 +196,12 @@ pub async fn start(
         Arc::clone(&clock),
         nonces,
     );
-    let router = acme_api::router(state)
+    let crl_router = acme_api::crl::router(CrlState::new(storage.clone(), Arc::clone(&clock)));
+    let mut router = acme_api::router(state);
+    if config.crl.enabled {
+        router = router.merge(crl_router.clone());
+    }
+    let router = router
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             config.server.request_timeout.std(),
@@ -202,7 +220,20 @@ pub async fn start(
                 config.server.admin_listen
             )
         })?;
+    let crl_listener = if config.crl.enabled {
+        Some(
+            TcpListener::bind(config.crl.listen)
+                .await
+                .with_context(|| format!("binding the CRL listener on {}", config.crl.listen))?,
+        )
+    } else {
+        None
+    };
     let acme_addr = acme_listener.local_addr()?;
+    let crl_addr = crl_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
     let admin_addr = admin_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
@@ -223,6 +254,25 @@ pub async fn start(
             pruner_settings(config),
             shutdown.clone(),
         ));
+    }
+    if let Some(crl_listener) = crl_listener {
+        tasks.spawn(workers::crl::run(
+            storage.clone(),
+            Arc::clone(&ca),
+            Arc::clone(&clock),
+            crl_settings(config),
+            shutdown.clone(),
+        ));
+        let crl_shutdown = shutdown.clone();
+        let crl_router = crl_router.layer(TraceLayer::new_for_http());
+        tasks.spawn(async move {
+            let served = axum::serve(crl_listener, crl_router)
+                .with_graceful_shutdown(async move { crl_shutdown.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "CRL listener failed");
+            }
+        });
     }
     let reloader = Reloader::new(
         Arc::clone(&limits),
@@ -263,6 +313,8 @@ pub async fn start(
     Ok(RunningServer {
         acme_addr,
         admin_addr,
+        crl_addr,
+        crl_base_url: config.crl.enabled.then(|| config.crl_base_url()),
         root_pem: ca.root_pem().to_owned(),
         root_path: ca.root_path().map(PathBuf::from),
         directory_url,
@@ -310,6 +362,14 @@ fn load_ca(
         existing,
     };
     Ca::load_or_create(&settings, now).context("loading or creating the CA")
+}
+
+fn crl_settings(config: &Config) -> workers::crl::CrlSettings {
+    workers::crl::CrlSettings {
+        shards: config.crl.shards,
+        update_interval: config.crl.update_interval.std(),
+        lifetime: config.crl.lifetime.std(),
+    }
 }
 
 fn validation_settings(config: &Config) -> ValidationSettings {

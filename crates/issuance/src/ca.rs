@@ -9,6 +9,7 @@ use acme_core::identifier::Identifier;
 use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
 use rcgen::CertificateRevocationListParams;
+use rcgen::CrlDistributionPoint;
 use rcgen::Issuer;
 use rcgen::KeyIdMethod;
 use rcgen::KeyPair;
@@ -19,6 +20,7 @@ use rustls_pki_types::PrivatePkcs8KeyDer;
 use time::Duration;
 use time::OffsetDateTime;
 
+use crate::crl_distribution::CrlDistribution;
 use crate::csr::CheckedCsr;
 use crate::error::Error;
 use crate::files;
@@ -48,6 +50,7 @@ pub struct Ca {
     chain_pem: String,
     root_pem: String,
     root_path: Option<PathBuf>,
+    crl: Option<CrlDistribution>,
 }
 
 /// A signed subscriber certificate.
@@ -65,6 +68,9 @@ pub struct IssuedCertificate {
     pub not_before: OffsetDateTime,
     /// Validity end as written (whole seconds).
     pub not_after: OffsetDateTime,
+    /// The CRL shard named in the certificate's distribution point; `None` when no CRLs are
+    /// published (the certificate then names none).
+    pub crl_shard: Option<u16>,
 }
 
 /// Certificate and key for Certeasy's own HTTPS listener.
@@ -154,7 +160,21 @@ impl Ca {
             chain_pem,
             root_pem: pem::encode_certificate(&loaded.root_der),
             root_path: loaded.root_path,
+            crl: None,
         }
+    }
+
+    /// Makes every subscriber certificate signed from now on name its CRL shard in a CRL
+    /// distribution point (RFC 5280 §4.2.1.13).
+    #[must_use]
+    pub fn with_crl_distribution(mut self, crl: CrlDistribution) -> Self {
+        self.crl = Some(crl);
+        self
+    }
+
+    /// The CRL shards certificates are spread over, when CRLs are published.
+    pub fn crl_distribution(&self) -> Option<&CrlDistribution> {
+        self.crl.as_ref()
     }
 
     /// PEM of the certificate clients must trust.
@@ -218,7 +238,7 @@ impl Ca {
             key_usages: profile.key_usages(),
             extended_key_usages: profile.extended_key_usages(),
         };
-        let params = profile::leaf(
+        let mut params = profile::leaf(
             &sans,
             &serial,
             not_before,
@@ -226,6 +246,14 @@ impl Ca {
             usages,
             csr.key_algorithm.is_rsa(),
         );
+        let serial = Serial::from_bytes(serial.to_vec());
+        let crl_shard = self.crl.as_ref().map(|crl| {
+            let shard = crl.shard_of(&serial);
+            params.crl_distribution_points = vec![CrlDistributionPoint {
+                uris: vec![crl.url(shard)],
+            }];
+            shard
+        });
         let cert = params
             .signed_by(&csr.key, &self.issuer)
             .map_err(Error::signing)?;
@@ -233,12 +261,13 @@ impl Ca {
         let pem = pem::encode_certificate(&der);
         let chain_pem = format!("{pem}{}", self.chain_pem);
         Ok(IssuedCertificate {
-            serial: Serial::from_bytes(serial.to_vec()),
+            serial,
             der,
             pem,
             chain_pem,
             not_before,
             not_after,
+            crl_shard,
         })
     }
 
@@ -340,7 +369,8 @@ fn revoked_params(entry: &RevokedEntry) -> RevokedCertParams {
     RevokedCertParams {
         serial_number: SerialNumber::from_slice(entry.serial.as_bytes()),
         revocation_time: whole_seconds(entry.revoked_at),
-        reason_code: Some(reason),
+        // RFC 5280 §5.3.1: reasonCode unspecified SHOULD be absent.
+        reason_code: (entry.reason != RevocationReason::Unspecified).then_some(reason),
         invalidity_date: None,
     }
 }

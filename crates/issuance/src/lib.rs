@@ -7,6 +7,7 @@
 //! `cA=true` or extra extensions cannot get them.
 
 mod ca;
+pub mod crl_distribution;
 mod csr;
 mod error;
 mod files;
@@ -23,6 +24,7 @@ pub use ca::Ca;
 pub use ca::IssuedCertificate;
 pub use ca::RevokedEntry;
 pub use ca::TlsIdentity;
+pub use crl_distribution::CrlDistribution;
 pub use csr::CheckedCsr;
 pub use csr::check_csr;
 pub use error::Error;

@@ -337,6 +337,7 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
                 chain_pem: chain,
                 not_before: now,
                 not_after: now + Duration::days(90),
+                crl_shard: None,
             },
             now,
             None,

@@ -18,6 +18,7 @@ use time::OffsetDateTime;
 use crate::Result;
 use crate::Storage;
 use crate::codec;
+use crate::crls;
 use crate::error::Error;
 use crate::model::Account;
 use crate::model::AccountCounts;
@@ -231,7 +232,13 @@ pub(crate) async fn revoke_certificates(
     for id in ids {
         query = query.bind(id.0);
     }
-    let rows = query.fetch_all(&s.db).await?;
+    let mut tx = s.db.begin_write().await?;
+    let rows = query.fetch_all(&mut *tx).await?;
+    for row in &rows {
+        // In the same transaction: a committed revocation always makes its CRL shard stale.
+        crls::count_revocation(&mut tx, row.try_get::<i64, _>("id")?).await?;
+    }
+    tx.commit().await?;
     let mut revoked = rows
         .iter()
         .map(|r| r.try_get::<i64, _>("id").map(CertificateId))

@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 use crate::Result;
 use crate::Storage;
 use crate::codec;
+use crate::crls;
 use crate::error::Error;
 use crate::model::Certificate;
 use crate::rows;
@@ -29,7 +30,7 @@ pub(crate) async fn revoke(
     reason: RevocationReason,
     now: OffsetDateTime,
 ) -> Result<Certificate> {
-    let mut conn = s.db.acquire().await?;
+    let mut tx = s.db.begin_write().await?;
     // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
     let revoked = sql::query(
         "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
@@ -37,13 +38,18 @@ pub(crate) async fn revoke(
     .bind(id.0)
     .bind(codec::unix(now))
     .bind(reason.code())
-    .execute(&mut conn)
+    .execute(&mut *tx)
     .await?
     .rows_affected()
         > 0;
-    let cert = rows::load_certificate(&mut conn, id)
+    if revoked {
+        // In the same transaction: a committed revocation always makes its CRL shard stale.
+        crls::count_revocation(&mut tx, id.0).await?;
+    }
+    let cert = rows::load_certificate(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
+    tx.commit().await?;
     if revoked {
         Ok(cert)
     } else {

@@ -11,6 +11,7 @@ mod authz;
 mod certificates;
 mod codec;
 mod connect;
+pub mod crls;
 mod eab;
 pub mod error;
 mod jobs;
@@ -388,6 +389,40 @@ impl Storage {
         now: OffsetDateTime,
     ) -> Result<Certificate> {
         certificates::revoke(self, id, reason, now).await
+    }
+
+    // ---- CRLs ----
+
+    /// Creates the rows of CRL shards `0..shards` that are missing.
+    pub async fn ensure_crl_shards(&self, shards: u16) -> Result<()> {
+        crls::ensure(self, shards).await
+    }
+    /// Every CRL shard's state, by shard.
+    pub async fn crl_shard_states(&self) -> Result<Vec<crls::CrlShardState>> {
+        crls::states(self).await
+    }
+    /// The revoked, unexpired certificates listed in `shard`'s CRL.
+    pub async fn revoked_in_crl_shard(
+        &self,
+        shard: u16,
+        now: OffsetDateTime,
+    ) -> Result<Vec<crls::RevokedCertificate>> {
+        crls::revoked(self, shard, now).await
+    }
+    /// Stores `crl` for `shard` if its number is still `expected`; `false` if another instance
+    /// published first. `revocations` is the shard's counter the CRL was built after.
+    pub async fn publish_crl(
+        &self,
+        shard: u16,
+        expected: u64,
+        revocations: u64,
+        crl: &crls::PublishedCrl,
+    ) -> Result<bool> {
+        crls::publish(self, shard, expected, revocations, crl).await
+    }
+    /// `shard`'s published CRL, if any.
+    pub async fn published_crl(&self, shard: u16) -> Result<Option<crls::PublishedCrl>> {
+        crls::published(self, shard).await
     }
 
     // ---- operators' listings (certeasy admin) ----

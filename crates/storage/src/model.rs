@@ -210,6 +210,8 @@ pub struct NewCertificate {
     pub chain_pem: String,
     pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
+    /// The CRL shard the certificate's distribution point names; `None` without CRLs.
+    pub crl_shard: Option<u16>,
 }
 
 /// Kinds of durable work.

@@ -483,7 +483,8 @@ pub(crate) async fn complete(
         OrderStatus::Processing => {
             let cert_id: i64 = sql::query_scalar(
                 "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
-                 not_before, not_after, issued_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+                 not_before, not_after, issued_at, crl_shard) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
             )
             .bind(row.try_get::<i64, _>("account_id")?)
             .bind(id.0)
@@ -494,6 +495,7 @@ pub(crate) async fn complete(
             .bind(codec::unix(cert.not_before))
             .bind(codec::unix(cert.not_after))
             .bind(now_s)
+            .bind(cert.crl_shard.map(i64::from))
             .fetch_one(&mut *tx)
             .await?;
             sql::query("UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1")

@@ -611,6 +611,7 @@ async fn finalize(
         chain_pem: issued.chain_pem,
         not_before: issued.not_before,
         not_after: issued.not_after,
+        crl_shard: issued.crl_shard,
     };
     match inner
         .storage

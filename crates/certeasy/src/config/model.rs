@@ -45,6 +45,40 @@ pub struct Config {
     #[serde(deserialize_with = "deserialize_optional_path")]
     pub rate_limit_overrides: Option<PathBuf>,
     pub zombie_pausing: ZombiePausingConfig,
+    pub crl: CrlConfig,
+}
+
+/// `crl:` certificate revocation lists for relying parties (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CrlConfig {
+    /// Publish CRLs and name them in every new certificate.
+    pub enabled: bool,
+    /// The plain-HTTP listener the CRLs are served on (also at `/crl/` on the ACME listener).
+    pub listen: SocketAddr,
+    /// The URL certificates name, without the file name; empty = `http://<host of
+    /// server.external-url>:<port of crl.listen>/crl`.
+    pub base_url: String,
+    /// New certificates are spread over this many CRLs.
+    pub shards: u16,
+    /// Every CRL is rebuilt at least this often (and within seconds of a revocation).
+    pub update_interval: ConfigDuration,
+    /// A CRL's `nextUpdate` is this long after its `thisUpdate`.
+    pub lifetime: ConfigDuration,
+}
+
+impl Default for CrlConfig {
+    fn default() -> Self {
+        let publisher = workers::crl::CrlSettings::default();
+        Self {
+            enabled: true,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 14002),
+            base_url: String::new(),
+            shards: publisher.shards,
+            update_interval: ConfigDuration(publisher.update_interval),
+            lifetime: ConfigDuration(publisher.lifetime),
+        }
+    }
 }
 
 /// `zombie-pausing:` pause (account, identifier) pairs that fail validation forever.
@@ -101,6 +135,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             rate_limit_overrides: None,
             zombie_pausing: ZombiePausingConfig::default(),
+            crl: CrlConfig::default(),
         }
     }
 }
@@ -145,6 +180,27 @@ impl Config {
             ..RateLimitRedis::default()
         });
         settings
+    }
+
+    /// The URL certificates name for their CRL shard, without the file name and without a
+    /// trailing slash: `crl.base-url`, or the CRL listener's port on the ACME listener's
+    /// external host, over plain HTTP.
+    pub fn crl_base_url(&self) -> String {
+        let configured = self.crl.base_url.trim().trim_end_matches('/');
+        if !configured.is_empty() {
+            return configured.to_owned();
+        }
+        let external = self.external_url();
+        let host = url::Url::parse(&external)
+            .ok()
+            .and_then(|u| {
+                u.host().map(|h| match h {
+                    url::Host::Ipv6(ip) => format!("[{ip}]"),
+                    other => other.to_string(),
+                })
+            })
+            .unwrap_or_else(|| "localhost".to_owned());
+        format!("http://{host}:{}/crl", self.crl.listen.port())
     }
 
     /// The base URL clients reach the ACME listener at, without a trailing slash.

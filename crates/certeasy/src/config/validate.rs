@@ -10,6 +10,10 @@ use url::Url;
 
 use super::model::Config;
 
+/// The most CRL shards: each is a CRL rebuilt and stored on its own, and a certificate's
+/// distribution point names one by number.
+const MAX_CRL_SHARDS: u16 = 1024;
+
 /// A semantic problem, by key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Issue {
@@ -35,6 +39,7 @@ pub(crate) fn check(config: &Config) -> Vec<Issue> {
     checker.rate_limiting(config);
     checker.redis(config);
     checker.zombie_pausing(config);
+    checker.crl(config);
     checker.issues
 }
 
@@ -530,6 +535,43 @@ impl Checker {
         let base = z.unpause_base_url.trim();
         if !(base.is_empty() || base.starts_with("https://") || base.starts_with("http://")) {
             self.fail("zombie-pausing.unpause-base-url", "must be an http(s) URL");
+        }
+    }
+
+    fn crl(&mut self, config: &Config) {
+        let c = &config.crl;
+        if !c.enabled {
+            return;
+        }
+        if !(1..=MAX_CRL_SHARDS).contains(&c.shards) {
+            self.fail(
+                "crl.shards",
+                format!("must be between 1 and {MAX_CRL_SHARDS}"),
+            );
+        }
+        self.positive_duration("crl.update-interval", c.update_interval);
+        if c.lifetime.0 <= c.update_interval.0 {
+            self.fail_related(
+                "crl.lifetime",
+                "crl.update-interval",
+                "must be longer than crl.update-interval, or a CRL would expire before the next one is published",
+            );
+        }
+        let base = c.base_url.trim();
+        if !base.is_empty() {
+            match Url::parse(base) {
+                Ok(url) if url.scheme() == "http" || url.scheme() == "https" => {}
+                _ => self.fail(
+                    "crl.base-url",
+                    "must be an http URL (relying parties fetch CRLs over plain HTTP)",
+                ),
+            }
+        }
+        if c.listen == config.server.listen || c.listen == config.server.admin_listen {
+            self.fail(
+                "crl.listen",
+                "must differ from server.listen and server.admin-listen",
+            );
         }
     }
 

@@ -121,6 +121,8 @@ pub struct TestEnv {
     pub tls: TlsAlpnResponder,
     pub acme_port: u16,
     pub admin_port: u16,
+    /// The CRL listener's port (`crl.listen`).
+    pub crl_port: u16,
     pub config_path: PathBuf,
     pub root_path: PathBuf,
     pub server: Option<RunningServer>,
@@ -144,6 +146,7 @@ impl TestEnv {
         let tls = TlsAlpnResponder::start().await.unwrap();
         let acme_port = free_port();
         let admin_port = free_port();
+        let crl_port = free_port();
         let pg = match db {
             Db::Postgres => Some(PgDatabase::create().await),
             Db::Sqlite => None,
@@ -154,6 +157,10 @@ impl TestEnv {
             format!(
                 "  listen: \"127.0.0.1:{acme_port}\"\n  admin-listen: \"127.0.0.1:{admin_port}\"\n  external-url: \"https://localhost:{acme_port}\"\n  tls-names: [\"localhost\", \"127.0.0.1\"]\n"
             ),
+        );
+        sections.insert(
+            "crl".to_owned(),
+            format!("  listen: \"127.0.0.1:{crl_port}\"\n"),
         );
         if let Some(pg) = &pg {
             sections.insert("database".to_owned(), format!("  url: \"{}\"\n", pg.url));
@@ -186,6 +193,7 @@ impl TestEnv {
             tls,
             acme_port,
             admin_port,
+            crl_port,
             config_path,
             root_path,
             server: None,

@@ -10,6 +10,7 @@ mod bounded_work;
 mod browser;
 mod certcheck;
 mod cluster;
+mod crl;
 mod e2e_certbot;
 mod e2e_lego;
 mod eab;

@@ -301,6 +301,7 @@ pub(crate) fn new_cert(serial: u8, now: OffsetDateTime) -> NewCertificate {
         chain_pem: format!("-----BEGIN CERTIFICATE-----\n{serial}\n-----END CERTIFICATE-----\n"),
         not_before: now,
         not_after: now + Duration::days(90),
+        crl_shard: None,
     }
 }
 

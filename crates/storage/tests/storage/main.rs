@@ -11,6 +11,7 @@ mod admin_queries;
 mod authz_lifetimes;
 mod certificates;
 mod connect;
+mod crls;
 mod deactivated;
 mod eab;
 mod guards;

@@ -1,0 +1,291 @@
+//! CRLs as relying parties use them: lego issues, lego revokes, and `openssl verify -crl_check`
+//! with the CRL fetched from the URL in the certificate rejects the revoked certificate and
+//! accepts the other.
+
+use std::path::Path;
+use std::time::Duration;
+use std::time::Instant;
+
+use tokio::process::Command;
+use x509_parser::extensions::DistributionPointName;
+use x509_parser::extensions::GeneralName;
+use x509_parser::extensions::ParsedExtension;
+use x509_parser::prelude::FromDer;
+use x509_parser::revocation_list::CertificateRevocationList;
+
+use crate::certcheck::pem_ders;
+use crate::harness::Db;
+use crate::harness::TestEnv;
+use crate::harness::free_port;
+use crate::harness::run;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn lego(env: &TestEnv, path: &Path, port: u16) -> Command {
+    let mut cmd = Command::new("lego");
+    cmd.env("LEGO_CA_CERTIFICATES", &env.root_path)
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .arg("--server")
+        .arg(env.directory_url())
+        .args(["--accept-tos", "--email", "crl@example.com", "--path"])
+        .arg(path)
+        .args(["--http", "--http.port", &format!("127.0.0.1:{port}")]);
+    cmd
+}
+
+async fn lego_ok(env: &TestEnv, cmd: Command, what: &str) {
+    let (ok, out) = run(cmd, TIMEOUT).await;
+    assert!(
+        ok,
+        "lego {what} failed:\n{out}\n--- server log ---\n{}",
+        env.server_log()
+    );
+}
+
+/// The one URL of the certificate's CRL distribution point.
+fn distribution_point(der: &[u8]) -> String {
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
+    let mut urls = Vec::new();
+    for ext in cert.extensions() {
+        if let ParsedExtension::CRLDistributionPoints(points) = ext.parsed_extension() {
+            for point in points.iter() {
+                if let Some(DistributionPointName::FullName(names)) = &point.distribution_point {
+                    for name in names {
+                        if let GeneralName::URI(uri) = name {
+                            urls.push((*uri).to_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(urls.len(), 1, "exactly one CRL URL: {urls:?}");
+    urls.remove(0)
+}
+
+fn serial(der: &[u8]) -> Vec<u8> {
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
+    cert.raw_serial().to_vec()
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// Fetches `url` until its CRL satisfies `done`; returns the DER and the response headers.
+async fn fetch_until(
+    url: &str,
+    done: impl Fn(&CertificateRevocationList<'_>) -> bool,
+) -> (Vec<u8>, reqwest::header::HeaderMap) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = http().get(url).send().await.unwrap();
+        if response.status() == 200 {
+            let headers = response.headers().clone();
+            let der = response.bytes().await.unwrap().to_vec();
+            let (rest, crl) = CertificateRevocationList::from_der(&der).unwrap();
+            assert!(rest.is_empty());
+            if done(&crl) {
+                return (der, headers);
+            }
+        } else {
+            assert_eq!(response.status(), 404, "before the first CRL");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} never reached the expected state"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn lists(crl: &CertificateRevocationList<'_>, serial: &[u8]) -> bool {
+    crl.iter_revoked_certificates()
+        .any(|r| r.raw_serial() == serial)
+}
+
+/// `openssl verify -crl_check` of the first certificate of lego's `crt` (leaf, then the
+/// intermediate) against the root and `crl_der`.
+async fn openssl_verify(
+    dir: &Path,
+    label: &str,
+    crt: &Path,
+    crl_der: &[u8],
+    root: &Path,
+) -> (bool, String) {
+    let leaf_pem = dir.join(format!("{label}-leaf.pem"));
+    let mut leaf = Command::new("openssl");
+    leaf.args(["x509", "-in"])
+        .arg(crt)
+        .arg("-out")
+        .arg(&leaf_pem);
+    let (ok, out) = run(leaf, TIMEOUT).await;
+    assert!(ok, "{out}");
+    let crl_path = dir.join(format!("{label}-crl.der"));
+    let crl_pem = dir.join(format!("{label}-crl.pem"));
+    std::fs::write(&crl_path, crl_der).unwrap();
+    let mut convert = Command::new("openssl");
+    convert
+        .args(["crl", "-inform", "DER", "-in"])
+        .arg(&crl_path)
+        .arg("-out")
+        .arg(&crl_pem);
+    let (ok, out) = run(convert, TIMEOUT).await;
+    assert!(ok, "{out}");
+    let mut verify = Command::new("openssl");
+    verify
+        .args(["verify", "-crl_check", "-CAfile"])
+        .arg(root)
+        .arg("-untrusted")
+        .arg(crt)
+        .arg("-CRLfile")
+        .arg(&crl_pem)
+        .arg(&leaf_pem);
+    run(verify, TIMEOUT).await
+}
+
+#[tokio::test]
+async fn lego_revokes_and_openssl_rejects_the_certificate_with_the_published_crl() {
+    crl_end_to_end(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn crls_on_postgres() {
+    crl_end_to_end(Db::Postgres).await;
+}
+
+async fn crl_end_to_end(db: Db) {
+    let mut env = TestEnv::new(db).await;
+    let crl_port = env.crl_port;
+    // Two shards, so the certificates may land in different CRLs; a long update interval, so
+    // every new CRL number below comes from a revocation.
+    env.section(
+        "crl",
+        &format!("  listen: \"127.0.0.1:{crl_port}\"\n  shards: 2\n  update-interval: 6h\n  lifetime: 7d\n"),
+    );
+    let port = free_port();
+    env.challenge_ports(port, env.tls.port());
+    env.spawn_binary().await;
+    let path = env.dir.path().join("lego");
+
+    let revoked_name = env.name("crl-revoked");
+    let kept_name = env.name("crl-kept");
+    for name in [&revoked_name, &kept_name] {
+        let mut cmd = lego(&env, &path, port);
+        cmd.args(["--domains", name, "run"]);
+        lego_ok(&env, cmd, "run").await;
+    }
+    let crt_of = |name: &str| path.join(format!("certificates/{name}.crt"));
+    let chain_of = |name: &str| pem_ders(&std::fs::read_to_string(crt_of(name)).unwrap());
+    let revoked_chain = chain_of(&revoked_name);
+    let kept_chain = chain_of(&kept_name);
+    let revoked_serial = serial(&revoked_chain[0]);
+    let kept_serial = serial(&kept_chain[0]);
+
+    let revoked_url = distribution_point(&revoked_chain[0]);
+    let kept_url = distribution_point(&kept_chain[0]);
+    for url in [&revoked_url, &kept_url] {
+        assert!(
+            url.starts_with(&format!("http://localhost:{crl_port}/crl/"))
+                && (url.ends_with("/0.crl") || url.ends_with("/1.crl")),
+            "{url}"
+        );
+    }
+    // Both CRLs are published empty at start.
+    let (_, _) = fetch_until(&revoked_url, |crl| !lists(crl, &revoked_serial)).await;
+
+    let mut cmd = lego(&env, &path, port);
+    cmd.args([
+        "--domains",
+        &revoked_name,
+        "revoke",
+        "--reason",
+        "1",
+        "--keep",
+    ]);
+    lego_ok(&env, cmd, "revoke").await;
+
+    let (crl_der, headers) = fetch_until(&revoked_url, |crl| lists(crl, &revoked_serial)).await;
+    let (_, crl) = CertificateRevocationList::from_der(&crl_der).unwrap();
+    let entry = crl
+        .iter_revoked_certificates()
+        .find(|r| r.raw_serial() == revoked_serial.as_slice())
+        .unwrap();
+    let reason = entry.reason_code().map(|(_, code)| code.0);
+    assert_eq!(reason, Some(1), "keyCompromise");
+    assert!(!lists(&crl, &kept_serial));
+    let number = crl.crl_number().unwrap().to_u64_digits();
+    assert!(
+        number.first().copied().unwrap_or(0) >= 2,
+        "the revocation made a new CRL: {number:?}"
+    );
+    let this_update = crl.last_update().timestamp();
+    let next_update = crl.next_update().unwrap().timestamp();
+    assert_eq!(next_update - this_update, 7 * 86_400);
+    assert_eq!(headers["content-type"], "application/pkix-crl");
+    let cache = headers["cache-control"].to_str().unwrap();
+    assert!(cache.starts_with("public, max-age="), "{cache}");
+    let max_age: u64 = cache
+        .trim_start_matches("public, max-age=")
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&max_age), "{cache}");
+    assert!(headers.contains_key("last-modified"));
+
+    // A conditional request with the ETag gets no body.
+    let etag = headers["etag"].clone();
+    let again = http()
+        .get(&revoked_url)
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    // The same bytes on the ACME listener.
+    let file = revoked_url.rsplit('/').next().unwrap();
+    let tls_client = reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(reqwest::Certificate::from_pem(env.root_pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let on_acme = tls_client
+        .get(format!("{}/crl/{file}", env.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_acme.status(), 200);
+    assert_eq!(on_acme.bytes().await.unwrap().to_vec(), crl_der);
+
+    // What a relying party concludes.
+    let dir = env.dir.path().to_owned();
+    let (ok, out) = openssl_verify(
+        &dir,
+        "revoked",
+        &crt_of(&revoked_name),
+        &crl_der,
+        &env.root_path,
+    )
+    .await;
+    assert!(!ok, "openssl accepted a revoked certificate:\n{out}");
+    assert!(out.contains("certificate revoked"), "{out}");
+
+    let (kept_crl, _) = fetch_until(&kept_url, |crl| !lists(crl, &kept_serial)).await;
+    let (ok, out) =
+        openssl_verify(&dir, "kept", &crt_of(&kept_name), &kept_crl, &env.root_path).await;
+    assert!(ok, "openssl rejected a valid certificate:\n{out}");
+    assert!(out.contains(": OK"), "{out}");
+
+    // Unknown shards and names are 404.
+    for bad in ["7.crl", "x.crl", "0.pem"] {
+        let response = http()
+            .get(format!("http://127.0.0.1:{crl_port}/crl/{bad}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{bad}");
+    }
+}

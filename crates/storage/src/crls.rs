@@ -1,0 +1,189 @@
+//! CRL shards: the revoked certificates of a shard, each shard's published CRL, and publishing
+//! one with compare-and-set on its number.
+//!
+//! Several instances share the database and may build the same shard at the same time; only the
+//! one whose `number` still matches stores its CRL, the others' work is discarded. Every instance
+//! serves the stored bytes, so relying parties see one CRL per shard and number, whichever
+//! instance answers.
+
+use acme_core::ids::Serial;
+use acme_core::status::RevocationReason;
+use time::OffsetDateTime;
+
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::rows;
+use crate::sql;
+use crate::sql::Conn;
+use crate::sql::Row;
+
+/// What is known of one shard: its last published CRL and whether revocations came since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrlShardState {
+    pub shard: u16,
+    /// The number of the last published CRL; 0 before the first.
+    pub number: u64,
+    /// Revocations recorded in the shard so far (a counter, never lowered).
+    pub revocations: u64,
+    /// The value of `revocations` the last published CRL was built after.
+    pub published_revocations: u64,
+    /// `thisUpdate` of the last published CRL.
+    pub this_update: Option<OffsetDateTime>,
+}
+
+impl CrlShardState {
+    /// A revocation has been recorded since the last CRL was built.
+    pub fn is_stale(&self) -> bool {
+        self.number == 0 || self.revocations != self.published_revocations
+    }
+}
+
+/// One revoked certificate to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedCertificate {
+    pub serial: Serial,
+    pub revoked_at: OffsetDateTime,
+    pub reason: RevocationReason,
+}
+
+/// A CRL to store, or as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedCrl {
+    pub number: u64,
+    pub der: Vec<u8>,
+    pub this_update: OffsetDateTime,
+    pub next_update: OffsetDateTime,
+}
+
+/// Creates the rows of shards `0..shards` that do not exist yet, so that revocations always find
+/// their shard's counter.
+pub(crate) async fn ensure(s: &Storage, shards: u16) -> Result<()> {
+    let mut tx = s.db.begin_write().await?;
+    for shard in 0..shards {
+        sql::query("INSERT INTO crl_shards (shard) VALUES ($1) ON CONFLICT (shard) DO NOTHING")
+            .bind(i64::from(shard))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+pub(crate) async fn states(s: &Storage) -> Result<Vec<CrlShardState>> {
+    let rows = sql::query(
+        "SELECT shard, number, revocations, published_revocations, this_update \
+         FROM crl_shards ORDER BY shard",
+    )
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter().map(state).collect()
+}
+
+fn state(row: &Row) -> Result<CrlShardState> {
+    Ok(CrlShardState {
+        shard: column(row.try_get::<i64, _>("shard")?)?,
+        number: column(row.try_get::<i64, _>("number")?)?,
+        revocations: column(row.try_get::<i64, _>("revocations")?)?,
+        published_revocations: column(row.try_get::<i64, _>("published_revocations")?)?,
+        this_update: codec::opt_time_from_unix(row.try_get("this_update")?)?,
+    })
+}
+
+/// The revoked certificates of `shard` that have not expired at `now`. Certificates issued
+/// before CRLs were published have no shard and are listed in shard 0.
+pub(crate) async fn revoked(
+    s: &Storage,
+    shard: u16,
+    now: OffsetDateTime,
+) -> Result<Vec<RevokedCertificate>> {
+    let rows = sql::query(
+        "SELECT serial, revoked_at, revocation_reason FROM certificates \
+         WHERE revoked_at IS NOT NULL AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
+         AND not_after > $2 ORDER BY serial",
+    )
+    .bind(i64::from(shard))
+    .bind(codec::unix(now))
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(RevokedCertificate {
+                serial: rows::serial_column(row)?,
+                revoked_at: codec::time_from_unix(row.try_get("revoked_at")?)?,
+                reason: rows::revocation_reason_column(row)?
+                    .unwrap_or(RevocationReason::Unspecified),
+            })
+        })
+        .collect()
+}
+
+/// Stores `crl` as shard `shard`'s CRL if the shard's number is still `expected` (what the
+/// caller built after). Returns whether it was stored; `false` means another instance published
+/// first.
+pub(crate) async fn publish(
+    s: &Storage,
+    shard: u16,
+    expected: u64,
+    revocations: u64,
+    crl: &PublishedCrl,
+) -> Result<bool> {
+    let stored = sql::query(
+        "UPDATE crl_shards SET number = $3, der = $4, this_update = $5, next_update = $6, \
+         published_revocations = $7 WHERE shard = $1 AND number = $2",
+    )
+    .bind(i64::from(shard))
+    .bind(stored(expected)?)
+    .bind(stored(crl.number)?)
+    .bind(crl.der.as_slice())
+    .bind(codec::unix(crl.this_update))
+    .bind(codec::unix(crl.next_update))
+    .bind(stored(revocations)?)
+    .execute(&s.db)
+    .await?
+    .rows_affected();
+    Ok(stored > 0)
+}
+
+/// Shard `shard`'s published CRL, if one has been published.
+pub(crate) async fn published(s: &Storage, shard: u16) -> Result<Option<PublishedCrl>> {
+    let row = sql::query(
+        "SELECT number, der, this_update, next_update FROM crl_shards \
+         WHERE shard = $1 AND number > 0",
+    )
+    .bind(i64::from(shard))
+    .fetch_optional(&s.db)
+    .await?;
+    row.map(|row| {
+        Ok(PublishedCrl {
+            number: column(row.try_get::<i64, _>("number")?)?,
+            der: row.try_get("der")?,
+            this_update: codec::time_from_unix(row.try_get("this_update")?)?,
+            next_update: codec::time_from_unix(row.try_get("next_update")?)?,
+        })
+    })
+    .transpose()
+}
+
+/// Counts one more revocation in the shard of certificate `id` (shard 0 for a certificate
+/// without one), in the revocation's own transaction.
+pub(crate) async fn count_revocation(conn: &mut Conn, id: i64) -> Result<()> {
+    sql::query(
+        "UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = \
+         (SELECT COALESCE(crl_shard, 0) FROM certificates WHERE id = $1)",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A non-negative integer column as the type it was stored from.
+fn column<T: TryFrom<i64>>(n: i64) -> Result<T> {
+    T::try_from(n).map_err(|_| Error::Corrupt(format!("crl_shards value {n}")))
+}
+
+/// A counter as the database stores it.
+fn stored(n: u64) -> Result<i64> {
+    i64::try_from(n).map_err(|_| Error::Corrupt(format!("crl_shards value {n} out of range")))
+}
