@@ -1,6 +1,6 @@
 # Certeasy's container image: the release binary on Debian slim, run as an unprivileged user.
 #   docker build -t certeasy .
-#   docker run -p 14000:14000 -v certeasy-data:/var/lib/certeasy certeasy
+#   docker run -p 14000:14000 -p 14002:14002 -v certeasy-data:/var/lib/certeasy certeasy
 # Without a config file the built-in defaults apply (config/certeasy.yaml): the ACME listener on
 # 0.0.0.0:14000, the admin listener (metrics, /healthz, /readyz, admin API) on 127.0.0.1:14001,
 # and the data directory ./data, here /var/lib/certeasy/data, in the volume.
@@ -23,9 +23,9 @@ USER certeasy:certeasy
 WORKDIR /var/lib/certeasy
 # The SQLite database, the CA keys (0600), the admin token and the unpause key live here.
 VOLUME ["/var/lib/certeasy"]
-# 14000: ACME over HTTPS. 14001: the admin listener, which binds 127.0.0.1 unless
+# 14000: ACME over HTTPS. 14002: CRLs over plain HTTP (crl.listen). 14001: the admin listener, which binds 127.0.0.1 unless
 # server.admin-listen says otherwise (its /admin/* API needs the bearer token either way).
-EXPOSE 14000 14001
+EXPOSE 14000 14001 14002
 # /readyz answers 200 once the database answers; it is served on the admin listener, which
 # listens on the container's loopback, where the health check runs. A config that moves the
 # admin listener must change this (docker run --health-cmd ...).
