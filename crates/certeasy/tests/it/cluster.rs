@@ -9,6 +9,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command as StdCommand;
 use std::time::Duration;
+use x509_parser::prelude::FromDer;
 
 use acme_jose::Algorithm;
 use acme_jose::sign::SigningKey;
@@ -37,16 +38,17 @@ struct Cluster {
     pg_admin: String,
 }
 
-/// A port `p` such that `p..p + 5` are all free on 127.0.0.1 (nginx, a, a's admin, b, b's admin).
+/// A port `p` such that `p..p + 7` are all free on 127.0.0.1 (nginx, a, a's admin, b, b's admin,
+/// a's and b's CRL listeners).
 fn free_port_block() -> u16 {
     for _ in 0..200 {
         let base = free_port();
-        if base < u16::MAX - 5 && (1..5).all(|i| StdListener::bind(("127.0.0.1", base + i)).is_ok())
+        if base < u16::MAX - 7 && (1..7).all(|i| StdListener::bind(("127.0.0.1", base + i)).is_ok())
         {
             return base;
         }
     }
-    panic!("no block of 5 free ports");
+    panic!("no block of 7 free ports");
 }
 
 impl Cluster {
@@ -432,6 +434,69 @@ async fn cluster_behind_nginx_shares_state_and_survives_losing_an_instance() {
         "no Redis key under {}",
         cluster.prefix
     );
+
+    // A revocation through nginx reaches the CRL the certificate names, and both instances
+    // serve that CRL byte for byte (published once, by whichever instance won the number).
+    let mut revoke = cluster.lego(&lego_path);
+    revoke.args(["--domains", &first, "revoke", "--reason", "4", "--keep"]);
+    cluster.check(run(revoke, TIMEOUT).await, "lego revoke");
+    let first_der = crate::certcheck::pem_ders(
+        &std::fs::read_to_string(lego_path.join(format!("certificates/{first}.crt"))).unwrap(),
+    )
+    .remove(0);
+    let (_, first_cert) = x509_parser::certificate::X509Certificate::from_der(&first_der).unwrap();
+    let file = first_cert
+        .extensions()
+        .iter()
+        .find_map(|ext| match ext.parsed_extension() {
+            x509_parser::extensions::ParsedExtension::CRLDistributionPoints(points) => points
+                .points
+                .first()
+                .and_then(|p| match &p.distribution_point {
+                    Some(x509_parser::extensions::DistributionPointName::FullName(names)) => {
+                        names.iter().find_map(|n| match n {
+                            x509_parser::extensions::GeneralName::URI(uri) => {
+                                Some((*uri).to_owned())
+                            }
+                            _ => None,
+                        })
+                    }
+                    _ => None,
+                }),
+            _ => None,
+        })
+        .expect("a CRL distribution point");
+    assert!(
+        file.starts_with(&format!("{}/crl/", cluster.base_url())),
+        "certificates name the CRL behind nginx: {file}"
+    );
+    let file = file.rsplit('/').next().unwrap().to_owned();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut crls = Vec::new();
+        for offset in [5, 6] {
+            let url = format!("http://127.0.0.1:{}/crl/{file}", cluster.base + offset);
+            let response = http.get(&url).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{url}");
+            crls.push(response.bytes().await.unwrap().to_vec());
+        }
+        assert_eq!(crls[0], crls[1], "both instances serve the same CRL");
+        let (_, crl) =
+            x509_parser::revocation_list::CertificateRevocationList::from_der(&crls[0]).unwrap();
+        if crl
+            .iter_revoked_certificates()
+            .any(|r| r.raw_serial() == first_cert.raw_serial())
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revocation never reached the CRL\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Instance b is killed (SIGKILL) while lego is issuing; that issuance completes (nginx sends
     // what b did not answer to a, and a takes over b's leased jobs), and so do later ones.
