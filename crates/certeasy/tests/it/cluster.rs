@@ -9,13 +9,13 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command as StdCommand;
 use std::time::Duration;
-use x509_parser::prelude::FromDer;
 
 use acme_jose::Algorithm;
 use acme_jose::sign::SigningKey;
 use serde_json::json;
 use testkit::dns::TestDnsServer;
 use tokio::process::Command;
+use x509_parser::prelude::FromDer;
 
 use crate::certcheck::assert_chain;
 use crate::harness::free_port;
