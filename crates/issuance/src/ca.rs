@@ -50,6 +50,7 @@ pub struct Ca {
     chain_pem: String,
     root_pem: String,
     root_path: Option<PathBuf>,
+    may_sign_crls: bool,
     crl: Option<CrlDistribution>,
 }
 
@@ -160,6 +161,7 @@ impl Ca {
             chain_pem,
             root_pem: pem::encode_certificate(&loaded.root_der),
             root_path: loaded.root_path,
+            may_sign_crls: loaded.may_sign_crls,
             crl: None,
         }
     }
@@ -168,8 +170,21 @@ impl Ca {
     /// distribution point (RFC 5280 §4.2.1.13).
     #[must_use]
     pub fn with_crl_distribution(mut self, crl: CrlDistribution) -> Self {
+        if !self.may_sign_crls {
+            // An operator's CA whose keyUsage lacks cRLSign: relying parties reject its CRLs,
+            // and a revoked certificate would look good to them. Publishing still helps those
+            // that do not check the key usage; the operator must know.
+            tracing::warn!(
+                "the issuing CA certificate's keyUsage lacks cRLSign: relying parties that check it will reject the CRLs; reissue the intermediate with cRLSign, or set crl.enabled: false"
+            );
+        }
         self.crl = Some(crl);
         self
+    }
+
+    /// Whether the issuing certificate allows CRL signing (no keyUsage, or one with cRLSign).
+    pub fn may_sign_crls(&self) -> bool {
+        self.may_sign_crls
     }
 
     /// The CRL shards certificates are spread over, when CRLs are published.

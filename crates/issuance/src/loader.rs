@@ -31,6 +31,8 @@ pub(crate) struct LoadedCa {
     pub(crate) root_der: Vec<u8>,
     pub(crate) root_path: Option<PathBuf>,
     pub(crate) key_is_rsa: bool,
+    /// The issuing certificate allows CRL signing: no keyUsage, or one with cRLSign.
+    pub(crate) may_sign_crls: bool,
 }
 
 /// One certificate with the file it came from, for error messages.
@@ -103,6 +105,10 @@ pub(crate) fn load(
         })?;
     probe(&issuer, issuing, certificate, now)?;
 
+    let may_sign_crls = match issuing.key_usage() {
+        Ok(Some(ku)) => ku.value.crl_sign(),
+        _ => true,
+    };
     let issuing_ski = issuing
         .iter_extensions()
         .find_map(|ext| match ext.parsed_extension() {
@@ -129,6 +135,7 @@ pub(crate) fn load(
         root_der: sourced[top].der.clone(),
         root_path,
         key_is_rsa,
+        may_sign_crls,
     })
 }
 

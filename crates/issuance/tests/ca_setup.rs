@@ -182,6 +182,11 @@ struct Foreign {
 }
 
 fn foreign_ca(alg: &'static rcgen::SignatureAlgorithm) -> Foreign {
+    foreign_ca_with(alg, true)
+}
+
+/// A foreign CA whose intermediate has cRLSign in its keyUsage only when `crl_sign`.
+fn foreign_ca_with(alg: &'static rcgen::SignatureAlgorithm, crl_sign: bool) -> Foreign {
     let root_key = common::subject_key(alg);
     let mut root_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     root_params
@@ -203,9 +208,11 @@ fn foreign_ca(alg: &'static rcgen::SignatureAlgorithm) -> Foreign {
     int_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     int_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
+    if crl_sign {
+        int_params.key_usages.push(KeyUsagePurpose::CrlSign);
+    }
     int_params.use_authority_key_identifier_extension = true;
     let intermediate = int_params.signed_by(&int_key, &root_issuer).unwrap();
     Foreign {
@@ -397,4 +404,20 @@ fn existing_self_signed_root_issues_directly() {
     assert_eq!(ca.root_path(), Some(cert.as_path()));
     assert_eq!(pem_certs(ca.root_pem()), vec![root.der().to_vec()]);
     assert_ne!(pem_certs(ca.root_pem()), pem_certs(&foreign.root_pem));
+}
+
+#[test]
+fn an_existing_ca_without_crl_sign_is_known_as_such() {
+    for crl_sign in [true, false] {
+        let foreign = foreign_ca_with(&rcgen::PKCS_ECDSA_P256_SHA256, crl_sign);
+        let tmp = tempfile::tempdir().unwrap();
+        let (_unused, mut settings) = settings(KeyAlgorithm::EcdsaP256);
+        settings.existing = Some(ExistingCa {
+            certificate: write(tmp.path(), "issuing.crt", &foreign.intermediate_pem),
+            private_key: write(tmp.path(), "issuing.key", &foreign.intermediate_key_pem),
+            chain: Some(write(tmp.path(), "root.crt", &foreign.root_pem)),
+        });
+        let ca = Ca::load_or_create(&settings, NOW).unwrap();
+        assert_eq!(ca.may_sign_crls(), crl_sign);
+    }
 }

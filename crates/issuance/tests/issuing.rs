@@ -582,3 +582,70 @@ fn a_key_type_outside_the_profile_is_a_bad_csr() {
     ca.issue(&p384, &order, profile, NOW, NOW + Duration::days(1))
         .unwrap();
 }
+
+#[test]
+fn leaves_name_the_crl_of_their_shard() {
+    let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    assert!(ca.may_sign_crls(), "a generated intermediate signs CRLs");
+    let profiles = issuance::Profiles::shipped();
+    let order = ids(&["crl.example.com"]);
+    let checked = check_csr(
+        &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["crl.example.com"]),
+        &order,
+    )
+    .unwrap();
+    let issue = |ca: &Ca| {
+        ca.issue(
+            &checked,
+            &order,
+            profiles.default_profile(),
+            NOW,
+            NOW + Duration::days(1),
+        )
+        .unwrap()
+    };
+    let crl_urls = |der: &[u8]| -> Vec<String> {
+        parse(der)
+            .extensions()
+            .iter()
+            .filter_map(|e| match e.parsed_extension() {
+                ParsedExtension::CRLDistributionPoints(points) => Some(points),
+                _ => None,
+            })
+            .flat_map(|points| points.points.iter())
+            .filter_map(|p| match &p.distribution_point {
+                Some(x509_parser::extensions::DistributionPointName::FullName(names)) => {
+                    Some(names)
+                }
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::URI(uri) => Some((*uri).to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let without = issue(&ca);
+    assert_eq!(without.crl_shard, None);
+    assert!(
+        crl_urls(&without.der).is_empty(),
+        "no CRLs, no distribution point"
+    );
+
+    let dist = issuance::CrlDistribution {
+        base_url: "http://ca.example:14002/crl".to_owned(),
+        shards: 16,
+    };
+    let ca = ca.with_crl_distribution(dist.clone());
+    for _ in 0..4 {
+        let issued = issue(&ca);
+        let shard = issued.crl_shard.expect("a shard");
+        assert_eq!(shard, dist.shard_of(&issued.serial));
+        assert_eq!(
+            crl_urls(&issued.der),
+            vec![format!("http://ca.example:14002/crl/{shard}.crl")]
+        );
+    }
+}
