@@ -190,7 +190,7 @@ pub(crate) async fn authenticate(
 async fn account_for_kid(state: &ApiState, kid: &str) -> Result<Account, ApiError> {
     let prefix = state.urls().account_prefix();
     let id = kid
-        .strip_prefix(&prefix)
+        .strip_prefix(prefix)
         .and_then(|rest| rest.parse::<acme_core::ids::AccountId>().ok())
         .ok_or_else(|| {
             ApiError::new(

@@ -4,6 +4,7 @@
 //! links. Building them through `ApiState` tied the renderers to the state and, through it, to
 //! every module the state holds (an import cycle); a plain value keeps them apart.
 
+use acme_core::account_uri::AccountUris;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
@@ -15,12 +16,15 @@ use acme_core::ids::OrderId;
 pub(crate) struct Urls {
     /// Without a trailing slash (`https://acme.internal:14000`).
     base: String,
+    /// Account URLs, whose one definition `acme-core` shares with the CAA check (RFC 8657).
+    accounts: AccountUris,
 }
 
 impl Urls {
     pub(crate) fn new(base_url: &str) -> Self {
         Self {
             base: base_url.trim_end_matches('/').to_owned(),
+            accounts: AccountUris::new(base_url),
         }
     }
 
@@ -34,21 +38,21 @@ impl Urls {
     }
 
     pub(crate) fn account(&self, id: AccountId) -> String {
-        format!("{}/acme/acct/{id}", self.base)
+        self.accounts.uri(id)
     }
 
     /// Where account URLs start: a `kid` must be this followed by an account id.
-    pub(crate) fn account_prefix(&self) -> String {
-        self.url("/acme/acct/")
+    pub(crate) fn account_prefix(&self) -> &str {
+        self.accounts.prefix()
     }
 
     pub(crate) fn account_orders(&self, id: AccountId) -> String {
-        format!("{}/acme/acct/{id}/orders", self.base)
+        format!("{}/orders", self.account(id))
     }
 
     /// The next page of an account's orders, after order `cursor`.
     pub(crate) fn account_orders_after(&self, id: AccountId, cursor: OrderId) -> String {
-        format!("{}/acme/acct/{id}/orders?cursor={cursor}", self.base)
+        format!("{}/orders?cursor={cursor}", self.account(id))
     }
 
     pub(crate) fn order(&self, id: OrderId) -> String {
@@ -91,7 +95,7 @@ mod tests {
         );
         assert!(
             urls.account(AccountId(7))
-                .starts_with(&urls.account_prefix())
+                .starts_with(urls.account_prefix())
         );
         assert_eq!(
             urls.account_orders_after(AccountId(7), OrderId(9)),

@@ -9,6 +9,7 @@ use acme_api::crl::CrlState;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
+use acme_core::account_uri::AccountUris;
 use acme_core::clock::SharedClock;
 use anyhow::Context;
 use issuance::Ca;
@@ -394,6 +395,8 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         profiles,
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
+        account_uris: AccountUris::new(&config.external_url()),
+        caa_recheck_after: config.validation.caa_recheck_after.time(),
         ..WorkerSettings::default()
     }
 }

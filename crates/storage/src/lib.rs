@@ -59,6 +59,7 @@ use crate::model::NewEabKey;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
+use crate::model::OrderValidation;
 use crate::model::Page;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
@@ -239,6 +240,12 @@ impl Storage {
     /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).
     pub async fn order(&self, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
         orders::get(self, id, now).await
+    }
+    /// How each authorization of the order was validated (its valid challenge's type and time),
+    /// in the order's authorization order, in one read. `Error::Corrupt` when one has no valid,
+    /// dated challenge, which no order that reached `ready` can hold.
+    pub async fn order_validations(&self, id: OrderId) -> Result<Vec<OrderValidation>> {
+        orders::validations(self, id).await
     }
     /// Ids of the account's orders, ascending, strictly after `after`, at most `limit`.
     pub async fn account_orders(

@@ -167,6 +167,17 @@ pub struct Challenge {
     pub error: Option<Problem>,
 }
 
+/// How one authorization of an order was validated: what CAA is checked again with when the
+/// validation is too old to vouch for CAA at issuance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderValidation {
+    pub authz_id: AuthzId,
+    pub identifier: Identifier,
+    /// The type of the authorization's valid challenge.
+    pub method: ChallengeType,
+    pub validated_at: OffsetDateTime,
+}
+
 /// What a worker learned when it recorded a validation outcome; the caller uses it for side
 /// effects after commit (rate-limit spends, pausing, metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,6 +25,7 @@ use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
 use crate::model::OrderGuards;
+use crate::model::OrderValidation;
 use crate::model::PendingAuthzUsage;
 use crate::rows;
 use crate::state;
@@ -340,6 +341,39 @@ pub(crate) async fn get(s: &Storage, id: OrderId, now: OffsetDateTime) -> Result
     // request already moved the order on.
     state::expire_order(&mut conn, id, codec::unix(now)).await?;
     rows::load_order(&mut conn, id).await
+}
+
+pub(crate) async fn validations(s: &Storage, id: OrderId) -> Result<Vec<OrderValidation>> {
+    let rows = sql::query(
+        "SELECT a.id, a.identifier_type, a.identifier_value, c.type, c.validated_at \
+         FROM order_authorizations oa JOIN authorizations a ON a.id = oa.authz_id \
+         LEFT JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
+         WHERE oa.order_id = $1 ORDER BY oa.position",
+    )
+    .bind(id.0)
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let authz_id = AuthzId(row.try_get("id")?);
+            let method = row.try_get::<Option<String>, _>("type")?;
+            let validated_at = row.try_get::<Option<i64>, _>("validated_at")?;
+            let (Some(method), Some(validated_at)) = (method, validated_at) else {
+                return Err(Error::Corrupt(format!(
+                    "authorization {authz_id} of order {id} has no dated valid challenge"
+                )));
+            };
+            Ok(OrderValidation {
+                authz_id,
+                identifier: codec::identifier(
+                    &row.try_get::<String, _>("identifier_type")?,
+                    &row.try_get::<String, _>("identifier_value")?,
+                )?,
+                method: codec::parse(&method)?,
+                validated_at: codec::time_from_unix(validated_at)?,
+            })
+        })
+        .collect()
 }
 
 pub(crate) async fn of_account(

@@ -83,12 +83,15 @@ impl Validator {
         self.inner.settings.worst_case_attempt()
     }
 
-    /// Performs one validation attempt.
+    /// Performs one validation attempt for the account whose URI is `account_uri` (what the
+    /// server hands out as the account's URL, compared exactly with CAA `accounturi` parameters,
+    /// RFC 8657 §3).
     ///
     /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
-    /// configured, CAA permits issuance. Otherwise a problem whose type says where it failed
-    /// (`dns`, `connection`, `tls`, `incorrectResponse`, `unauthorized`, `caa`, `malformed`,
-    /// `rejectedIdentifier`) and whose detail tells the subscriber what was found.
+    /// configured, CAA permits issuance to this account by this challenge type. Otherwise a
+    /// problem whose type says where it failed (`dns`, `connection`, `tls`, `incorrectResponse`,
+    /// `unauthorized`, `caa`, `malformed`, `rejectedIdentifier`) and whose detail tells the
+    /// subscriber what was found.
     ///
     /// For a wildcard identifier the base name is validated, and only dns-01 is accepted.
     ///
@@ -101,6 +104,7 @@ impl Validator {
         challenge: ChallengeType,
         token: &str,
         key_authorization: &str,
+        account_uri: &str,
     ) -> Result<(), Problem> {
         check_applicable(identifier, challenge)?;
         if !token_is_valid(token) {
@@ -121,13 +125,7 @@ impl Validator {
                 }
             }
         };
-        let caa_check = async {
-            if identifier.kind() == IdentifierKind::Dns && !inner.caa_identities.is_empty() {
-                caa::check(&inner.dns, &inner.caa_identities, identifier, challenge).await
-            } else {
-                Ok(())
-            }
-        };
+        let caa_check = caa_permits(inner, identifier, challenge, account_uri);
         // Both run concurrently; a failed challenge is reported first because it is what the
         // subscriber is working on, and as soon as it fails: a slow CAA lookup must not delay it.
         let both = async {
@@ -159,6 +157,59 @@ impl Validator {
             )),
         }
     }
+
+    /// Whether this validator checks CAA at all (`caa_identities` is not empty). When it does
+    /// not, [`Validator::check_caa`] always permits.
+    pub fn checks_caa(&self) -> bool {
+        !self.inner.caa_identities.is_empty()
+    }
+
+    /// Checks CAA alone, as at issuance when the validation is older than CAA may be trusted
+    /// (the CA/Browser Forum's 8 hours): `Ok(())` when the CAA records of `identifier` permit
+    /// this CA to issue to the account `account_uri` whose authorization was validated by
+    /// `method` (RFC 8659, RFC 8657), or when there is nothing to check (CAA checking off, an
+    /// IP identifier). Otherwise a `caa` problem saying which record refuses and why. A lookup
+    /// that fails, or does not finish within `settings.timeout`, refuses as well (RFC 8659 §3:
+    /// issuance needs the absence of records established).
+    pub async fn check_caa(
+        &self,
+        identifier: &Identifier,
+        method: ChallengeType,
+        account_uri: &str,
+    ) -> Result<(), Problem> {
+        let inner = &*self.inner;
+        let limit = inner.settings.timeout;
+        match tokio::time::timeout(limit, caa_permits(inner, identifier, method, account_uri)).await
+        {
+            Ok(result) => result,
+            Err(_) => Err(Problem::new(
+                ProblemType::Caa,
+                format!(
+                    "The CAA check for {} exceeded the time limit of {}s; issuance is refused until CAA can be checked",
+                    identifier.value(),
+                    limit.as_secs_f64()
+                ),
+            )),
+        }
+    }
+}
+
+/// CAA for a DNS identifier when CAA identities are configured; nothing to check otherwise.
+async fn caa_permits(
+    inner: &Inner,
+    identifier: &Identifier,
+    method: ChallengeType,
+    account_uri: &str,
+) -> Result<(), Problem> {
+    if identifier.kind() != IdentifierKind::Dns || inner.caa_identities.is_empty() {
+        return Ok(());
+    }
+    let request = caa::Request {
+        identifier,
+        method,
+        account_uri,
+    };
+    caa::check(&inner.dns, &inner.caa_identities, request).await
 }
 
 /// Refuses combinations the RFCs exclude before any network traffic.
@@ -233,7 +284,15 @@ mod tests {
         let validator = Validator::new(settings).unwrap();
         assert_send_sync(&validator);
         let id = Identifier::dns("a.example.com").unwrap();
-        let future = validator.validate(&id, ChallengeType::Http01, "t", "t.k");
+        let future = validator.validate(
+            &id,
+            ChallengeType::Http01,
+            "t",
+            "t.k",
+            "https://ca.test/acme/acct/1",
+        );
+        assert_send(&future);
+        let future = validator.check_caa(&id, ChallengeType::Http01, "https://ca.test/acme/acct/1");
         assert_send(&future);
     }
 

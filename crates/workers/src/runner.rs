@@ -447,6 +447,7 @@ async fn validate(
         thumbprint,
     } = target;
     let key_authorization = format!("{}.{}", challenge.token, thumbprint);
+    let account_uri = inner.settings.account_uris.uri(account_id);
     let span = tracing::info_span!("validation", account_id = %account_id, authz_id = %authz_id, challenge = challenge.kind.as_str(), identifier = %identifier);
     let outcome = inner
         .validator
@@ -455,6 +456,7 @@ async fn validate(
             challenge.kind,
             &challenge.token,
             &key_authorization,
+            &account_uri,
         )
         .instrument(span.clone())
         .await;
@@ -560,6 +562,16 @@ async fn finalize(
             return Ok(Settled::Yes);
         }
     };
+    // Last check before signing, so that CAA is judged at issuance time.
+    if let Some(problem) = recheck_caa(inner, &order, now).await? {
+        tracing::info!(order_id = %id, account_id = %order.account_id, "CAA, checked again at issuance, refuses the order");
+        tracing::debug!(order_id = %id, detail = %problem.detail, "CAA refusal detail");
+        inner
+            .storage
+            .fail_order(id, problem, now, Some(job))
+            .await?;
+        return Ok(Settled::Yes);
+    }
     let (not_before, not_after) = profile.window(
         order.not_before,
         order.not_after,
@@ -629,6 +641,47 @@ async fn finalize(
             refuse_deactivated(inner, job, id, inner.clock.now()).await
         }
     }
+}
+
+/// Checks CAA again for the order's authorizations validated too long ago (`ra::caa` decides
+/// which, and what a refusal is), with the method that validated each and the order's account:
+/// `Some(problem)` when the order must fail. All lookups run at once, each bounded by the
+/// validator's timeout. Nothing is read when the validator does not check CAA.
+async fn recheck_caa(
+    inner: &Inner,
+    order: &Order,
+    now: time::OffsetDateTime,
+) -> Result<Option<Problem>, Error> {
+    if !inner.validator.checks_caa() {
+        return Ok(None);
+    }
+    let validations = inner.storage.order_validations(order.id).await?;
+    let after = inner.settings.caa_recheck_after;
+    let rechecks = ra::caa::rechecks(&validations, now, after);
+    if rechecks.is_empty() {
+        return Ok(None);
+    }
+    let account_uri = inner.settings.account_uris.uri(order.account_id);
+    let outcomes = futures::future::join_all(rechecks.iter().map(|r| {
+        inner
+            .validator
+            .check_caa(&r.identifier, r.method, &account_uri)
+    }))
+    .await;
+    let mut refused = Vec::new();
+    for (recheck, outcome) in rechecks.into_iter().zip(outcomes) {
+        let label = if outcome.is_ok() {
+            "allowed"
+        } else {
+            "refused"
+        };
+        metrics::counter!("certeasy_caa_rechecks_total", "outcome" => label).increment(1);
+        tracing::debug!(order_id = %order.id, identifier = %recheck.identifier, method = recheck.method.as_str(), outcome = label, "CAA checked again at issuance");
+        if let Err(problem) = outcome {
+            refused.push((recheck.identifier, problem));
+        }
+    }
+    Ok(ra::caa::refusal(refused, after))
 }
 
 /// The order in `processing` and its stored CSR, checked again: what a job from the queue starts

@@ -1,5 +1,6 @@
 //! Knobs of the job runner and the issuance policy it applies.
 
+use acme_core::account_uri::AccountUris;
 use issuance::Profiles;
 use time::Duration;
 
@@ -32,6 +33,12 @@ pub struct WorkerSettings {
     pub profiles: Profiles,
     /// notBefore is set this far in the past to tolerate client clock skew.
     pub backdate: Duration,
+    /// The URIs of accounts as the API hands them out: what CAA `accounturi` parameters are
+    /// compared with (RFC 8657), at validation and at issuance.
+    pub account_uris: AccountUris,
+    /// CAA is checked again before signing for every authorization of the order validated more
+    /// than this long before (`ra::caa`); only when the validator checks CAA at all.
+    pub caa_recheck_after: Duration,
 }
 
 impl WorkerSettings {
@@ -59,6 +66,10 @@ impl WorkerSettings {
 /// query per `poll_interval`.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
+/// The base URL of account URIs unless the binary says otherwise: the default
+/// `server.external-url` (the default listener on localhost).
+const DEFAULT_BASE_URL: &str = "https://localhost:14000";
+
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
@@ -69,6 +80,8 @@ impl Default for WorkerSettings {
             poll_interval: std::time::Duration::from_secs(1),
             profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
+            account_uris: AccountUris::new(DEFAULT_BASE_URL),
+            caa_recheck_after: ra::caa::DEFAULT_RECHECK_AFTER,
         }
     }
 }

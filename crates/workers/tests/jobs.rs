@@ -794,3 +794,95 @@ async fn an_order_whose_profile_is_gone_is_not_signed_under_another() {
     assert!(error.detail.contains("other"), "{}", error.detail);
     workers.shutdown().await;
 }
+
+/// A finalization from the queue checks CAA again for an authorization validated longer ago
+/// than `caa_recheck_after` (zero here: any earlier second), with the method that validated it
+/// and the account's URI, and fails the order with `caa` when the records now refuse.
+#[tokio::test]
+async fn finalization_rechecks_caa_of_old_validations() {
+    let env = env().await;
+    let validator = Validator::new(ValidationSettings {
+        dns_servers: vec![env.dns.addr()],
+        http_port: env.http.port(),
+        allow_loopback: true,
+        timeout: Duration::from_secs(5),
+        caa_identities: vec!["ca.test".to_owned()],
+        ..ValidationSettings::default()
+    })
+    .unwrap();
+    let account_uris = acme_core::account_uri::AccountUris::new("https://ca.test:14000");
+    let workers = Workers::spawn(
+        env.storage.clone(),
+        validator,
+        Arc::clone(&env.ca),
+        Arc::new(SystemClock),
+        WorkerSettings {
+            account_uris: account_uris.clone(),
+            caa_recheck_after: time::Duration::ZERO,
+            ..test_settings()
+        },
+        Arc::new(Counting::default()),
+    );
+    let mut orders = Vec::new();
+    for (name, token) in [
+        ("refused.workers.test", "tok-caa-1"),
+        ("allowed.workers.test", "tok-caa-2"),
+    ] {
+        let (order, challenge) = order_for(&env, name, token).await;
+        env.http.add(token, &format!("{token}.tp"));
+        env.storage
+            .start_challenge(challenge, OffsetDateTime::now_utc())
+            .await
+            .unwrap();
+        workers.wake();
+        wait_for(&env, order, OrderStatus::Ready).await;
+        orders.push((order, name));
+    }
+    // Records appear after the validations, which were over http-01 for this account.
+    let account = env
+        .storage
+        .account_by_thumbprint("tp")
+        .await
+        .unwrap()
+        .unwrap();
+    let uri = account_uris.uri(account.id);
+    env.dns.add_caa(
+        "refused.workers.test",
+        0,
+        "issue",
+        &format!("ca.test; accounturi={uri}; validationmethods=dns-01"),
+    );
+    env.dns.add_caa(
+        "allowed.workers.test",
+        0,
+        "issue",
+        &format!("ca.test; accounturi={uri}; validationmethods=http-01"),
+    );
+    // Validation times are kept in whole seconds, rounded down: any later instant is older by
+    // more than zero.
+    for (order, name) in &orders {
+        env.storage
+            .begin_finalize(*order, &csr(name), OffsetDateTime::now_utc())
+            .await
+            .unwrap();
+    }
+    workers.wake();
+    let (refused, _) = orders[0];
+    let (allowed, _) = orders[1];
+    wait_for(&env, refused, OrderStatus::Invalid).await;
+    wait_for(&env, allowed, OrderStatus::Valid).await;
+    let error = order_now(&env, refused).await.error.unwrap();
+    assert_eq!(error.kind, ProblemType::Caa);
+    assert!(
+        error.detail.contains("checked again at issuance"),
+        "{}",
+        error.detail
+    );
+    assert!(
+        error.detail.contains("validationmethods=dns-01 only"),
+        "{}",
+        error.detail
+    );
+    assert_eq!(order_now(&env, refused).await.certificate_id, None);
+    workers.shutdown().await;
+}

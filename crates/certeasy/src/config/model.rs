@@ -651,6 +651,8 @@ pub struct ValidationConfig {
     /// How long a claimed job stays reserved without a heartbeat (renewed every third of it while
     /// the attempt runs); after a crash, the job is retried once it expires.
     pub job_lease: ConfigDuration,
+    /// CAA is checked again before signing for authorizations validated longer ago than this.
+    pub caa_recheck_after: ConfigDuration,
 }
 
 impl Default for ValidationConfig {
@@ -669,6 +671,7 @@ impl Default for ValidationConfig {
                     .whole_seconds()
                     .unsigned_abs(),
             ),
+            caa_recheck_after: config_duration(ra::caa::DEFAULT_RECHECK_AFTER),
         }
     }
 }

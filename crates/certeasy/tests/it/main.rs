@@ -8,6 +8,7 @@ mod admin_records;
 mod ari;
 mod bounded_work;
 mod browser;
+mod caa;
 mod certcheck;
 mod cluster;
 mod crl;

@@ -20,6 +20,7 @@ crate::both_backends!(
     an_order_never_outlives_its_authorizations,
     reuse_needs_a_margin_of_validity,
     finalize_refuses_an_order_whose_authorization_expired,
+    order_validations_tell_how_and_when_each_authorization_was_validated,
 );
 
 const VALID: Duration = Duration::hours(2);
@@ -210,4 +211,77 @@ async fn finalize_refuses_an_order_whose_authorization_expired(s: &Storage) {
         OrderStatus::Invalid
     );
     assert_eq!(s.order_csr(order.id).await.unwrap(), None);
+}
+
+/// What CAA is rechecked with at issuance: per authorization of the order, in its order, the
+/// type of its valid challenge and when it was validated, a reused authorization keeping its
+/// original validation time.
+async fn order_validations_tell_how_and_when_each_authorization_was_validated(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    let early = harness::ready_order(s, acct.id, &["old.example.com"], now).await;
+    let later = now + Duration::hours(9);
+    let order = s
+        .create_order(
+            harness::new_order(
+                acct.id,
+                &["new.example.com", "old.example.com"],
+                later,
+                true,
+            ),
+            &OrderGuards::default(),
+            later,
+        )
+        .await
+        .unwrap();
+    // Not every authorization is valid yet: this order cannot be finalized, and says so.
+    assert!(matches!(
+        s.order_validations(order.id).await,
+        Err(Error::Corrupt(_))
+    ));
+    // The new name is validated over its second challenge (dns-01), nine hours after the old.
+    let fresh = order
+        .authz_ids
+        .iter()
+        .copied()
+        .find(|id| !early.authz_ids.contains(id))
+        .unwrap();
+    let authz = s.authorization(fresh, later).await.unwrap().unwrap();
+    let dns01 = &authz.challenges[1];
+    assert_eq!(dns01.kind, acme_core::status::ChallengeType::Dns01);
+    s.start_challenge(dns01.id, later).await.unwrap();
+    s.record_validation(dns01.id, Ok(()), later, None)
+        .await
+        .unwrap();
+    let validations = s.order_validations(order.id).await.unwrap();
+    let seen: Vec<_> = validations
+        .iter()
+        .map(|v| (v.identifier.value().to_owned(), v.method, v.validated_at))
+        .collect();
+    let order = s.order(order.id, later).await.unwrap().unwrap();
+    let expected: Vec<_> = order
+        .authz_ids
+        .iter()
+        .map(|id| {
+            if *id == fresh {
+                (
+                    "new.example.com".to_owned(),
+                    acme_core::status::ChallengeType::Dns01,
+                    later,
+                )
+            } else {
+                assert_eq!(*id, early.authz_ids[0], "the old authorization is reused");
+                (
+                    "old.example.com".to_owned(),
+                    acme_core::status::ChallengeType::Http01,
+                    now,
+                )
+            }
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        validations.iter().map(|v| v.authz_id).collect::<Vec<_>>(),
+        order.authz_ids
+    );
 }

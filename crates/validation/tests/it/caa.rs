@@ -2,7 +2,7 @@ use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::{Dns01, Http01};
 use validation::Validator;
 
-use crate::common::{Env, KEY_AUTH, dns};
+use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns};
 use crate::dns01::txt_value;
 
 const TOKEN: &str = "tok3n";
@@ -24,7 +24,7 @@ async fn env() -> (Env, Validator) {
 async fn no_records_allow() {
     let (_env, validator) = env().await;
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
 }
@@ -34,7 +34,7 @@ async fn a_record_for_us_on_the_parent_allows() {
     let (env, validator) = env().await;
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
 }
@@ -45,7 +45,7 @@ async fn a_record_for_another_ca_refuses() {
     env.dns
         .add_caa("example.com", 0, "issue", "other-ca.example");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -68,7 +68,7 @@ async fn the_closest_record_set_wins() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.add_caa("a.example.com", 0, "issue", "ca.test");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
 }
@@ -80,7 +80,7 @@ async fn issuewild_governs_wildcards() {
     env.dns
         .add_caa("example.com", 0, "issuewild", "other-ca.example");
     let problem = validator
-        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -89,7 +89,7 @@ async fn issuewild_governs_wildcards() {
     env.dns
         .add_txt("_acme-challenge.example.com", &txt_value(KEY_AUTH));
     validator
-        .validate(&dns("example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
     // And issuewild for us allows the wildcard even though issue names someone else.
@@ -98,7 +98,7 @@ async fn issuewild_governs_wildcards() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.add_caa("example.com", 0, "issuewild", "ca.test");
     validator
-        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
 }
@@ -109,7 +109,7 @@ async fn critical_unknown_tags_refuse() {
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     env.dns.add_caa("example.com", 128, "futuretag", "value");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -119,7 +119,7 @@ async fn critical_unknown_tags_refuse() {
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     env.dns.add_caa("example.com", 0, "futuretag", "value");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
 }
@@ -134,12 +134,12 @@ async fn validationmethods_limit_the_challenge_types() {
         "ca.test; validationmethods=dns-01",
     );
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap();
     env.http.add(TOKEN, KEY_AUTH);
     let problem = validator
-        .validate(&dns("a.example.com"), Http01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -152,8 +152,96 @@ async fn a_failed_challenge_is_reported_before_caa() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.clear_txt("_acme-challenge.a.example.com");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Unauthorized);
+}
+
+#[tokio::test]
+async fn accounturi_binds_the_account() {
+    let (env, validator) = env().await;
+    env.dns.add_caa(
+        "example.com",
+        0,
+        "issue",
+        &format!("ca.test; accounturi={ACCOUNT_URI}"),
+    );
+    validator
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .await
+        .unwrap();
+    let other = "https://ca.test/acme/acct/2";
+    let problem = validator
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, other)
+        .await
+        .unwrap_err();
+    assert_eq!(problem.kind, ProblemType::Caa);
+    assert!(problem.detail.contains(ACCOUNT_URI), "{}", problem.detail);
+    assert!(problem.detail.contains(other), "{}", problem.detail);
+    // Two accounturi parameters in one property satisfy nobody (RFC 8657 §3).
+    env.dns.clear_caa("example.com");
+    env.dns.add_caa(
+        "example.com",
+        0,
+        "issue",
+        &format!("ca.test; accounturi={ACCOUNT_URI}; accounturi={other}"),
+    );
+    let problem = validator
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .await
+        .unwrap_err();
+    assert_eq!(problem.kind, ProblemType::Caa);
+}
+
+#[tokio::test]
+async fn check_caa_alone_honours_the_method_and_the_account() {
+    let (env, validator) = env().await;
+    assert!(validator.checks_caa());
+    env.dns.add_caa(
+        "example.com",
+        0,
+        "issue",
+        &format!("ca.test; accounturi={ACCOUNT_URI}; validationmethods=http-01"),
+    );
+    let name = dns("a.example.com");
+    validator
+        .check_caa(&name, Http01, ACCOUNT_URI)
+        .await
+        .unwrap();
+    for (method, account) in [
+        (Dns01, ACCOUNT_URI),
+        (Http01, "https://ca.test/acme/acct/2"),
+    ] {
+        let problem = validator
+            .check_caa(&name, method, account)
+            .await
+            .unwrap_err();
+        assert_eq!(problem.kind, ProblemType::Caa, "{method:?} {account}");
+    }
+    // IP identifiers have no CAA; a validator without CAA identities checks nothing.
+    let ip = acme_core::identifier::Identifier::ip("127.0.0.1").unwrap();
+    validator.check_caa(&ip, Http01, ACCOUNT_URI).await.unwrap();
+    let unchecked = env.validator_with(|_| {});
+    assert!(!unchecked.checks_caa());
+    unchecked
+        .check_caa(&name, Dns01, "https://ca.test/acme/acct/2")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_caa_lookup_failure_refuses() {
+    let (env, _) = env().await;
+    let validator = env.validator_with(|s| {
+        s.caa_identities = vec!["ca.test".to_owned()];
+        s.timeout = std::time::Duration::from_secs(1);
+    });
+    // Nobody answers any more: no absence of records is established.
+    drop(env);
+    let problem = validator
+        .check_caa(&dns("a.example.com"), Dns01, ACCOUNT_URI)
+        .await
+        .unwrap_err();
+    assert_eq!(problem.kind, ProblemType::Caa);
 }

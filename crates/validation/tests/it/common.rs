@@ -9,6 +9,9 @@ use validation::{ValidationSettings, Validator};
 
 pub(crate) const KEY_AUTH: &str = "tok3n.thumbprint-of-the-account-key";
 
+/// The URI of the account the attempts are made for (what CAA `accounturi` is compared with).
+pub(crate) const ACCOUNT_URI: &str = "https://ca.test/acme/acct/1";
+
 /// The three test servers, with names resolving to 127.0.0.1.
 pub(crate) struct Env {
     pub(crate) dns: TestDnsServer,
