@@ -334,6 +334,8 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         profiles,
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
+        validation_retries: config.validation.retries,
+        retry_backoff: config.validation.retry_backoff.time(),
         ..WorkerSettings::default()
     }
 }

@@ -8,6 +8,7 @@ use acme_core::status::ChallengeType;
 
 use crate::address_policy::AddressPolicy;
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::resolver::DnsClient;
 use crate::settings::ValidationSettings;
 use crate::{caa, dns01, http01, tls_alpn01};
@@ -83,7 +84,21 @@ impl Validator {
         self.inner.settings.worst_case_attempt()
     }
 
-    /// Performs one validation attempt.
+    /// Performs one validation attempt; [`Validator::attempt`] without the classification.
+    pub async fn validate(
+        &self,
+        identifier: &Identifier,
+        challenge: ChallengeType,
+        token: &str,
+        key_authorization: &str,
+    ) -> Result<(), Problem> {
+        self.attempt(identifier, challenge, token, key_authorization)
+            .await
+            .map_err(|failure| failure.problem)
+    }
+
+    /// Performs one validation attempt, saying of a failure whether it is transient (the attempt
+    /// may be repeated later) or definite (see `failure.rs`).
     ///
     /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
     /// configured, CAA permits issuance. Otherwise a problem whose type says where it failed
@@ -94,20 +109,22 @@ impl Validator {
     ///
     /// The whole attempt (every query, address and redirect, and CAA) is bounded by
     /// `settings.timeout`; past it the attempt is dropped and a `connection` problem returned, so
-    /// a call never takes longer than [`ValidationSettings::worst_case_attempt`].
-    pub async fn validate(
+    /// a call never takes longer than [`ValidationSettings::worst_case_attempt`]. That time
+    /// limit is a transient failure.
+    pub async fn attempt(
         &self,
         identifier: &Identifier,
         challenge: ChallengeType,
         token: &str,
         key_authorization: &str,
-    ) -> Result<(), Problem> {
+    ) -> Result<(), Failure> {
         check_applicable(identifier, challenge)?;
         if !token_is_valid(token) {
             return Err(Problem::new(
                 ProblemType::Malformed,
                 "the challenge token must be non-empty base64url text",
-            ));
+            )
+            .into());
         }
         let inner = &*self.inner;
         let challenge_check = async {
@@ -121,9 +138,13 @@ impl Validator {
                 }
             }
         };
+        // CAA failures are definite, lookup failures included: RFC 8659 makes a CA refuse when
+        // CAA cannot be checked, and a refusal is not worth repeating within the attempt budget.
         let caa_check = async {
             if identifier.kind() == IdentifierKind::Dns && !inner.caa_identities.is_empty() {
-                caa::check(&inner.dns, &inner.caa_identities, identifier, challenge).await
+                caa::check(&inner.dns, &inner.caa_identities, identifier, challenge)
+                    .await
+                    .map_err(Failure::definite)
             } else {
                 Ok(())
             }
@@ -148,7 +169,7 @@ impl Validator {
         let limit = inner.settings.timeout;
         match tokio::time::timeout(limit, both).await {
             Ok(result) => result,
-            Err(_) => Err(Problem::new(
+            Err(_) => Err(Failure::transient(Problem::new(
                 ProblemType::Connection,
                 format!(
                     "The {} validation attempt for {} exceeded the time limit of {}s and was abandoned",
@@ -156,7 +177,7 @@ impl Validator {
                     identifier.value(),
                     limit.as_secs_f64()
                 ),
-            )),
+            ))),
         }
     }
 }

@@ -595,6 +595,10 @@ pub struct ValidationConfig {
     /// How long a claimed job stays reserved without a heartbeat (renewed every third of it while
     /// the attempt runs); after a crash, the job is retried once it expires.
     pub job_lease: ConfigDuration,
+    /// Attempts after the first for a challenge whose attempts fail transiently.
+    pub retries: u32,
+    /// Wait before the first retry of a challenge; doubled for each further one (capped).
+    pub retry_backoff: ConfigDuration,
 }
 
 impl Default for ValidationConfig {
@@ -610,6 +614,12 @@ impl Default for ValidationConfig {
             max_attempts: 3,
             job_lease: ConfigDuration::from_secs(
                 workers::settings::DEFAULT_JOB_LEASE
+                    .whole_seconds()
+                    .unsigned_abs(),
+            ),
+            retries: workers::settings::DEFAULT_VALIDATION_RETRIES,
+            retry_backoff: ConfigDuration::from_secs(
+                workers::settings::DEFAULT_RETRY_BACKOFF
                     .whole_seconds()
                     .unsigned_abs(),
             ),
