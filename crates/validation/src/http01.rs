@@ -28,11 +28,9 @@ pub(crate) async fn validate(
     let (host, pinned) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
-            let ips = inner
-                .dns
-                .lookup_ips(name)
-                .await
-                .map_err(|f| f.map_problem(|p| prefix(p, &url_for(name, settings.http_port, token))))?;
+            let ips = inner.dns.lookup_ips(name).await.map_err(|f| {
+                f.map_problem(|p| prefix(p, &url_for(name, settings.http_port, token)))
+            })?;
             (name.to_owned(), Some(ips))
         }
         IdentifierKind::Ip => {

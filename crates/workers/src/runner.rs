@@ -495,7 +495,12 @@ async fn validate(
             } else {
                 Vec::new()
             };
-            Err(ra::verdicts::final_problem(failure.problem, attempt, now, &earlier))
+            Err(ra::verdicts::final_problem(
+                failure.problem,
+                attempt,
+                now,
+                &earlier,
+            ))
         }
     };
     metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => if outcome.is_ok() { "valid" } else { "invalid" }).increment(1);
