@@ -25,5 +25,6 @@ mod ratelimit;
 mod ratelimit_policies;
 mod raw;
 mod restart;
+mod retries;
 mod rfc_answers;
 mod zombie;
