@@ -467,7 +467,7 @@ async fn validate(
         // the subscriber's content, not the operator's: it stays out of info-level logs.
         Err(f) => span.in_scope(|| {
             let p = &f.problem;
-            tracing::info!(problem = p.kind.as_str(), transient = f.is_transient(), attempt, "validation attempt failed");
+            tracing::info!(problem = p.kind.as_str(), transient = f.is_transient(), attempt, "validation failed");
             tracing::debug!(problem = p.kind.as_str(), detail = %p.detail, "validation failure detail");
         }),
     }
