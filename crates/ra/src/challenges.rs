@@ -122,7 +122,17 @@ impl Ra {
             return Ok(None);
         }
         let due = self.inner.storage.validation_retry_at(challenge.id).await?;
-        Ok(due.map(|at| (at - self.now()).max(time::Duration::SECOND)))
+        // Whole seconds (Retry-After's unit), rounded up so a client does not poll too early.
+        Ok(due.map(|at| {
+            let wait = at - self.now();
+            let whole = time::Duration::seconds(wait.whole_seconds());
+            let rounded = if wait > whole {
+                whole + time::Duration::SECOND
+            } else {
+                whole
+            };
+            rounded.max(time::Duration::SECOND)
+        }))
     }
 
     /// The subscriber deactivates its authorization (RFC 8555 §7.5.2): only a pending or valid

@@ -148,7 +148,8 @@ pub(crate) async fn retry_validation(
     )
     .bind(job.id.0)
     .bind(i64::from(job.attempts))
-    .bind(codec::unix(run_at))
+    // Rounded up: stored in whole seconds, a backoff is never shorter than asked.
+    .bind(codec::unix_ceil(run_at))
     .bind(failed.detail.as_str())
     .bind(i64::from(job.retries))
     .execute(&mut *tx)

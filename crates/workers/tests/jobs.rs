@@ -801,7 +801,16 @@ async fn an_order_whose_profile_is_gone_is_not_signed_under_another() {
 /// `max_attempts`, so even `max_attempts: 1` lets every retry run.
 #[tokio::test]
 async fn transient_failures_are_retried_and_the_hook_runs_once() {
-    let env = env().await;
+    transient_failures_retried_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_and_the_hook_runs_once_on_postgres() {
+    transient_failures_retried_on(Backend::Postgres).await;
+}
+
+async fn transient_failures_retried_on(backend: Backend) {
+    let env = env_on(backend).await;
     let hook = Arc::new(Counting::default());
     let settings = WorkerSettings {
         max_attempts: 1,
