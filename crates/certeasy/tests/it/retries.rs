@@ -344,14 +344,28 @@ async fn a_scheduled_retry_survives_a_restart() {
     let url = challenge["url"].as_str().unwrap();
     let r = raw.post(url, Some(&json!({}))).await;
     assert_eq!(r.body["status"], "processing", "{r:?}");
-    // The first attempt failed and its retry is due in 3 s: crash now.
-    env.kill_binary();
-    let attempts = storage_of(&env)
+    // Once the first attempt is recorded (its retry due 3 s later), crash.
+    let storage = storage_of(&env).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while storage
+        .challenge_attempts(challenge_id(&challenge))
         .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the first attempt is never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.kill_binary();
+    let attempts = storage
         .challenge_attempts(challenge_id(&challenge))
         .await
         .unwrap();
     assert_eq!(attempts.len(), 1, "{attempts:?}");
+    drop(storage);
 
     env.dns.add_txt(
         &format!("_acme-challenge.{name}"),
