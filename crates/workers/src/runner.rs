@@ -479,10 +479,20 @@ async fn validate(
                 // Not a verdict: the challenge stays processing and no hook runs, so the
                 // failed-validation limit and zombie pausing count the challenge once, at its
                 // final verdict. The attempt and the new due time commit together.
-                inner
+                match inner
                     .storage
                     .retry_validation(job, id, &failure.problem, now, run_at)
-                    .await?;
+                    .await
+                {
+                    Ok(()) => {}
+                    // The lease ran out and another worker holds the job: it runs the attempt
+                    // again and decides; nothing was recorded here.
+                    Err(storage::error::Error::NotFound) => {
+                        span.in_scope(|| tracing::warn!(attempt, "lost the job before scheduling its retry; leaving it to its new holder"));
+                        return Ok(Settled::Yes);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
                 span.in_scope(|| tracing::info!(attempt, %run_at, "validation will be retried"));
                 metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => "retried").increment(1);
                 // The job is not deleted but released: it is due again at `run_at`.
