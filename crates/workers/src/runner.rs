@@ -325,11 +325,14 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
         Attempt::Finished(Err(e)) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "error")
                 .increment(1);
-            if job.attempts >= inner.settings.max_attempts {
+            // Claims that ended in a scheduled validation retry were verdicts of a sort, not
+            // failures of the job: only the others count towards max-attempts.
+            let failed_claims = job.attempts.saturating_sub(job.retries);
+            if failed_claims >= inner.settings.max_attempts {
                 tracing::error!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed too often; giving up");
                 give_up(inner, &job, &e.to_string()).await;
             } else {
-                let backoff = time::Duration::seconds(2_i64.saturating_pow(job.attempts.min(10)));
+                let backoff = time::Duration::seconds(2_i64.saturating_pow(failed_claims.min(10)));
                 tracing::warn!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed; will retry");
                 let run_at = inner.clock.now() + backoff;
                 if let Err(e) = inner.storage.retry_job(&job, run_at, &e.to_string()).await {
