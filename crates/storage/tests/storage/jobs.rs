@@ -321,10 +321,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     let (order, chal) = order_with_one_challenge(s, "claimed.example.com", now).await;
 
     let (started, job) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
-    assert_eq!(
-        started.status,
-        acme_core::status::ChallengeStatus::Processing
-    );
+    assert_eq!(started.status, ChallengeStatus::Processing);
     // Read back, the challenge is what the call returned.
     assert_eq!(s.challenge(chal).await.unwrap(), Some(started.clone()));
     let job = job.expect("a new job comes back claimed");
@@ -339,7 +336,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     );
     // Starting again (a client's repeated POST) creates nothing more and claims nothing.
     let (again, none) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
-    assert_eq!(again.status, acme_core::status::ChallengeStatus::Processing);
+    assert_eq!(again.status, ChallengeStatus::Processing);
     assert_eq!(none, None);
 
     s.record_validation(chal, Ok(()), now, Some(&job))
