@@ -397,6 +397,8 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         lease: config.validation.job_lease.time(),
         account_uris: AccountUris::new(&config.external_url()),
         caa_recheck_after: config.validation.caa_recheck_after.time(),
+        validation_retries: config.validation.retries,
+        retry_backoff: config.validation.retry_backoff.time(),
         ..WorkerSettings::default()
     }
 }

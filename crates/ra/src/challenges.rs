@@ -5,6 +5,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
 use acme_core::status::AuthzStatus;
+use acme_core::status::ChallengeStatus;
 use storage::model::Account;
 use storage::model::Authorization;
 use storage::model::Challenge;
@@ -83,6 +84,7 @@ impl Ra {
                         let target = ValidationTarget {
                             challenge: started.clone(),
                             authz_id: authz.id,
+                            authz_expires: authz.expires_at,
                             identifier: authz.identifier.clone(),
                             account_id: account.id,
                             thumbprint: account.thumbprint.clone(),
@@ -106,6 +108,31 @@ impl Ra {
         };
         tracing::info!(account_id = %account.id, challenge_id = %challenge.id, kind = started.kind.as_str(), "validation requested");
         Ok(started)
+    }
+
+    /// How long the client should wait before polling `challenge` again when its validation is
+    /// being retried: until the next attempt is due (at least a second). `None` when no retry is
+    /// scheduled, so the caller uses its usual Retry-After. Only a processing challenge costs a
+    /// query.
+    pub async fn validation_retry_after(
+        &self,
+        challenge: &Challenge,
+    ) -> Result<Option<time::Duration>, Error> {
+        if challenge.status != ChallengeStatus::Processing {
+            return Ok(None);
+        }
+        let due = self.inner.storage.validation_retry_at(challenge.id).await?;
+        // Whole seconds (Retry-After's unit), rounded up so a client does not poll too early.
+        Ok(due.map(|at| {
+            let wait = at - self.now();
+            let whole = time::Duration::seconds(wait.whole_seconds());
+            let rounded = if wait > whole {
+                whole + time::Duration::SECOND
+            } else {
+                whole
+            };
+            rounded.max(time::Duration::SECOND)
+        }))
     }
 
     /// The subscriber deactivates its authorization (RFC 8555 §7.5.2): only a pending or valid

@@ -34,6 +34,8 @@ pub enum Prepared {
 pub struct ValidationTarget {
     pub challenge: Challenge,
     pub authz_id: AuthzId,
+    /// When the authorization expires: a retry is scheduled only before it.
+    pub authz_expires: time::OffsetDateTime,
     pub identifier: Identifier,
     pub account_id: AccountId,
     /// RFC 7638 thumbprint of the account key (RFC 8555 §8.1 key authorization).

@@ -4,6 +4,7 @@
 use acme_core::ids::ChallengeId;
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
+use acme_core::problem::Problem;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -12,6 +13,7 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::model::ChallengeAttempt;
 use crate::model::Job;
 use crate::model::JobKind;
 use crate::sql;
@@ -33,13 +35,13 @@ pub(crate) async fn claim(
              WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
                  ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
              AND run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
-             RETURNING id, kind, target_id, attempts, lease_until",
+             RETURNING id, kind, target_id, attempts, retries, lease_until",
         ),
         Backend::Sqlite => sql::query(
             "UPDATE jobs SET lease_until = $2, attempts = attempts + 1 \
              WHERE id = (SELECT id FROM jobs WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) \
                  ORDER BY run_at, id LIMIT 1) \
-             RETURNING id, kind, target_id, attempts, lease_until",
+             RETURNING id, kind, target_id, attempts, retries, lease_until",
         ),
     };
     let Some(row) = query
@@ -59,13 +61,16 @@ pub(crate) async fn claim(
     };
     // Every claim counts, so a claim past the allowance is recognised here, in one place: such a
     // job is handed out only to be settled, never to run a further attempt.
+    // Claims that ended in a scheduled validation retry do not count: they ended with a verdict.
     let attempts = codec::count(row.try_get("attempts")?)?;
+    let retries = codec::count(row.try_get("retries")?)?;
     Ok(Some(Job {
         id: JobId(row.try_get("id")?),
         kind,
         attempts,
+        retries,
         lease_until: codec::time_from_unix(row.try_get("lease_until")?)?,
-        exhausted: attempts > max_attempts,
+        exhausted: attempts.saturating_sub(retries) > max_attempts,
     }))
 }
 
@@ -124,6 +129,93 @@ pub(crate) async fn retry(
     } else {
         Ok(())
     }
+}
+
+/// Records the failed attempt `job.retries + 1` of the validation and schedules the next one at
+/// `run_at`, releasing the lease, in one transaction, if this claim still holds the job.
+pub(crate) async fn retry_validation(
+    s: &Storage,
+    job: &Job,
+    id: ChallengeId,
+    failed: &Problem,
+    at: OffsetDateTime,
+    run_at: OffsetDateTime,
+) -> Result<()> {
+    let mut tx = s.begin_write().await?;
+    let updated = sql::query(
+        "UPDATE jobs SET run_at = $3, lease_until = NULL, last_error = $4, retries = retries + 1 \
+         WHERE id = $1 AND attempts = $2 AND retries = $5",
+    )
+    .bind(job.id.0)
+    .bind(i64::from(job.attempts))
+    // Rounded up: stored in whole seconds, a backoff is never shorter than asked.
+    .bind(codec::unix_ceil(run_at))
+    .bind(failed.detail.as_str())
+    .bind(i64::from(job.retries))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        tx.rollback().await?;
+        return Err(Error::NotFound);
+    }
+    sql::query(
+        "INSERT INTO challenge_attempts (challenge_id, attempt, attempted_at, error_type, error_detail) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (challenge_id, attempt) DO NOTHING",
+    )
+    .bind(id.0)
+    .bind(i64::from(job.retries) + 1)
+    .bind(codec::unix(at))
+    .bind(failed.kind.as_str())
+    .bind(failed.detail.as_str())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The failed attempts recorded for a challenge, first first.
+pub(crate) async fn challenge_attempts(
+    s: &Storage,
+    id: ChallengeId,
+) -> Result<Vec<ChallengeAttempt>> {
+    let rows = sql::query(
+        "SELECT attempt, attempted_at, error_type, error_detail FROM challenge_attempts \
+         WHERE challenge_id = $1 ORDER BY attempt",
+    )
+    .bind(id.0)
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let problem = codec::decode_problem(
+                Some(row.try_get::<String, _>("error_type")?),
+                Some(row.try_get::<String, _>("error_detail")?),
+            )?
+            .ok_or_else(|| Error::Corrupt("challenge attempt without a problem".into()))?;
+            Ok(ChallengeAttempt {
+                attempt: codec::count(row.try_get("attempt")?)?,
+                at: codec::time_from_unix(row.try_get("attempted_at")?)?,
+                problem,
+            })
+        })
+        .collect()
+}
+
+/// When the next attempt of a challenge whose validation is being retried is due; `None` when
+/// no retry is scheduled (no job, or its first attempt has not ended).
+pub(crate) async fn validation_retry_at(
+    s: &Storage,
+    id: ChallengeId,
+) -> Result<Option<OffsetDateTime>> {
+    let due: Option<i64> = sql::query_scalar(
+        "SELECT run_at FROM jobs WHERE kind = $1 AND target_id = $2 AND retries > 0",
+    )
+    .bind(state::JOB_VALIDATE)
+    .bind(id.0)
+    .fetch_optional(&s.db)
+    .await?;
+    codec::opt_time_from_unix(due)
 }
 
 pub(crate) async fn next_due(s: &Storage) -> Result<Option<OffsetDateTime>> {

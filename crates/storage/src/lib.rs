@@ -49,6 +49,7 @@ use crate::model::Certificate;
 use crate::model::CertificateFilter;
 use crate::model::CertificateSummary;
 use crate::model::Challenge;
+use crate::model::ChallengeAttempt;
 use crate::model::Completion;
 use crate::model::EabKey;
 use crate::model::GuardUsage;
@@ -503,6 +504,29 @@ impl Storage {
     /// which would let a third worker run the job at the same time. `Err(NotFound)` otherwise.
     pub async fn retry_job(&self, job: &Job, run_at: OffsetDateTime, error: &str) -> Result<()> {
         jobs::retry(self, job, run_at, error).await
+    }
+    /// A validation attempt of `id` failed transiently at `at`: records it as attempt
+    /// `job.retries + 1` (`challenge_attempts`) and schedules the next attempt at `run_at`,
+    /// releasing the lease, in one transaction. The challenge stays `processing`. Only if this
+    /// claim still holds the job; `Err(NotFound)` otherwise (its new holder runs it).
+    pub async fn retry_validation(
+        &self,
+        job: &Job,
+        id: ChallengeId,
+        failed: &Problem,
+        at: OffsetDateTime,
+        run_at: OffsetDateTime,
+    ) -> Result<()> {
+        jobs::retry_validation(self, job, id, failed, at, run_at).await
+    }
+    /// The failed attempts of a challenge that were retried, in order (none for one decided at
+    /// its first attempt).
+    pub async fn challenge_attempts(&self, id: ChallengeId) -> Result<Vec<ChallengeAttempt>> {
+        jobs::challenge_attempts(self, id).await
+    }
+    /// When the next attempt of a challenge being retried is due, if one is scheduled.
+    pub async fn validation_retry_at(&self, id: ChallengeId) -> Result<Option<OffsetDateTime>> {
+        jobs::validation_retry_at(self, id).await
     }
     /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.
     pub async fn next_job_due(&self) -> Result<Option<OffsetDateTime>> {

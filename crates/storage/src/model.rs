@@ -242,10 +242,25 @@ pub struct Job {
     /// Claims so far, this one included. Together with `id` it names this claim: a later claim
     /// (after the lease ran out) always has a higher count, so a stale holder cannot renew.
     pub attempts: u32,
+    /// Claims of this job that ended in a scheduled validation retry (a transient failure,
+    /// recorded in `challenge_attempts`): the number of failed attempts before this one. They
+    /// are not held against `max_attempts`, which bounds claims that ended without a verdict.
+    pub retries: u32,
     pub lease_until: OffsetDateTime,
     /// Every allowed attempt was already used (the last holder crashed or lost its lease): the
     /// job must not run again, only be settled, so its object still reaches a final state.
     pub exhausted: bool,
+}
+
+/// A validation attempt that failed transiently and was retried (`Storage::retry_validation`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChallengeAttempt {
+    /// 1 for the first attempt of the challenge.
+    pub attempt: u32,
+    /// When the attempt ended.
+    pub at: OffsetDateTime,
+    /// Why it failed.
+    pub problem: Problem,
 }
 
 /// What recording an issued certificate did.

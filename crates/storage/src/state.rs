@@ -177,6 +177,7 @@ pub(crate) async fn enqueue_job(
             id: JobId(id),
             kind,
             attempts: 1,
+            retries: 0,
             lease_until: codec::time_from_unix(until)?,
             exhausted: false,
         })

@@ -45,6 +45,8 @@ struct Entry {
     txt: Vec<String>,
     cname: Option<String>,
     caa: Vec<CAA>,
+    /// Every query for the name is answered SERVFAIL (a broken or overloaded nameserver).
+    servfail: bool,
 }
 
 /// The shared, mutable zone data.
@@ -104,6 +106,9 @@ impl Records {
                 };
                 return (code, answers);
             };
+            if entry.servfail {
+                return (ResponseCode::ServFail, Vec::new());
+            }
             if let Some(target) = &entry.cname
                 && query_type != RecordType::CNAME
             {
@@ -337,6 +342,11 @@ impl TestDnsServer {
     /// Removes all CAA records of `name`.
     pub fn clear_caa(&self, name: &str) {
         self.records.update(name, |e| e.caa.clear());
+    }
+
+    /// Answers every query for `name` with SERVFAIL while `on`, whatever records it holds.
+    pub fn set_servfail(&self, name: &str, on: bool) {
+        self.records.update(name, |e| e.servfail = on);
     }
 
     /// Forgets `name` entirely: queries for it become NXDOMAIN.

@@ -5,6 +5,7 @@ use acme_core::identifier::Identifier;
 use acme_core::problem::{Problem, ProblemType};
 use hickory_resolver::proto::rr::{RData, RecordType};
 
+use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
 use crate::resolver::Answer;
@@ -17,7 +18,9 @@ pub(crate) async fn validate(
     inner: &Inner,
     identifier: &Identifier,
     key_authorization: &str,
-) -> Result<(), Problem> {
+) -> Result<(), Failure> {
+    // Every failure here is transient: a missing or stale TXT record is what propagation looks
+    // like, and retrying only queries DNS again (see `failure.rs`).
     let name = format!("_acme-challenge.{}", identifier.base_name());
     let expected = key_authorization::dns01_txt_value(key_authorization);
     let values = match inner.dns.query(&name, RecordType::TXT).await {
@@ -35,29 +38,29 @@ pub(crate) async fn validate(
             })
             .collect::<Vec<_>>(),
         Answer::NxDomain => {
-            return Err(Problem::new(
+            return Err(Failure::transient(Problem::new(
                 ProblemType::Dns,
                 format!(
                     "DNS problem: NXDOMAIN looking up TXT for {name} - check that a DNS record exists for this domain"
                 ),
-            ));
+            )));
         }
         Answer::NoData => Vec::new(),
         Answer::Failed(why) => {
-            return Err(Problem::new(
+            return Err(Failure::transient(Problem::new(
                 ProblemType::Dns,
                 format!("DNS problem: {why} looking up TXT for {name}"),
-            ));
+            )));
         }
     };
     if values.iter().any(|v| v == &expected) {
         return Ok(());
     }
     if values.is_empty() {
-        return Err(Problem::new(
+        return Err(Failure::transient(Problem::new(
             ProblemType::Unauthorized,
             format!("No TXT record found at {name}; expected one with the value {expected:?}"),
-        ));
+        )));
     }
     let quoted: Vec<String> = values
         .iter()
@@ -74,11 +77,11 @@ pub(crate) async fn validate(
     } else {
         "records"
     };
-    Err(Problem::new(
+    Err(Failure::transient(Problem::new(
         ProblemType::IncorrectResponse,
         format!(
             "Incorrect TXT {plural} {}{more} found at {name}; expected {expected:?}",
             quoted.join(", ")
         ),
-    ))
+    )))
 }

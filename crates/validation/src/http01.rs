@@ -13,6 +13,7 @@ use reqwest::redirect;
 use url::Host;
 
 use crate::address_policy::AddressPolicy;
+use crate::failure::Failure;
 use crate::quote::quote_prefix;
 use crate::resolver::{PolicyResolver, ResolveProblem};
 use crate::validator::Inner;
@@ -22,16 +23,14 @@ pub(crate) async fn validate(
     identifier: &Identifier,
     token: &str,
     key_authorization: &str,
-) -> Result<(), Problem> {
+) -> Result<(), Failure> {
     let settings = &inner.settings;
     let (host, pinned) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
-            let ips = inner
-                .dns
-                .lookup_ips(name)
-                .await
-                .map_err(|p| prefix(p, &url_for(name, settings.http_port, token)))?;
+            let ips = inner.dns.lookup_ips(name).await.map_err(|f| {
+                f.map_problem(|p| prefix(p, &url_for(name, settings.http_port, token)))
+            })?;
             (name.to_owned(), Some(ips))
         }
         IdentifierKind::Ip => {
@@ -81,12 +80,20 @@ pub(crate) async fn validate(
     let same_host = response.url().host_str() == Some(host.as_str());
     let status = response.status();
     if status != reqwest::StatusCode::OK {
-        return Err(Problem::new(
+        let problem = Problem::new(
             ProblemType::IncorrectResponse,
             format!(
                 "Fetching {final_url}: the server answered {status}; it must answer 200 with the key authorization"
             ),
-        ));
+        );
+        // A 5xx is the server failing (a proxy whose backend restarts, an overloaded host): it
+        // may answer next time. Any other status is the server's answer about the file (404:
+        // not in place), and the subscriber puts the file in place before asking.
+        return Err(if status.is_server_error() {
+            Failure::transient(problem)
+        } else {
+            Failure::definite(problem)
+        });
     }
     let limit = settings.max_body_bytes;
     let too_large = || {
@@ -101,14 +108,14 @@ pub(crate) async fn validate(
         .content_length()
         .is_some_and(|len| len > limit as u64)
     {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
-                    return Err(too_large());
+                    return Err(too_large().into());
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -125,12 +132,12 @@ pub(crate) async fn validate(
     } else {
         "the response came from another host after a redirect, so it is not shown".to_owned()
     };
-    Err(Problem::new(
+    Err(Failure::definite(Problem::new(
         ProblemType::IncorrectResponse,
         format!(
             "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, {got}"
         ),
-    ))
+    )))
 }
 
 fn url_for(host: &str, port: u16, token: &str) -> String {
@@ -240,29 +247,32 @@ impl RedirectRules {
 
 /// Turns a reqwest failure into the problem the subscriber can act on. Only connecting has a
 /// reqwest timeout (`connect_budget`); the attempt as a whole is bounded by the caller.
-fn request_problem(url: &str, error: &reqwest::Error, connect_budget: Duration) -> Problem {
+///
+/// Network failures (refused, reset, timed out, a name not resolving) are transient; a redirect
+/// the rules refuse, or a name resolving only to refused addresses, is definite.
+fn request_problem(url: &str, error: &reqwest::Error, connect_budget: Duration) -> Failure {
     let url = error
         .url()
         .map_or_else(|| url.to_owned(), ToString::to_string);
     let mut source = error.source();
     let mut innermost = None;
     while let Some(cause) = source {
-        if let Some(ResolveProblem(problem)) = cause.downcast_ref::<ResolveProblem>() {
-            return prefix(problem.clone(), &url);
+        if let Some(ResolveProblem(failure)) = cause.downcast_ref::<ResolveProblem>() {
+            return failure.clone().map_problem(|p| prefix(p, &url));
         }
         if let Some(refused) = cause.downcast_ref::<RedirectRefused>() {
-            return Problem::new(
+            return Failure::definite(Problem::new(
                 ProblemType::Connection,
                 format!("Fetching {url}: {refused}"),
-            );
+            ));
         }
         if let Some(io) = cause.downcast_ref::<io::Error>()
             && io.kind() == io::ErrorKind::ConnectionRefused
         {
-            return Problem::new(
+            return Failure::transient(Problem::new(
                 ProblemType::Connection,
                 format!("Fetching {url}: connection refused"),
-            );
+            ));
         }
         innermost = Some(cause.to_string());
         source = cause.source();
@@ -276,7 +286,7 @@ fn request_problem(url: &str, error: &reqwest::Error, connect_budget: Duration) 
         let why = innermost.unwrap_or_else(|| error.to_string());
         format!("Fetching {url}: {why}")
     };
-    Problem::new(ProblemType::Connection, detail)
+    Failure::transient(Problem::new(ProblemType::Connection, detail))
 }
 
 #[cfg(test)]

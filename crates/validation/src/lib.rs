@@ -2,7 +2,8 @@
 //! (RFC 8737), IP identifiers (RFC 8738) and CAA checking (RFC 8659, RFC 8657 parameters).
 //!
 //! One [`Validator`] performs single validation attempts; retries, scheduling and persistence of the
-//! outcome belong to the caller. Every failure is an ACME [`Problem`](acme_core::problem::Problem)
+//! outcome belong to the caller. [`Validator::attempt`] says, as a [`Failure`], whether a failed
+//! attempt may be repeated (transient) or not (definite); see `failure.rs` for the table. Every failure is an ACME [`Problem`](acme_core::problem::Problem)
 //! whose detail names what was fetched or queried and what was found, because that text is what the
 //! subscriber sees in their client's output.
 //!
@@ -19,6 +20,7 @@ mod address_policy;
 mod caa;
 mod dns01;
 mod error;
+mod failure;
 mod http01;
 mod key_authorization;
 mod quote;
@@ -29,6 +31,7 @@ mod tls_verifier;
 mod validator;
 
 pub use error::Error;
+pub use failure::{Failure, Retry};
 pub use resolver::MAX_ADDRESSES_PER_NAME;
 pub use settings::ValidationSettings;
 pub use validator::Validator;

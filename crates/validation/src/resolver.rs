@@ -20,6 +20,7 @@ use hickory_resolver::{Resolver, TokioResolver};
 
 use crate::address_policy::AddressPolicy;
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::settings::ValidationSettings;
 
 /// Longest time one DNS query may take, whatever the attempt timeout.
@@ -143,8 +144,9 @@ impl DnsClient {
     /// addresses the policy allows, IPv6 first.
     ///
     /// A name that resolves only to refused addresses is a `connection` problem (the CA will not
-    /// connect there), not a `dns` one: DNS worked.
-    pub(crate) async fn lookup_ips(&self, name: &str) -> Result<Vec<IpAddr>, Problem> {
+    /// connect there), not a `dns` one: DNS worked. It is definite, whereas a name that does not
+    /// resolve (NXDOMAIN, no address, SERVFAIL, timeout) is transient: records being published.
+    pub(crate) async fn lookup_ips(&self, name: &str) -> Result<Vec<IpAddr>, Failure> {
         let (v4, v6) = tokio::join!(
             self.query(name, RecordType::A),
             self.query(name, RecordType::AAAA)
@@ -170,7 +172,7 @@ impl DnsClient {
                 }
                 _ => format!("DNS problem: no A or AAAA records found for {name}"),
             };
-            return Err(Problem::new(ProblemType::Dns, detail));
+            return Err(Failure::transient(Problem::new(ProblemType::Dns, detail)));
         }
         let mut allowed = Vec::new();
         let mut refused = Vec::new();
@@ -181,13 +183,13 @@ impl DnsClient {
             }
         }
         if allowed.is_empty() {
-            return Err(Problem::new(
+            return Err(Failure::definite(Problem::new(
                 ProblemType::Connection,
                 format!(
                     "{name} resolves only to addresses this CA does not connect to: {}; publish a public address for it",
                     refused.join(", ")
                 ),
-            ));
+            )));
         }
         Ok(select(allowed))
     }
@@ -245,11 +247,11 @@ impl PolicyResolver {
 /// A resolution refused or failed by [`DnsClient::lookup_ips`], carried through reqwest's error
 /// chain so the caller can report the original problem.
 #[derive(Debug)]
-pub(crate) struct ResolveProblem(pub(crate) Problem);
+pub(crate) struct ResolveProblem(pub(crate) Failure);
 
 impl fmt::Display for ResolveProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.detail)
+        f.write_str(&self.0.problem.detail)
     }
 }
 
@@ -266,8 +268,8 @@ impl reqwest::dns::Resolve for PolicyResolver {
                         Box::new(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)));
                     Ok(addrs)
                 }
-                Err(problem) => {
-                    Err(Box::new(ResolveProblem(problem))
+                Err(failure) => {
+                    Err(Box::new(ResolveProblem(failure))
                         as Box<dyn std::error::Error + Send + Sync>)
                 }
             }

@@ -16,6 +16,7 @@ use tokio_rustls::TlsConnector;
 use x509_parser::extensions::GeneralName;
 
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
 use crate::tls_verifier::AcceptAnyCertificate;
@@ -50,7 +51,7 @@ pub(crate) async fn validate(
     inner: &Inner,
     identifier: &Identifier,
     key_authorization: &str,
-) -> Result<(), Problem> {
+) -> Result<(), Failure> {
     let port = inner.settings.tls_alpn_port;
     let (addresses, sni) = match identifier.kind() {
         IdentifierKind::Dns => {
@@ -62,7 +63,8 @@ pub(crate) async fn validate(
                 return Err(Problem::new(
                     ProblemType::Malformed,
                     format!("{} is not an IP address", identifier.value()),
-                ));
+                )
+                .into());
             };
             inner.policy.check_identifier(ip)?;
             (vec![ip], reverse_dns_name(ip))
@@ -84,21 +86,35 @@ pub(crate) async fn validate(
     let tls = match handshake {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
-            return Err(Problem::new(
+            let problem = Problem::new(
                 ProblemType::Tls,
                 format!(
                     "TLS handshake with {addr} (SNI {sni}) for {identifier} failed: {e}; it must offer ALPN acme-tls/1"
                 ),
-            ));
+            );
+            // A connection cut off mid-handshake is the network or a restarting peer; a TLS
+            // error (an alert, no common ALPN protocol) is the peer's answer.
+            let cut_off = matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::BrokenPipe
+            );
+            return Err(if cut_off {
+                Failure::transient(problem)
+            } else {
+                Failure::definite(problem)
+            });
         }
         Err(_) => {
-            return Err(Problem::new(
+            return Err(Failure::transient(Problem::new(
                 ProblemType::Connection,
                 format!(
                     "TLS handshake with {addr} for {identifier} timed out after {}s",
                     budget.as_secs_f64()
                 ),
-            ));
+            )));
         }
     };
     let (_, connection) = tls.get_ref();
@@ -112,7 +128,8 @@ pub(crate) async fn validate(
             format!(
                 "{addr} (SNI {sni}) negotiated ALPN {got}; tls-alpn-01 requires \"acme-tls/1\""
             ),
-        ));
+        )
+        .into());
     }
     let Some(certificate) = connection
         .peer_certificates()
@@ -121,10 +138,11 @@ pub(crate) async fn validate(
         return Err(Problem::new(
             ProblemType::Tls,
             format!("{addr} (SNI {sni}) presented no certificate"),
-        ));
+        )
+        .into());
     };
     check_certificate(certificate.as_ref(), identifier, key_authorization)
-        .map_err(|why| Problem::new(ProblemType::IncorrectResponse, format!("Incorrect validation certificate for tls-alpn-01 challenge from {addr} (SNI {sni}): {why}")))
+        .map_err(|why| Failure::definite(Problem::new(ProblemType::IncorrectResponse, format!("Incorrect validation certificate for tls-alpn-01 challenge from {addr} (SNI {sni}): {why}"))))
 }
 
 /// Connects to the addresses in order and returns the first connection. `budget` is shared
@@ -134,7 +152,7 @@ async fn connect_first(
     port: u16,
     budget: Duration,
     identifier: &Identifier,
-) -> Result<(TcpStream, SocketAddr), Problem> {
+) -> Result<(TcpStream, SocketAddr), Failure> {
     let share = u32::try_from(addresses.len()).unwrap_or(u32::MAX).max(1);
     let timeout = budget / share;
     let mut failures = Vec::new();
@@ -152,13 +170,14 @@ async fn connect_first(
             )),
         }
     }
-    Err(Problem::new(
+    // Refused, reset or silent: all of it may pass once the target is up.
+    Err(Failure::transient(Problem::new(
         ProblemType::Connection,
         format!(
             "Connecting for tls-alpn-01 validation of {identifier} failed: {}",
             failures.join("; ")
         ),
-    ))
+    )))
 }
 
 /// Checks the RFC 8737 §3 requirements on the validation certificate. Returns what is wrong.

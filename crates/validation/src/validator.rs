@@ -8,6 +8,7 @@ use acme_core::status::ChallengeType;
 
 use crate::address_policy::AddressPolicy;
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::resolver::DnsClient;
 use crate::settings::ValidationSettings;
 use crate::{caa, dns01, http01, tls_alpn01};
@@ -85,7 +86,23 @@ impl Validator {
 
     /// Performs one validation attempt for the account whose URI is `account_uri` (what the
     /// server hands out as the account's URL, compared exactly with CAA `accounturi` parameters,
-    /// RFC 8657 §3).
+    /// RFC 8657 §3); [`Validator::attempt`] without the classification.
+    pub async fn validate(
+        &self,
+        identifier: &Identifier,
+        challenge: ChallengeType,
+        token: &str,
+        key_authorization: &str,
+        account_uri: &str,
+    ) -> Result<(), Problem> {
+        self.attempt(identifier, challenge, token, key_authorization, account_uri)
+            .await
+            .map_err(|failure| failure.problem)
+    }
+
+    /// Performs one validation attempt for the account whose URI is `account_uri`, saying of a
+    /// failure whether it is transient (the attempt may be repeated later) or definite (see
+    /// `failure.rs`).
     ///
     /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
     /// configured, CAA permits issuance to this account by this challenge type. Otherwise a
@@ -97,21 +114,23 @@ impl Validator {
     ///
     /// The whole attempt (every query, address and redirect, and CAA) is bounded by
     /// `settings.timeout`; past it the attempt is dropped and a `connection` problem returned, so
-    /// a call never takes longer than [`ValidationSettings::worst_case_attempt`].
-    pub async fn validate(
+    /// a call never takes longer than [`ValidationSettings::worst_case_attempt`]. That time
+    /// limit is a transient failure.
+    pub async fn attempt(
         &self,
         identifier: &Identifier,
         challenge: ChallengeType,
         token: &str,
         key_authorization: &str,
         account_uri: &str,
-    ) -> Result<(), Problem> {
+    ) -> Result<(), Failure> {
         check_applicable(identifier, challenge)?;
         if !token_is_valid(token) {
             return Err(Problem::new(
                 ProblemType::Malformed,
                 "the challenge token must be non-empty base64url text",
-            ));
+            )
+            .into());
         }
         let inner = &*self.inner;
         let challenge_check = async {
@@ -125,7 +144,13 @@ impl Validator {
                 }
             }
         };
-        let caa_check = caa_permits(inner, identifier, challenge, account_uri);
+        // CAA failures are definite, lookup failures included: RFC 8659 makes a CA refuse when
+        // CAA cannot be checked, and a refusal is not worth repeating within the attempt budget.
+        let caa_check = async {
+            caa_permits(inner, identifier, challenge, account_uri)
+                .await
+                .map_err(Failure::definite)
+        };
         // Both run concurrently; a failed challenge is reported first because it is what the
         // subscriber is working on, and as soon as it fails: a slow CAA lookup must not delay it.
         let both = async {
@@ -146,7 +171,7 @@ impl Validator {
         let limit = inner.settings.timeout;
         match tokio::time::timeout(limit, both).await {
             Ok(result) => result,
-            Err(_) => Err(Problem::new(
+            Err(_) => Err(Failure::transient(Problem::new(
                 ProblemType::Connection,
                 format!(
                     "The {} validation attempt for {} exceeded the time limit of {}s and was abandoned",
@@ -154,7 +179,7 @@ impl Validator {
                     identifier.value(),
                     limit.as_secs_f64()
                 ),
-            )),
+            ))),
         }
     }
 

@@ -46,8 +46,9 @@ pub enum Error {
     TimedOut(std::time::Duration),
 }
 
-/// Whether an attempt's last transaction also deleted the job: the outcome and the end of the
-/// job commit together, so the runner has nothing left to delete.
+/// Whether an attempt's last transaction also ended the claim: the outcome and the deletion of
+/// the job commit together (or, for a validation retried later, the failed attempt and the job's
+/// new due time), so the runner has nothing left to do with the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Settled {
     Yes,
@@ -324,11 +325,14 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
         Attempt::Finished(Err(e)) => {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "error")
                 .increment(1);
-            if job.attempts >= inner.settings.max_attempts {
+            // Claims that ended in a scheduled validation retry were verdicts of a sort, not
+            // failures of the job: only the others count towards max-attempts.
+            let failed_claims = job.attempts.saturating_sub(job.retries);
+            if failed_claims >= inner.settings.max_attempts {
                 tracing::error!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed too often; giving up");
                 give_up(inner, &job, &e.to_string()).await;
             } else {
-                let backoff = time::Duration::seconds(2_i64.saturating_pow(job.attempts.min(10)));
+                let backoff = time::Duration::seconds(2_i64.saturating_pow(failed_claims.min(10)));
                 tracing::warn!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed; will retry");
                 let run_at = inner.clock.now() + backoff;
                 if let Err(e) = inner.storage.retry_job(&job, run_at, &e.to_string()).await {
@@ -442,6 +446,7 @@ async fn validate(
     let ValidationTarget {
         challenge,
         authz_id,
+        authz_expires,
         identifier,
         account_id,
         thumbprint,
@@ -451,7 +456,7 @@ async fn validate(
     let span = tracing::info_span!("validation", account_id = %account_id, authz_id = %authz_id, challenge = challenge.kind.as_str(), identifier = %identifier);
     let outcome = inner
         .validator
-        .validate(
+        .attempt(
             &identifier,
             challenge.kind,
             &challenge.token,
@@ -460,15 +465,59 @@ async fn validate(
         )
         .instrument(span.clone())
         .await;
+    let attempt = job.retries.saturating_add(1);
     match &outcome {
-        Ok(()) => span.in_scope(|| tracing::info!("validation succeeded")),
+        Ok(()) => span.in_scope(|| tracing::info!(attempt, "validation succeeded")),
         // The detail may quote (a short, escaped prefix of) what the target served, which is
         // the subscriber's content, not the operator's: it stays out of info-level logs.
-        Err(p) => span.in_scope(|| {
-            tracing::info!(problem = p.kind.as_str(), "validation failed");
+        Err(f) => span.in_scope(|| {
+            let p = &f.problem;
+            tracing::info!(problem = p.kind.as_str(), transient = f.is_transient(), attempt, "validation failed");
             tracing::debug!(problem = p.kind.as_str(), detail = %p.detail, "validation failure detail");
         }),
     }
+    let outcome = match outcome {
+        Ok(()) => Ok(()),
+        Err(failure) => {
+            let now = inner.clock.now();
+            if let Some(run_at) = retry_at(inner, &failure, job.retries, now, authz_expires) {
+                // Not a verdict: the challenge stays processing and no hook runs, so the
+                // failed-validation limit and zombie pausing count the challenge once, at its
+                // final verdict. The attempt and the new due time commit together.
+                match inner
+                    .storage
+                    .retry_validation(job, id, &failure.problem, now, run_at)
+                    .await
+                {
+                    Ok(()) => {}
+                    // The lease ran out and another worker holds the job: it runs the attempt
+                    // again and decides; nothing was recorded here.
+                    Err(storage::error::Error::NotFound) => {
+                        span.in_scope(|| tracing::warn!(attempt, "lost the job before scheduling its retry; leaving it to its new holder"));
+                        return Ok(Settled::Yes);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                span.in_scope(|| tracing::info!(attempt, %run_at, "validation will be retried"));
+                metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => "retried").increment(1);
+                // The job is not deleted but released: it is due again at `run_at`.
+                return Ok(Settled::Yes);
+            }
+            // The final failure: earlier attempts are read only now, and only if there were any,
+            // so a challenge decided at its first attempt costs no extra query.
+            let earlier = if job.retries > 0 {
+                inner.storage.challenge_attempts(id).await?
+            } else {
+                Vec::new()
+            };
+            Err(ra::verdicts::final_problem(
+                failure.problem,
+                attempt,
+                now,
+                &earlier,
+            ))
+        }
+    };
     metrics::counter!("certeasy_validations_total", "type" => challenge.kind.as_str(), "outcome" => if outcome.is_ok() { "valid" } else { "invalid" }).increment(1);
     // The hook's spends (failed-validation bucket, zombie count and pause) complete before the
     // verdict is committed: a client that re-orders the instant it sees `invalid` is already
@@ -493,6 +542,24 @@ async fn validate(
         .await?;
     // Deleted with the verdict, or overtaken by a later claim that will find it recorded.
     Ok(Settled::Yes)
+}
+
+/// When to repeat an attempt that failed with `failure` after `retries` earlier failed attempts,
+/// if it is to be repeated at all: only a transient failure, only `validation_retries` times, and
+/// only when the next attempt would end before the authorization expires.
+fn retry_at(
+    inner: &Inner,
+    failure: &validation::Failure,
+    retries: u32,
+    now: time::OffsetDateTime,
+    authz_expires: time::OffsetDateTime,
+) -> Option<time::OffsetDateTime> {
+    if !failure.is_transient() || retries >= inner.settings.validation_retries {
+        return None;
+    }
+    let run_at = now + inner.settings.retry_delay(retries.saturating_add(1));
+    let worst = time::Duration::try_from(inner.validator.worst_case_attempt()).ok()?;
+    (run_at + worst < authz_expires).then_some(run_at)
 }
 
 /// The challenge in `processing`, its authorization and its account: what a job from the queue
@@ -524,6 +591,7 @@ async fn load_validation(
     Ok(Some(ValidationTarget {
         challenge,
         authz_id: authz.id,
+        authz_expires: authz.expires_at,
         identifier: authz.identifier,
         account_id: account.id,
         thumbprint: account.thumbprint,

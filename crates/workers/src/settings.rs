@@ -9,6 +9,21 @@ use time::Duration;
 /// worker's job is picked up again within one lease, and a long attempt keeps its lease anyway.
 pub const DEFAULT_JOB_LEASE: Duration = Duration::seconds(30);
 
+/// Default of `validation.retries`: attempts after the first one for a challenge whose attempts
+/// fail transiently (a refused connection, SERVFAIL, a TXT record not yet propagated). With the
+/// default backoff the last one starts about 35 s after the first: long enough for a DNS update
+/// to reach secondaries with short TTLs or a web server to come back, short enough that a client
+/// polling the challenge is not left waiting for minutes.
+pub const DEFAULT_VALIDATION_RETRIES: u32 = 3;
+
+/// Default of `validation.retry-backoff`: the wait before the first retry; each further retry
+/// waits twice as long as the previous one, at most [`MAX_RETRY_BACKOFF`].
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::seconds(5);
+
+/// The longest wait between two attempts of one challenge, whatever the retries and backoff
+/// configured: the doubling stops here.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::minutes(10);
+
 /// How the workers run and what they issue.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -39,6 +54,13 @@ pub struct WorkerSettings {
     /// CAA is checked again before signing for every authorization of the order validated more
     /// than this long before (`ra::caa`); only when the validator checks CAA at all.
     pub caa_recheck_after: Duration,
+    /// Attempts after the first for a challenge whose attempts fail transiently
+    /// (`validation::Retry::Transient`); a definite failure is never retried. Retries are
+    /// scheduled only while the authorization outlives them.
+    pub validation_retries: u32,
+    /// Wait before the first retry; doubled for each further one, capped at
+    /// [`MAX_RETRY_BACKOFF`].
+    pub retry_backoff: Duration,
 }
 
 impl WorkerSettings {
@@ -50,6 +72,16 @@ impl WorkerSettings {
         worst_case_attempt
             .saturating_mul(2)
             .saturating_add(std::time::Duration::from_secs(5))
+    }
+
+    /// The wait before the retry that follows `failed` failed attempts (1 for the first retry):
+    /// `retry_backoff` doubled `failed - 1` times, at most [`MAX_RETRY_BACKOFF`].
+    pub fn retry_delay(&self, failed: u32) -> Duration {
+        let doublings = failed.saturating_sub(1).min(20);
+        self.retry_backoff
+            .checked_mul(1_i32 << doublings)
+            .unwrap_or(MAX_RETRY_BACKOFF)
+            .min(MAX_RETRY_BACKOFF)
     }
 
     /// How often a running attempt renews its lease: three chances before it would run out.
@@ -82,6 +114,24 @@ impl Default for WorkerSettings {
             backdate: Duration::minutes(1),
             account_uris: AccountUris::new(DEFAULT_BASE_URL),
             caa_recheck_after: ra::caa::DEFAULT_RECHECK_AFTER,
+            validation_retries: DEFAULT_VALIDATION_RETRIES,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_double_and_are_capped() {
+        let settings = WorkerSettings::default();
+        let delays: Vec<i64> = (1..=4)
+            .map(|n| settings.retry_delay(n).whole_seconds())
+            .collect();
+        assert_eq!(delays, [5, 10, 20, 40]);
+        assert_eq!(settings.retry_delay(30), MAX_RETRY_BACKOFF);
+        assert_eq!(settings.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
     }
 }

@@ -886,3 +886,79 @@ async fn finalization_rechecks_caa_of_old_validations() {
     assert_eq!(order_now(&env, refused).await.certificate_id, None);
     workers.shutdown().await;
 }
+
+/// A challenge whose attempts keep failing transiently is retried `validation_retries` times and
+/// then failed with every attempt in its error; the hook (failed-validation spend, zombie count)
+/// runs once, at that final verdict. The claims that ended in a retry are not held against
+/// `max_attempts`, so even `max_attempts: 1` lets every retry run.
+#[tokio::test]
+async fn transient_failures_are_retried_and_the_hook_runs_once() {
+    transient_failures_retried_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_and_the_hook_runs_once_on_postgres() {
+    transient_failures_retried_on(Backend::Postgres).await;
+}
+
+async fn transient_failures_retried_on(backend: Backend) {
+    let env = env_on(backend).await;
+    let hook = Arc::new(Counting::default());
+    let settings = WorkerSettings {
+        max_attempts: 1,
+        validation_retries: 2,
+        retry_backoff: time::Duration::seconds(1),
+        ..test_settings()
+    };
+    let workers = spawn_with(&env, Arc::clone(&hook) as Arc<dyn ValidationHook>, settings);
+    let (order, challenge) = order_for(&env, "refusing.workers.test", "tokretry").await;
+    // Nothing listens on 127.0.0.2 at the responder's port: every connection is refused.
+    env.dns
+        .set_a("refusing.workers.test", Ipv4Addr::new(127, 0, 0, 2));
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    // The first failure is recorded as an attempt while the challenge stays processing, and
+    // runs no hook. (The hook count is read first: while only attempt 1 is recorded, the final
+    // attempt, whose hook runs just before its verdict commits, has not started.)
+    let mut seen_processing_with_attempt = false;
+    for _ in 0..300 {
+        let verdicts = hook.1.load(Ordering::SeqCst);
+        let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+        if ch.status != ChallengeStatus::Processing {
+            break;
+        }
+        let recorded = env.storage.challenge_attempts(challenge).await.unwrap();
+        if recorded.len() == 1 {
+            seen_processing_with_attempt = true;
+            assert_eq!(verdicts, 0, "no verdict yet");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen_processing_with_attempt);
+    wait_for(&env, order, OrderStatus::Invalid).await;
+    workers.shutdown().await;
+
+    let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+    assert_eq!(ch.status, ChallengeStatus::Invalid);
+    let error = ch.error.unwrap();
+    assert_eq!(error.kind, ProblemType::Connection, "{error:?}");
+    assert!(
+        error.detail.contains("failed after 3 attempts"),
+        "{}",
+        error.detail
+    );
+    let attempts = env.storage.challenge_attempts(challenge).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert_eq!(
+        hook.1.load(Ordering::SeqCst),
+        1,
+        "one failure per challenge"
+    );
+    assert_eq!(hook.0.load(Ordering::SeqCst), 0);
+}

@@ -80,7 +80,14 @@ pub(crate) async fn challenge(
         challenge.status,
         ChallengeStatus::Processing | ChallengeStatus::Pending
     ) {
-        resource = resource.retry_after(state.inner.settings.retry_after.whole_seconds());
+        // While a failed attempt waits for its retry, poll when the next attempt is due.
+        let wait = state
+            .ra()
+            .validation_retry_after(&challenge)
+            .await
+            .map_err(|e| refused(&state, e))?
+            .unwrap_or(state.inner.settings.retry_after);
+        resource = resource.retry_after(wait.whole_seconds());
     }
     Ok(resource.into_response())
 }

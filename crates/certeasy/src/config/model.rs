@@ -653,6 +653,10 @@ pub struct ValidationConfig {
     pub job_lease: ConfigDuration,
     /// CAA is checked again before signing for authorizations validated longer ago than this.
     pub caa_recheck_after: ConfigDuration,
+    /// Attempts after the first for a challenge whose attempts fail transiently.
+    pub retries: u32,
+    /// Wait before the first retry of a challenge; doubled for each further one (capped).
+    pub retry_backoff: ConfigDuration,
 }
 
 impl Default for ValidationConfig {
@@ -672,6 +676,12 @@ impl Default for ValidationConfig {
                     .unsigned_abs(),
             ),
             caa_recheck_after: config_duration(ra::caa::DEFAULT_RECHECK_AFTER),
+            retries: workers::settings::DEFAULT_VALIDATION_RETRIES,
+            retry_backoff: ConfigDuration::from_secs(
+                workers::settings::DEFAULT_RETRY_BACKOFF
+                    .whole_seconds()
+                    .unsigned_abs(),
+            ),
         }
     }
 }

@@ -739,3 +739,30 @@ fn a_profile_inherits_the_ca_wide_validities() {
     let short = profiles.select(Some("short-lived")).unwrap();
     assert_eq!(short.validity(), time::Duration::days(7));
 }
+
+#[test]
+fn retry_keys_parse_default_from_the_workers_and_are_checked() {
+    let defaults = Config::default().validation;
+    assert_eq!(
+        defaults.retries,
+        workers::settings::DEFAULT_VALIDATION_RETRIES
+    );
+    assert_eq!(defaults.retry_backoff, ConfigDuration::from_secs(5));
+    let config = from_str(
+        "validation:\n  retries: 0\n  retry-backoff: 2m\n",
+        "certeasy.yaml",
+    )
+    .unwrap();
+    assert_eq!(config.validation.retries, 0);
+    assert_eq!(
+        config.validation.retry_backoff,
+        ConfigDuration::from_secs(120)
+    );
+
+    let short = only_problem("validation:\n  retry-backoff: 0s\n");
+    assert_eq!(short.key_path, "validation.retry-backoff");
+    assert_eq!(short.line, Some(2));
+    let negative = only_problem("validation:\n  timeout: 5s\n  retries: -1\n");
+    assert_eq!(negative.key_path, "validation.retries");
+    assert_eq!(negative.line, Some(3));
+}

@@ -516,6 +516,10 @@ impl Checker {
         if validation.job_lease.std() < std::time::Duration::from_secs(1) {
             self.fail("validation.job-lease", "must be at least 1s");
         }
+        // Due times are stored in whole seconds.
+        if validation.retry_backoff.std() < std::time::Duration::from_secs(1) {
+            self.fail("validation.retry-backoff", "must be at least 1s");
+        }
     }
 
     fn zombie_pausing(&mut self, config: &Config) {

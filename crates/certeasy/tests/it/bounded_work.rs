@@ -101,7 +101,7 @@ async fn silent_addresses_do_not_stall_other_orders(db: Db) {
     // order is done (whether its attempt ends by the validator's deadline or the runner's
     // backstop); after one attempt it is settled.
     let body = format!(
-        "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 15s\n  workers: 3\n  max-attempts: 1\n  job-lease: 3s\n",
+        "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 15s\n  workers: 3\n  max-attempts: 1\n  job-lease: 3s\n  retries: 0\n",
         env.dns.addr(),
         env.http.port(),
         env.tls.port()

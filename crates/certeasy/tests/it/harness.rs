@@ -165,10 +165,12 @@ impl TestEnv {
         if let Some(pg) = &pg {
             sections.insert("database".to_owned(), format!("  url: \"{}\"\n", pg.url));
         }
+        // No challenge retries: tests that are not about them (`retries.rs` is) see a transient
+        // failure as the verdict at once, as before retries existed.
         sections.insert(
             "validation".to_owned(),
             format!(
-                "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 5s\n",
+                "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 5s\n  retries: 0\n",
                 dns.addr(),
                 http.port(),
                 tls.port()
@@ -213,7 +215,7 @@ impl TestEnv {
     /// Changes the ports challenges are validated on (e.g. to where lego or certbot listen).
     pub fn challenge_ports(&mut self, http_port: u16, tls_port: u16) {
         let body = format!(
-            "  dns-servers: [\"{}\"]\n  http-port: {http_port}\n  tls-alpn-port: {tls_port}\n  allow-loopback: true\n  timeout: 5s\n",
+            "  dns-servers: [\"{}\"]\n  http-port: {http_port}\n  tls-alpn-port: {tls_port}\n  allow-loopback: true\n  timeout: 5s\n  retries: 0\n",
             self.dns.addr()
         );
         self.section("validation", &body);

@@ -27,5 +27,6 @@ mod ratelimit;
 mod ratelimit_policies;
 mod raw;
 mod restart;
+mod retries;
 mod rfc_answers;
 mod zombie;

@@ -1,6 +1,9 @@
 use std::collections::HashSet;
 
 use acme_core::ids::ChallengeId;
+use acme_core::problem::Problem;
+use acme_core::problem::ProblemType;
+use acme_core::status::ChallengeStatus;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::JobKind;
@@ -18,6 +21,7 @@ crate::both_backends!(
     only_the_holder_renews_a_lease,
     a_job_created_claimed_is_settled_with_its_outcome,
     a_claimed_job_whose_holder_died_goes_back_to_the_queue,
+    a_validation_retry_records_the_attempt_and_reschedules_the_job,
 );
 
 /// Starts the first challenge of `n` fresh authorizations, enqueuing `n` validation jobs due at `now`.
@@ -317,10 +321,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     let (order, chal) = order_with_one_challenge(s, "claimed.example.com", now).await;
 
     let (started, job) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
-    assert_eq!(
-        started.status,
-        acme_core::status::ChallengeStatus::Processing
-    );
+    assert_eq!(started.status, ChallengeStatus::Processing);
     // Read back, the challenge is what the call returned.
     assert_eq!(s.challenge(chal).await.unwrap(), Some(started.clone()));
     let job = job.expect("a new job comes back claimed");
@@ -335,7 +336,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     );
     // Starting again (a client's repeated POST) creates nothing more and claims nothing.
     let (again, none) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
-    assert_eq!(again.status, acme_core::status::ChallengeStatus::Processing);
+    assert_eq!(again.status, ChallengeStatus::Processing);
     assert_eq!(none, None);
 
     s.record_validation(chal, Ok(()), now, Some(&job))
@@ -404,4 +405,77 @@ async fn a_claimed_job_whose_holder_died_goes_back_to_the_queue(s: &Storage) {
         .unwrap();
     assert!(!recorded.changed);
     assert_eq!(s.next_job_due().await.unwrap(), None);
+}
+
+/// A transient failure is recorded as an attempt and the job released until its retry, in one
+/// transaction, only by the claim that holds the job; the retried claims are not held against
+/// the attempt allowance, and the challenge stays processing.
+async fn a_validation_retry_records_the_attempt_and_reschedules_the_job(s: &Storage) {
+    let now = t0();
+    let lease = Duration::seconds(10);
+    let chals = enqueue_validations(s, 1, now).await;
+    let id = chals[0];
+    assert_eq!(
+        s.validation_retry_at(id).await.unwrap(),
+        None,
+        "first attempt not ended"
+    );
+    let mut at = now;
+    // Allowance 1: every claim after the first is a retry, so none is exhausted.
+    for n in 1..=3_u32 {
+        let job = s.claim_job(at, lease, 1).await.unwrap().unwrap();
+        assert_eq!((job.attempts, job.retries), (n, n - 1));
+        assert!(!job.exhausted, "claim {n}: {job:?}");
+        let failed = Problem::new(ProblemType::Connection, format!("refused {n}"));
+        let run_at = at + Duration::seconds(5);
+        // A stale claim (another count) cannot record or reschedule.
+        let mut stale = job.clone();
+        stale.attempts += 1;
+        assert!(matches!(
+            s.retry_validation(&stale, id, &failed, at, run_at).await,
+            Err(Error::NotFound)
+        ));
+        s.retry_validation(&job, id, &failed, at, run_at)
+            .await
+            .unwrap();
+        assert_eq!(s.validation_retry_at(id).await.unwrap(), Some(run_at));
+        assert_eq!(s.next_job_due().await.unwrap(), Some(run_at));
+        assert_eq!(
+            s.claim_job(at, lease, 1).await.unwrap(),
+            None,
+            "not due yet"
+        );
+        at = run_at;
+    }
+    let attempts = s.challenge_attempts(id).await.unwrap();
+    assert_eq!(attempts.len(), 3);
+    for (i, a) in attempts.iter().enumerate() {
+        assert_eq!(a.attempt as usize, i + 1);
+        assert_eq!(a.problem.kind, ProblemType::Connection);
+        assert_eq!(a.problem.detail, format!("refused {}", i + 1));
+    }
+    assert_eq!(attempts[0].at, now);
+    let challenge = s.challenge(id).await.unwrap().unwrap();
+    assert_eq!(challenge.status, ChallengeStatus::Processing);
+    // A claim whose worker dies still counts against the allowance.
+    let job = s.claim_job(at, lease, 1).await.unwrap().unwrap();
+    assert!(!job.exhausted);
+    let next = s
+        .claim_job(job.lease_until, lease, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.exhausted, "{next:?}");
+    // The final verdict settles the job; the attempts stay with the challenge.
+    s.record_validation(
+        id,
+        Err(Problem::new(ProblemType::Connection, "final")),
+        next.lease_until,
+        Some(&next),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.next_job_due().await.unwrap(), None);
+    assert_eq!(s.validation_retry_at(id).await.unwrap(), None);
+    assert_eq!(s.challenge_attempts(id).await.unwrap().len(), 3);
 }

@@ -10,3 +10,4 @@ mod hosts;
 mod http01;
 mod targets;
 mod tls_alpn01;
+mod transience;

@@ -1,0 +1,377 @@
+//! Challenge retries end to end: an attempt that fails for a transient reason is repeated after
+//! `validation.retry-backoff` while the challenge stays `processing`; a definite failure ends the
+//! challenge at once; the final error lists every attempt; the failed-validation limit and
+//! zombie pausing count one failure per challenge; a scheduled retry survives a restart.
+
+use std::time::Duration;
+
+use acme_jose::Algorithm;
+use aws_lc_rs::digest;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::Value;
+use serde_json::json;
+
+use crate::harness::Db;
+use crate::harness::TestEnv;
+use crate::harness::free_port;
+use crate::raw::Raw;
+
+/// The validation section with retries; `http_port` lets a test point http-01 at a closed port.
+fn validation_section(env: &TestEnv, http_port: u16, retries: u32, backoff: &str) -> String {
+    format!(
+        "  dns-servers: [\"{}\"]\n  http-port: {http_port}\n  tls-alpn-port: {}\n  allow-loopback: true\n  timeout: 2s\n  job-lease: 2s\n  retries: {retries}\n  retry-backoff: {backoff}\n",
+        env.dns.addr(),
+        env.tls.port()
+    )
+}
+
+fn txt_value(key_authorization: &str) -> String {
+    URL_SAFE_NO_PAD.encode(digest::digest(
+        &digest::SHA256,
+        key_authorization.as_bytes(),
+    ))
+}
+
+/// An order for `name` and the challenge of type `kind` of its authorization.
+async fn order_and_challenge(raw: &Raw, name: &str, kind: &str) -> (String, Value) {
+    let order = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    assert_eq!(order.status, 201, "{order:?}");
+    let authz = raw
+        .post(order.body["authorizations"][0].as_str().unwrap(), None)
+        .await;
+    let challenge = authz.body["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == kind)
+        .unwrap()
+        .clone();
+    (order.location(), challenge)
+}
+
+/// Polls `url` until its status is `want`, failing on any other final status or at `deadline`.
+async fn wait_for(raw: &Raw, url: &str, want: &str, deadline: Duration, env: &TestEnv) -> Value {
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        let r = raw.post(url, None).await;
+        let status = r.body["status"].as_str().unwrap_or_default().to_owned();
+        if status == want {
+            return r.body;
+        }
+        assert!(
+            status == "processing" || status == "pending",
+            "{url} became {status} instead of {want}: {}\n{}",
+            r.text,
+            env.server_log()
+        );
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{url} still {status}, never {want}: {}\n{}",
+            r.text,
+            env.server_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn storage_of(env: &TestEnv) -> storage::Storage {
+    let url = format!(
+        "sqlite://{}",
+        env.dir.path().join("data/certeasy.db").display()
+    );
+    storage::Storage::connect(&url).await.unwrap()
+}
+
+fn challenge_id(challenge: &Value) -> acme_core::ids::ChallengeId {
+    let url = challenge["url"].as_str().unwrap();
+    url.rsplit('/').next().unwrap().parse().unwrap()
+}
+
+/// The sum over its labels of `metric` lines that also contain `filter`.
+async fn metric_sum(env: &TestEnv, metric: &str, filter: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", env.admin_addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(metric) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn dns01_record_that_appears_after_the_first_attempt_is_validated_by_a_retry() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let section = validation_section(&env, env.http.port(), 3, "1s");
+    env.section("validation", &section);
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("propagating");
+    let (order_url, challenge) = order_and_challenge(&raw, &name, "dns-01").await;
+    let token = challenge["token"].as_str().unwrap();
+
+    // No TXT record yet: the first attempt (run inline) fails transiently.
+    let r = raw
+        .post(challenge["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    assert_eq!(r.body["status"], "processing", "{r:?}");
+    let retry_after: i64 = r.header("retry-after").unwrap().parse().unwrap();
+    // The next attempt is due 1 s after the first failed (in whole seconds, rounded up).
+    assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    let authz = raw
+        .post(
+            raw.post(&order_url, None).await.body["authorizations"][0]
+                .as_str()
+                .unwrap(),
+            None,
+        )
+        .await;
+    assert_eq!(authz.body["status"], "pending", "{authz:?}");
+
+    // The record propagates; the retry finds it.
+    env.dns.add_txt(
+        &format!("_acme-challenge.{name}"),
+        &txt_value(&raw.key_authorization(token)),
+    );
+    let url = challenge["url"].as_str().unwrap();
+    let valid = wait_for(&raw, url, "valid", Duration::from_secs(20), &env).await;
+    assert!(valid.get("error").is_none(), "{valid}");
+    wait_for(&raw, &order_url, "ready", Duration::from_secs(5), &env).await;
+
+    let attempts = storage_of(&env)
+        .await
+        .challenge_attempts(challenge_id(&challenge))
+        .await
+        .unwrap();
+    assert!(!attempts.is_empty(), "the failed first attempt is recorded");
+    assert_eq!(attempts[0].attempt, 1);
+    assert!(
+        attempts[0].problem.detail.contains("TXT"),
+        "{:?}",
+        attempts[0]
+    );
+}
+
+#[tokio::test]
+async fn http01_wrong_key_authorization_fails_at_once() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let section = validation_section(&env, env.http.port(), 3, "1s");
+    env.section("validation", &section);
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("wrong");
+    let (order_url, challenge) = order_and_challenge(&raw, &name, "http-01").await;
+    let token = challenge["token"].as_str().unwrap();
+    env.http.add(token, &format!("{token}.not-this-account"));
+
+    let r = raw
+        .post(challenge["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    assert_eq!(r.body["status"], "invalid", "{r:?}");
+    let detail = r.body["error"]["detail"].as_str().unwrap();
+    assert_eq!(
+        r.body["error"]["type"],
+        "urn:ietf:params:acme:error:incorrectResponse"
+    );
+    assert!(!detail.contains("attempts"), "{detail}");
+    wait_for(&raw, &order_url, "invalid", Duration::from_secs(5), &env).await;
+    let attempts = storage_of(&env)
+        .await
+        .challenge_attempts(challenge_id(&challenge))
+        .await
+        .unwrap();
+    assert!(
+        attempts.is_empty(),
+        "one attempt, nothing retried: {attempts:?}"
+    );
+    assert_eq!(
+        metric_sum(&env, "certeasy_validations_total", "outcome=\"retried\"").await,
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn refused_connections_fail_after_every_retry_and_count_once() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let closed = free_port();
+    let section = validation_section(&env, closed, 2, "1s");
+    env.section("validation", &section);
+    env.section(
+        "rate-limiting",
+        "  whitelist: [\"127.0.0.1\"]\n  failed-validation:\n    max-per-window: 5\n    window: 1h\n",
+    );
+    env.section(
+        "zombie-pausing",
+        "  max-consecutive-failures: 5\n  refill-per: 24h\n",
+    );
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("refused");
+    let (order_url, challenge) = order_and_challenge(&raw, &name, "http-01").await;
+    let failed_before = metric_sum(
+        &env,
+        "certeasy_ratelimit_decisions_total",
+        "limit=\"failed-validation\"",
+    )
+    .await;
+    let zombie_before = metric_sum(
+        &env,
+        "certeasy_ratelimit_decisions_total",
+        "limit=\"zombie-pausing\"",
+    )
+    .await;
+
+    let url = challenge["url"].as_str().unwrap();
+    let r = raw.post(url, Some(&json!({}))).await;
+    assert_eq!(r.body["status"], "processing", "{r:?}");
+    // Two retries, 1 s then 2 s after the failures before them.
+    let invalid = wait_for(&raw, url, "invalid", Duration::from_secs(30), &env).await;
+    let detail = invalid["error"]["detail"].as_str().unwrap();
+    assert_eq!(
+        invalid["error"]["type"], "urn:ietf:params:acme:error:connection",
+        "{invalid}"
+    );
+    assert!(detail.contains("failed after 3 attempts"), "{detail}");
+    for n in 1..=3 {
+        assert!(detail.contains(&format!("attempt {n} at ")), "{detail}");
+    }
+    assert_eq!(detail.matches("connection refused").count(), 4, "{detail}");
+    let order = wait_for(&raw, &order_url, "invalid", Duration::from_secs(5), &env).await;
+    assert!(order["error"].is_object(), "{order}");
+
+    let attempts = storage_of(&env)
+        .await
+        .challenge_attempts(challenge_id(&challenge))
+        .await
+        .unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [1, 2],
+        "{attempts:?}"
+    );
+    // One spend of each bucket for the challenge, none per attempt.
+    let failed_after = metric_sum(
+        &env,
+        "certeasy_ratelimit_decisions_total",
+        "limit=\"failed-validation\"",
+    )
+    .await;
+    let zombie_after = metric_sum(
+        &env,
+        "certeasy_ratelimit_decisions_total",
+        "limit=\"zombie-pausing\"",
+    )
+    .await;
+    assert_eq!(
+        failed_after - failed_before,
+        1.0,
+        "failed-validation spends"
+    );
+    assert_eq!(zombie_after - zombie_before, 1.0, "zombie-pausing counts");
+    assert_eq!(
+        metric_sum(&env, "certeasy_validations_total", "outcome=\"retried\"").await,
+        2.0
+    );
+}
+
+/// Counting: with a failed-validation budget of 2, a challenge failed after three attempts leaves
+/// the pair one more order; per-attempt counting would refuse it.
+#[tokio::test]
+async fn a_challenge_with_retries_spends_one_failed_validation_token() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let closed = free_port();
+    let section = validation_section(&env, closed, 2, "1s");
+    env.section("validation", &section);
+    env.section(
+        "rate-limiting",
+        "  whitelist: [\"127.0.0.1\"]\n  failed-validation:\n    max-per-window: 2\n    window: 1h\n",
+    );
+    env.section(
+        "zombie-pausing",
+        "  max-consecutive-failures: 2\n  refill-per: 24h\n",
+    );
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("budget");
+    for round in 1..=2 {
+        let (_, challenge) = order_and_challenge(&raw, &name, "http-01").await;
+        let url = challenge["url"].as_str().unwrap();
+        raw.post(url, Some(&json!({}))).await;
+        let invalid = wait_for(&raw, url, "invalid", Duration::from_secs(30), &env).await;
+        let detail = invalid["error"]["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("failed after 3 attempts"),
+            "round {round}: {detail}"
+        );
+    }
+    // Both buckets are spent now (two challenges): the pair is paused and refused.
+    assert_eq!(
+        metric_sum(&env, "certeasy_pauses_total", "outcome=\"paused\"").await,
+        1.0
+    );
+    let refused = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_scheduled_retry_survives_a_restart() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let section = validation_section(&env, env.http.port(), 3, "3s");
+    env.section("validation", &section);
+    env.spawn_binary().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("restart");
+    let (order_url, challenge) = order_and_challenge(&raw, &name, "dns-01").await;
+    let token = challenge["token"].as_str().unwrap();
+    let url = challenge["url"].as_str().unwrap();
+    let r = raw.post(url, Some(&json!({}))).await;
+    assert_eq!(r.body["status"], "processing", "{r:?}");
+    // Once the first attempt is recorded (its retry due 3 s later), crash.
+    let storage = storage_of(&env).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while storage
+        .challenge_attempts(challenge_id(&challenge))
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the first attempt is never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.kill_binary();
+    let attempts = storage
+        .challenge_attempts(challenge_id(&challenge))
+        .await
+        .unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    drop(storage);
+
+    env.dns.add_txt(
+        &format!("_acme-challenge.{name}"),
+        &txt_value(&raw.key_authorization(token)),
+    );
+    env.spawn_binary().await;
+    wait_for(&raw, url, "valid", Duration::from_secs(30), &env).await;
+    wait_for(&raw, &order_url, "ready", Duration::from_secs(5), &env).await;
+}
