@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use acme_api::ApiState;
+use acme_api::nonce::NonceRejection;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
@@ -107,6 +108,21 @@ pub async fn start(
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
+    if config.test_mode.enabled {
+        let t = &config.test_mode;
+        tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            http_port = t.http_port,
+            tls_alpn_port = t.tls_alpn_port,
+            always_valid = t.always_valid,
+            reject_nonces_percent = t.reject_nonces_percent,
+            authz_reuse = t.authz_reuse,
+            cert_lifetime = %t.cert_lifetime.map_or_else(|| "profile".to_owned(), |d| d.to_string()),
+            rate_limits = t.rate_limits,
+            "TEST MODE: NOT FOR PRODUCTION. Throw-away CA, loopback validation allowed{}",
+            if t.always_valid { ", every challenge valid without validation" } else { "" }
+        );
+    }
     let data_dir = PathBuf::from(&config.data_dir);
     crate::data_dir::create_private(&data_dir)?;
     let admin_token = crate::admin_token::load_or_create(&config.admin_token_path())?;
@@ -228,6 +244,7 @@ pub async fn start(
         Arc::clone(&limits),
         listener_cert,
         config_path.map(PathBuf::from),
+        config.test_mode.enabled.then(|| config.test_mode.clone()),
     );
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
@@ -334,6 +351,7 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         profiles,
         backdate: config.issuance.backdate.time(),
         lease: config.validation.job_lease.time(),
+        always_valid: config.test_mode.enabled && config.test_mode.always_valid,
         ..WorkerSettings::default()
     }
 }
@@ -430,6 +448,16 @@ fn unpause_settings(
 /// accepts one, once, through Redis) while Redis answers, and local to their issuer while it
 /// does not (see `acme_api::nonce`).
 async fn nonce_service(config: &Config) -> NonceService {
+    let service = shared_or_local_nonces(config).await;
+    let percent = config.test_mode.reject_nonces_percent;
+    if config.test_mode.enabled && percent > 0 {
+        service.with_rejection(NonceRejection::random(percent))
+    } else {
+        service
+    }
+}
+
+async fn shared_or_local_nonces(config: &Config) -> NonceService {
     let lifetime = config.acme.nonce_lifetime.time();
     if config.redis.shards.is_empty() {
         return NonceService::new(lifetime);

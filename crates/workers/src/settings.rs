@@ -32,6 +32,10 @@ pub struct WorkerSettings {
     pub profiles: Profiles,
     /// notBefore is set this far in the past to tolerate client clock skew.
     pub backdate: Duration,
+    /// Test mode only (`certeasy serve --test-mode --always-valid`): every challenge is recorded
+    /// valid without any network traffic (no HTTP, TLS or DNS query, and no CAA check), like
+    /// Pebble's `PEBBLE_VA_ALWAYS_VALID`, so a client's CI needs no challenge responder.
+    pub always_valid: bool,
 }
 
 impl WorkerSettings {
@@ -69,6 +73,7 @@ impl Default for WorkerSettings {
             poll_interval: std::time::Duration::from_secs(1),
             profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
+            always_valid: false,
         }
     }
 }

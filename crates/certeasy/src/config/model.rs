@@ -24,6 +24,7 @@ use super::entries::{
     deserialize_cidrs, deserialize_names, deserialize_optional_duration, deserialize_optional_path,
     deserialize_resolvers, deserialize_strings,
 };
+use super::test_mode::TestModeConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -45,6 +46,8 @@ pub struct Config {
     #[serde(deserialize_with = "deserialize_optional_path")]
     pub rate_limit_overrides: Option<PathBuf>,
     pub zombie_pausing: ZombiePausingConfig,
+    /// `test-mode:` an ephemeral instance for testing ACME clients; off by default.
+    pub test_mode: TestModeConfig,
 }
 
 /// `zombie-pausing:` pause (account, identifier) pairs that fail validation forever.
@@ -101,6 +104,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             rate_limit_overrides: None,
             zombie_pausing: ZombiePausingConfig::default(),
+            test_mode: TestModeConfig::default(),
         }
     }
 }

@@ -26,4 +26,5 @@ mod ratelimit_policies;
 mod raw;
 mod restart;
 mod rfc_answers;
+mod test_mode;
 mod zombie;
