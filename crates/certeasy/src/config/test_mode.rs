@@ -232,4 +232,46 @@ mod tests {
         assert_eq!(config.rate_limiting, test_rate_limits());
         assert!(config.rate_limiting.whitelist.is_empty());
     }
+
+    #[test]
+    fn a_bad_test_mode_block_is_reported_with_line_and_key() {
+        let text = "\
+test-mode:
+  enabled: true
+  http-port: 0
+  reject-nonces-percent: 150
+  cert-lifetime: 0s
+ca:
+  existing:
+    certificate: /etc/ca.pem
+    private-key: /etc/ca.key
+";
+        let Err(super::super::ConfigError::Invalid { problems, .. }) =
+            super::super::from_str(text, "t.yaml")
+        else {
+            panic!("accepted");
+        };
+        let found: Vec<(&str, Option<u64>)> = problems
+            .iter()
+            .map(|p| (p.key_path.as_str(), p.line))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("test-mode.http-port", Some(3)),
+                ("test-mode.reject-nonces-percent", Some(4)),
+                ("test-mode.cert-lifetime", Some(5)),
+                ("test-mode.enabled", Some(2)),
+            ]
+        );
+        let ok = super::super::from_str(
+            "test-mode:\n  enabled: true\n  dns-servers: [\"127.0.0.1:8053\"]\n  cert-lifetime: 1h\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            ok.test_mode.cert_lifetime,
+            Some(ConfigDuration::from_secs(3600))
+        );
+    }
 }
