@@ -190,13 +190,15 @@ mod tests {
 
     #[test]
     fn applying_test_mode_rewrites_the_sections_it_names() {
-        let mut config = Config::default();
-        config.test_mode = TestModeConfig {
-            enabled: true,
-            dns_servers: vec!["127.0.0.1:8053".parse().unwrap()],
-            authz_reuse: false,
-            cert_lifetime: Some(ConfigDuration::from_secs(500 * 86_400)),
-            ..TestModeConfig::default()
+        let mut config = Config {
+            test_mode: TestModeConfig {
+                enabled: true,
+                dns_servers: vec!["127.0.0.1:8053".parse().unwrap()],
+                authz_reuse: false,
+                cert_lifetime: Some(ConfigDuration::from_secs(500 * 86_400)),
+                ..TestModeConfig::default()
+            },
+            ..Config::default()
         };
         config.apply_test_mode(PathBuf::from("/tmp/x"));
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
