@@ -135,7 +135,10 @@ impl NonceRejection {
     /// number generator.
     pub fn random(percent: u8) -> Self {
         let rng = SystemRandom::new();
-        Self::with_roll(percent, move || random_bytes::<1>(&rng)[0] % 100)
+        // From 32 bits, so the modulo's bias (under 1e-7) does not skew the share.
+        Self::with_roll(percent, move || {
+            u8::try_from(u32::from_be_bytes(random_bytes::<4>(&rng)) % 100).unwrap_or(0)
+        })
     }
 
     /// Refuses a nonce when `roll()` (a number in 0..100) is below `percent`.

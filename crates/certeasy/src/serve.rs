@@ -444,9 +444,8 @@ fn unpause_settings(
     })
 }
 
-/// Nonces: local to this instance without Redis. With Redis, nonces are shared (any instance
-/// accepts one, once, through Redis) while Redis answers, and local to their issuer while it
-/// does not (see `acme_api::nonce`).
+/// The nonce service, refusing `test-mode.reject-nonces-percent` of valid nonces in test mode
+/// (and never otherwise).
 async fn nonce_service(config: &Config) -> NonceService {
     let service = shared_or_local_nonces(config).await;
     let percent = config.test_mode.reject_nonces_percent;
@@ -457,6 +456,9 @@ async fn nonce_service(config: &Config) -> NonceService {
     }
 }
 
+/// Nonces: local to this instance without Redis. With Redis, nonces are shared (any instance
+/// accepts one, once, through Redis) while Redis answers, and local to their issuer while it
+/// does not (see `acme_api::nonce`).
 async fn shared_or_local_nonces(config: &Config) -> NonceService {
     let lifetime = config.acme.nonce_lifetime.time();
     if config.redis.shards.is_empty() {
