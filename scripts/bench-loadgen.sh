@@ -7,6 +7,8 @@
 #   scripts/bench-loadgen.sh cluster    # two instances (PostgreSQL + Redis) behind a TCP proxy vs one,
 #                                       # and one on PostgreSQL + Redis vs one on the SQLite default
 #   scripts/bench-loadgen.sh issuance-report  # render the last issuance results again (no run)
+#   scripts/bench-loadgen.sh testmode   # `certeasy serve --test-mode` under full issuance at 32
+#                                       # concurrent flows: fails when any flow stalls (issue 11)
 #
 # Every run starts its server afresh: a new Pebble process, a new Certeasy data directory (and
 # database). Both servers validate http-01 against the load generator's responder and resolve
@@ -30,6 +32,7 @@
 #   BENCH_SCALE_ACCOUNTS [10000], BENCH_SCALE_ORDERS [100000], BENCH_SCALE_CONCURRENCY [16]
 #   BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS], BENCH_CLUSTER_DURATION [BENCH_DURATION],
 #   BENCH_CLUSTER_SCENARIOS ["full:32 new-order:32"]
+#   BENCH_TESTMODE_CONCURRENCY [32], BENCH_TESTMODE_DURATION [BENCH_DURATION] (testmode)
 #   CERTEASY_TEST_POSTGRES_URL [postgres://postgres@127.0.0.1:5432/postgres] (cluster)
 #   BENCH_REDIS_URL [redis://127.0.0.1:6379] (cluster; keys under a fresh per-run prefix)
 # Results: $CARGO_TARGET_DIR/bench-<part>/ (raw JSON per run, the table, the chart, logs of a
@@ -408,10 +411,52 @@ cluster_run() {
   rm -rf "$server_dir"
 }
 
+# `certeasy serve --test-mode` as a client's CI starts it (flags only, no configuration file, state
+# in its own temporary directory), under full issuance: the test instance must never deadlock,
+# so any stalled flow fails the part. Validation goes to the load generator's responder and DNS
+# server; authorization reuse is off, as for Pebble above.
+testmode() {
+  need jq jq
+  build
+  rm -rf "$out"
+  mkdir -p "$out"
+  local concurrency="${BENCH_TESTMODE_CONCURRENCY:-32}" secs="${BENCH_TESTMODE_DURATION:-$duration}"
+  machine | tee "$out/machine.txt" >&2
+  log "test mode: full issuance x$concurrency for $secs s (load average $(cut -d' ' -f1 /proc/loadavg))"
+  "$certeasy" serve --test-mode --json --listen "127.0.0.1:$acme_port" \
+    --admin-listen "127.0.0.1:$admin_port" --crl-listen "127.0.0.1:$((acme_port + 9))" --http-port "$http01_port" \
+    --tls-alpn-port "$tls_alpn_port" --dns-server "127.0.0.1:$dns_port" --no-authz-reuse \
+    >"$out/info.json" 2>"$out/server.log" </dev/null &
+  server_pid=$!
+  local i
+  for i in $(seq 1 300); do
+    [ -s "$out/info.json" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$out/server.log" >&2; return 1; }
+    sleep 0.1
+  done
+  directory=$(jq -r .directory "$out/info.json")
+  server_root=$(jq -r .root "$out/info.json")
+  local data_dir
+  data_dir=$(jq -r '."data-dir"' "$out/info.json")
+  "$loadgen" run --directory "$directory" --ca-root "$server_root" --server-pid "$server_pid" \
+    --scenario full --concurrency "$concurrency" --duration "$secs" --poll-ms "$poll_ms" \
+    --stall-after "$stall_after" \
+    --http01-listen "127.0.0.1:$http01_port" --dns-listen "127.0.0.1:$dns_port" \
+    --label certeasy-test-mode --output "$out/testmode.json" >&2 ||
+    { tail -20 "$out/server.log" >&2; stop "$server_pid"; return 1; }
+  stop "$server_pid"
+  [ -e "$data_dir" ] && { echo "test mode left its state directory $data_dir behind" >&2; return 1; }
+  local stalls
+  stalls=$(jq -r .stalls "$out/testmode.json")
+  echo "test mode, full issuance x$concurrency, $secs s: $(jq -r .flows "$out/testmode.json") flows, $(jq -r .errors "$out/testmode.json") errors, $stalls stalls"
+  [ "$stalls" = 0 ] || { echo "test mode stalled under load: see $out/server.log" >&2; return 1; }
+}
+
 case "$part" in
   issuance) issuance ;;
   issuance-report) out="$CARGO_TARGET_DIR/bench-issuance" issuance_report ;;
   scale) scale ;;
   cluster) cluster ;;
-  *) echo "unknown part $part: expected issuance, scale or cluster" >&2; exit 2 ;;
+  testmode) testmode ;;
+  *) echo "unknown part $part: expected issuance, scale, cluster or testmode" >&2; exit 2 ;;
 esac

@@ -5,9 +5,9 @@
 # them) and PostgreSQL on 127.0.0.1:5432. Benchmarks start their own redis-server processes on
 # free loopback ports and never touch the shared instance on 6379.
 #
-# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster]
+# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster] [testmode]
 # (default: memory redis redis-memory issuance-inproc issuance; scale and cluster take minutes
-# and run only when named).
+# and run only when named, and so does testmode, the no-stall check of `serve --test-mode`).
 # Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
 # BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance-inproc); the
 # issuance (Certeasy vs Pebble), scale and cluster parts are scripts/bench-loadgen.sh, whose
@@ -101,7 +101,7 @@ fi
 
 # The load generator's parts write their own results ($CARGO_TARGET_DIR/bench-issuance/) and
 # docs/performance.md sections.
-for part in issuance scale cluster; do
+for part in issuance scale cluster testmode; do
   if wants "$part"; then
     log "$part (certeasy-loadgen)"
     scripts/bench-loadgen.sh "$part" | tee -a "$raw"

@@ -173,6 +173,9 @@ pub(crate) async fn authenticate(
                 NonceError::LedgerUnavailable => {
                     "the shared nonce ledger is unreachable, so a shared nonce cannot be checked; retry with the nonce of this response"
                 }
+                NonceError::Injected => {
+                    "test mode refused this valid nonce on purpose (--reject-nonces); retry with the nonce of this response"
+                }
             };
             ApiError::new(ProblemType::BadNonce, detail)
         })?;

@@ -69,6 +69,9 @@ pub enum NonceError {
     OtherInstance,
     /// A shared nonce while the shared ledger does not answer: accepting it could accept it twice.
     LedgerUnavailable,
+    /// A valid nonce refused on purpose by test mode ([`NonceRejection`]), so that clients
+    /// under test prove they retry `badNonce`.
+    Injected,
 }
 
 impl NonceError {
@@ -80,6 +83,7 @@ impl NonceError {
             Self::Reused => "reused",
             Self::OtherInstance => "other_instance",
             Self::LedgerUnavailable => "ledger_unavailable",
+            Self::Injected => "injected",
         }
     }
 }
@@ -117,6 +121,48 @@ pub trait NonceLedger: Send + Sync {
     ) -> LedgerFuture<'a, Redemption>;
 }
 
+/// Test mode only (`certeasy serve --test-mode --reject-nonces PERCENT`): refuses a share of
+/// otherwise valid nonces, as Pebble's `PEBBLE_WFE_NONCEREJECT` does, so ACME clients under test
+/// prove they retry `badNonce` with the nonce of the refusal. The dice are injected, so tests
+/// decide exactly which nonces are refused; nothing here is process-global.
+pub struct NonceRejection {
+    percent: u8,
+    roll: Box<dyn Fn() -> u8 + Send + Sync>,
+}
+
+impl NonceRejection {
+    /// Refuses `percent` % (capped at 100) of valid nonces, drawn from the system's random
+    /// number generator.
+    pub fn random(percent: u8) -> Self {
+        let rng = SystemRandom::new();
+        // From 32 bits, so the modulo's bias (under 1e-7) does not skew the share.
+        Self::with_roll(percent, move || {
+            u8::try_from(u32::from_be_bytes(random_bytes::<4>(&rng)) % 100).unwrap_or(0)
+        })
+    }
+
+    /// Refuses a nonce when `roll()` (a number in 0..100) is below `percent`.
+    pub fn with_roll(percent: u8, roll: impl Fn() -> u8 + Send + Sync + 'static) -> Self {
+        Self {
+            percent: percent.min(100),
+            roll: Box::new(roll),
+        }
+    }
+
+    /// Whether this (valid) nonce is refused.
+    fn rejects(&self) -> bool {
+        self.percent > 0 && (self.roll)() < self.percent
+    }
+}
+
+impl std::fmt::Debug for NonceRejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NonceRejection")
+            .field("percent", &self.percent)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Issues and redeems nonces.
 pub struct NonceService {
     instance: [u8; INSTANCE_LEN],
@@ -125,6 +171,8 @@ pub struct NonceService {
     lifetime: Duration,
     used: Mutex<UsedSet>,
     shared: Option<Arc<Shared>>,
+    /// Test mode's injected refusals; `None` in production.
+    rejection: Option<NonceRejection>,
 }
 
 /// The ledger and what this instance knows of it.
@@ -243,7 +291,16 @@ impl NonceService {
                 next_prune: 0,
             }),
             shared: None,
+            rejection: None,
         }
+    }
+
+    /// This service, refusing a share of valid nonces as `rejection` says (test mode only).
+    /// The nonce is redeemed first, so a refused nonce is spent like an accepted one.
+    #[must_use]
+    pub fn with_rejection(mut self, rejection: NonceRejection) -> Self {
+        self.rejection = Some(rejection);
+        self
     }
 
     /// One of several instances sharing `ledger`. The shared key is read (or proposed) now; if
@@ -295,7 +352,10 @@ impl NonceService {
 
     /// Accepts a nonce once, across every instance.
     pub async fn redeem(&self, nonce: &str, now: OffsetDateTime) -> Result<(), NonceError> {
-        let verdict = self.check(nonce, now).await;
+        let mut verdict = self.check(nonce, now).await;
+        if verdict.is_ok() && self.rejection.as_ref().is_some_and(NonceRejection::rejects) {
+            verdict = Err(NonceError::Injected);
+        }
         if let Err(e) = verdict {
             metrics::counter!(NONCES_REFUSED, "reason" => e.label()).increment(1);
         }

@@ -1,5 +1,6 @@
 //! The `certeasy` command.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -36,6 +37,17 @@ enum Command {
         /// The YAML configuration file (see config/certeasy.yaml for every key).
         #[arg(long, short, env = "CERTEASY_CONFIG")]
         config: Option<PathBuf>,
+        /// The ACME listener's address (server.listen), e.g. 127.0.0.1:14000.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// The admin listener's address (server.admin-listen), e.g. 127.0.0.1:14001.
+        #[arg(long, value_name = "ADDR")]
+        admin_listen: Option<std::net::SocketAddr>,
+        /// The CRL listener's address (crl.listen), e.g. 127.0.0.1:14002.
+        #[arg(long, value_name = "ADDR")]
+        crl_listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        test_mode: TestModeArgs,
     },
     /// Work with configuration files.
     Config {
@@ -58,6 +70,91 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+}
+
+/// `certeasy serve --test-mode` and its knobs; each overrides the same key of the `test-mode:`
+/// block (docs/configuration.md).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Test mode (NOT FOR PRODUCTION)")]
+struct TestModeArgs {
+    /// Run an ephemeral instance for testing ACME clients: a fresh CA and state in a temporary
+    /// directory removed on exit (unless --data-dir), listener on 127.0.0.1:14000, loopback
+    /// validation allowed on ports 5002 (http-01) and 5001 (tls-alpn-01), rate limits off.
+    /// Prints the directory URL and the root certificate. Same as `test-mode.enabled: true`.
+    #[arg(long)]
+    test_mode: bool,
+    /// Test mode: keep state in this directory instead of a temporary one (kept on exit).
+    #[arg(long, value_name = "DIR", requires = "test_mode")]
+    data_dir: Option<PathBuf>,
+    /// Test mode: the port http-01 challenges are validated on [default: 5002].
+    #[arg(long, value_name = "PORT", requires = "test_mode")]
+    http_port: Option<u16>,
+    /// Test mode: the port tls-alpn-01 challenges are validated on [default: 5001].
+    #[arg(long, value_name = "PORT", requires = "test_mode")]
+    tls_alpn_port: Option<u16>,
+    /// Test mode: resolve names (http-01, tls-alpn-01, dns-01 TXT) through this DNS server,
+    /// IP[:PORT] (repeatable); default: the system's resolvers.
+    #[arg(long = "dns-server", value_name = "ADDR", requires = "test_mode", value_parser = certeasy::config::parse_resolver)]
+    dns_servers: Vec<std::net::SocketAddr>,
+    /// Test mode: every challenge is valid at once, without contacting anything (no CAA
+    /// check either), so a client needs no challenge responder.
+    #[arg(long, requires = "test_mode")]
+    always_valid: bool,
+    /// Test mode: refuse this percentage of valid nonces with badNonce, so the client must
+    /// retry with the nonce of the refusal [default: 0].
+    #[arg(long, value_name = "PERCENT", requires = "test_mode", value_parser = clap::value_parser!(u8).range(0..=100))]
+    reject_nonces: Option<u8>,
+    /// Test mode: never reuse a valid authorization; every order needs fresh validations
+    /// (default: reused, as in production).
+    #[arg(long, requires = "test_mode")]
+    no_authz_reuse: bool,
+    /// Test mode: the lifetime of every certificate, e.g. 1h or 2d [default: the profile's].
+    #[arg(long, value_name = "DURATION", requires = "test_mode")]
+    cert_lifetime: Option<acme_core::duration::ConfigDuration>,
+    /// Test mode: enforce small real rate limits (e.g. 5 orders per account per minute) so
+    /// clients meet 429 with Retry-After; without it, no rate limit applies.
+    #[arg(long, requires = "test_mode")]
+    rate_limits: bool,
+    /// Test mode: print one JSON object (directory, root, root-pem, admin, data-dir) on stdout
+    /// instead of the text, for scripts.
+    #[arg(long, requires = "test_mode")]
+    json: bool,
+}
+
+impl TestModeArgs {
+    /// Writes the flags that were given over the `test-mode:` block.
+    fn apply(&self, block: &mut config::TestModeConfig) {
+        if self.test_mode {
+            block.enabled = true;
+        }
+        if let Some(dir) = &self.data_dir {
+            block.data_dir = Some(dir.clone());
+        }
+        if let Some(port) = self.http_port {
+            block.http_port = port;
+        }
+        if let Some(port) = self.tls_alpn_port {
+            block.tls_alpn_port = port;
+        }
+        if !self.dns_servers.is_empty() {
+            block.dns_servers = self.dns_servers.clone();
+        }
+        if self.always_valid {
+            block.always_valid = true;
+        }
+        if let Some(percent) = self.reject_nonces {
+            block.reject_nonces_percent = percent;
+        }
+        if self.no_authz_reuse {
+            block.authz_reuse = false;
+        }
+        if let Some(lifetime) = self.cert_lifetime {
+            block.cert_lifetime = Some(lifetime);
+        }
+        if self.rate_limits {
+            block.rate_limits = true;
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,11 +315,56 @@ fn main() -> ExitCode {
             token_file,
             command,
         } => admin(admin_url, config_file, token_file, command),
-        Command::Serve { config: path } => {
-            let config = match load_or_default(path.as_deref()) {
+        Command::Serve {
+            config: path,
+            listen,
+            admin_listen,
+            crl_listen,
+            test_mode,
+        } => {
+            let mut config = match load_or_default(path.as_deref()) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if let Some(addr) = listen {
+                config.server.listen = addr;
+            }
+            if let Some(addr) = admin_listen {
+                config.server.admin_listen = addr;
+            }
+            if let Some(addr) = crl_listen {
+                config.crl.listen = addr;
+            }
+            test_mode.apply(&mut config.test_mode);
+            // Declared before the runtime, so it is dropped (and the directory removed) after
+            // the runtime has stopped every task that could still write to it.
+            let mut _temporary_state = None;
+            if config.test_mode.enabled {
+                let data_dir = match &config.test_mode.data_dir {
+                    Some(dir) => dir.clone(),
+                    // Private like any data directory: it holds the CA keys.
+                    None => match tempfile::Builder::new()
+                        .prefix("certeasy-test-mode-")
+                        .permissions(std::fs::Permissions::from_mode(0o700))
+                        .tempdir()
+                    {
+                        Ok(dir) => _temporary_state.insert(dir).path().to_path_buf(),
+                        Err(e) => {
+                            eprintln!(
+                                "certeasy: cannot create the test mode's state directory: {e}"
+                            );
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                };
+                config.apply_test_mode(data_dir);
+            }
+            if let Err(problems) = config::check(&config) {
+                for problem in problems {
+                    eprintln!("certeasy: {problem}");
+                }
+                return ExitCode::from(2);
+            }
             init_logging(&config);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -234,7 +376,11 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, path)) {
+            let json = test_mode.json;
+            let result = runtime.block_on(serve(config, path, json));
+            // Every task ends before the temporary state directory goes.
+            drop(runtime);
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -246,7 +392,11 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+async fn serve(
+    config: config::Config,
+    config_path: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
     // Two crypto providers in one process make rustls panic; this one is the only one we link.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let server =
@@ -262,20 +412,24 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
         root = %root,
         "certeasy is ready"
     );
-    println!("Certeasy is ready.");
-    println!("  ACME directory:   {}", server.directory_url);
-    println!("  Root certificate: {root}");
-    println!(
-        "                    (also served at {}/root.pem)",
-        server.directory_url.trim_end_matches("/directory")
-    );
-    if let (Some(base), Some(addr)) = (&server.crl_base_url, server.crl_addr) {
-        println!("  CRLs:             {base}/<shard>.crl (served on {addr})");
+    if config.test_mode.enabled {
+        announce_test_mode(&config, &server, &root, json);
+    } else {
+        println!("Certeasy is ready.");
+        println!("  ACME directory:   {}", server.directory_url);
+        println!("  Root certificate: {root}");
+        println!(
+            "                    (also served at {}/root.pem)",
+            server.directory_url.trim_end_matches("/directory")
+        );
+        if let (Some(base), Some(addr)) = (&server.crl_base_url, server.crl_addr) {
+            println!("  CRLs:             {base}/<shard>.crl (served on {addr})");
+        }
+        println!(
+            "  Metrics, health:  http://{}/metrics  /healthz  /readyz",
+            server.admin_addr
+        );
     }
-    println!(
-        "  Metrics, health:  http://{}/metrics  /healthz  /readyz",
-        server.admin_addr
-    );
     let reloader = server.reloader();
     tokio::spawn(async move {
         #[cfg(unix)]
@@ -305,6 +459,75 @@ async fn serve(config: config::Config, config_path: Option<PathBuf>) -> anyhow::
     });
     server.wait().await;
     Ok(())
+}
+
+/// What a test instance prints on start: for people (text, marked NOT FOR PRODUCTION), or with
+/// `--json` one JSON object on stdout for scripts (the text then goes to stderr).
+fn announce_test_mode(
+    config: &config::Config,
+    server: &certeasy::serve::RunningServer,
+    root: &str,
+    json: bool,
+) {
+    let t = &config.test_mode;
+    let admin = format!("http://{}", server.admin_addr);
+    let text = format!(
+        "Certeasy TEST MODE is ready. NOT FOR PRODUCTION: throw-away CA{}.\n  ACME directory:   {}\n  Root certificate: {root}\n  Admin, metrics:   {admin}/metrics\n  CRLs:             {}\n  Validation:       http-01 on port {}, tls-alpn-01 on port {}{}{}\n  Nonces refused:   {}%  Authorization reuse: {}  Rate limits: {}  Certificate lifetime: {}\n",
+        if t.data_dir.is_some() {
+            format!(", state in {}", config.data_dir.display())
+        } else {
+            format!(", state in {} (removed on exit)", config.data_dir.display())
+        },
+        server.directory_url,
+        server
+            .crl_base_url
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), |base| format!("{base}/<shard>.crl")),
+        t.http_port,
+        t.tls_alpn_port,
+        if t.dns_servers.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", DNS through {}",
+                t.dns_servers
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        if t.always_valid {
+            " (always valid: nothing is contacted)"
+        } else {
+            ""
+        },
+        t.reject_nonces_percent,
+        if t.authz_reuse { "on" } else { "off" },
+        if t.rate_limits {
+            "on (test limits)"
+        } else {
+            "off"
+        },
+        t.cert_lifetime
+            .map_or_else(|| "the profile's".to_owned(), |d| d.to_string()),
+    );
+    if json {
+        eprint!("{text}");
+        let object = serde_json::json!({
+            "directory": server.directory_url,
+            "root": root,
+            "root-pem": server.root_pem,
+            "admin": admin,
+            "data-dir": config.data_dir.display().to_string(),
+            "crl": server.crl_base_url,
+            "test-mode": true,
+        });
+        println!("{object}");
+    } else {
+        print!("{text}");
+        print!("{}", server.root_pem);
+    }
 }
 
 async fn wait_for_signal() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use acme_api::ApiState;
 use acme_api::crl::CrlState;
+use acme_api::nonce::NonceRejection;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
 use acme_api::settings::ApiSettings;
@@ -114,6 +115,21 @@ pub async fn start(
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
+    if config.test_mode.enabled {
+        let t = &config.test_mode;
+        tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            http_port = t.http_port,
+            tls_alpn_port = t.tls_alpn_port,
+            always_valid = t.always_valid,
+            reject_nonces_percent = t.reject_nonces_percent,
+            authz_reuse = t.authz_reuse,
+            cert_lifetime = %t.cert_lifetime.map_or_else(|| "profile".to_owned(), |d| d.to_string()),
+            rate_limits = t.rate_limits,
+            "TEST MODE: NOT FOR PRODUCTION. Throw-away CA, loopback validation allowed{}",
+            if t.always_valid { ", every challenge valid without validation" } else { "" }
+        );
+    }
     let data_dir = PathBuf::from(&config.data_dir);
     crate::data_dir::create_private(&data_dir)?;
     let admin_token = crate::admin_token::load_or_create(&config.admin_token_path())?;
@@ -279,6 +295,7 @@ pub async fn start(
         Arc::clone(&limits),
         listener_cert,
         config_path.map(PathBuf::from),
+        config.test_mode.enabled.then(|| config.test_mode.clone()),
     );
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
@@ -399,6 +416,7 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         caa_recheck_after: config.validation.caa_recheck_after.time(),
         validation_retries: config.validation.retries,
         retry_backoff: config.validation.retry_backoff.time(),
+        always_valid: config.test_mode.enabled && config.test_mode.always_valid,
         ..WorkerSettings::default()
     }
 }
@@ -491,10 +509,22 @@ fn unpause_settings(
     })
 }
 
+/// The nonce service, refusing `test-mode.reject-nonces-percent` of valid nonces in test mode
+/// (and never otherwise).
+async fn nonce_service(config: &Config) -> NonceService {
+    let service = shared_or_local_nonces(config).await;
+    let percent = config.test_mode.reject_nonces_percent;
+    if config.test_mode.enabled && percent > 0 {
+        service.with_rejection(NonceRejection::random(percent))
+    } else {
+        service
+    }
+}
+
 /// Nonces: local to this instance without Redis. With Redis, nonces are shared (any instance
 /// accepts one, once, through Redis) while Redis answers, and local to their issuer while it
 /// does not (see `acme_api::nonce`).
-async fn nonce_service(config: &Config) -> NonceService {
+async fn shared_or_local_nonces(config: &Config) -> NonceService {
     let lifetime = config.acme.nonce_lifetime.time();
     if config.redis.shards.is_empty() {
         return NonceService::new(lifetime);

@@ -61,6 +61,10 @@ pub struct WorkerSettings {
     /// Wait before the first retry; doubled for each further one, capped at
     /// [`MAX_RETRY_BACKOFF`].
     pub retry_backoff: Duration,
+    /// Test mode only (`certeasy serve --test-mode --always-valid`): every challenge is recorded
+    /// valid without any network traffic (no HTTP, TLS or DNS query, and no CAA check), like
+    /// Pebble's `PEBBLE_VA_ALWAYS_VALID`, so a client's CI needs no challenge responder.
+    pub always_valid: bool,
 }
 
 impl WorkerSettings {
@@ -116,6 +120,7 @@ impl Default for WorkerSettings {
             caa_recheck_after: ra::caa::DEFAULT_RECHECK_AFTER,
             validation_retries: DEFAULT_VALIDATION_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            always_valid: false,
         }
     }
 }

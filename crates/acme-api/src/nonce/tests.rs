@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use super::LedgerFuture;
 use super::NonceError;
 use super::NonceLedger;
+use super::NonceRejection;
 use super::NonceService;
 use super::Redemption;
 
@@ -101,6 +102,46 @@ async fn nonces_are_single_use_and_bounded_in_time() {
     assert_eq!(
         other.redeem(&svc.issue(t0()), t0()).await,
         Err(NonceError::OtherInstance)
+    );
+}
+
+#[tokio::test]
+async fn test_mode_refuses_the_share_of_valid_nonces_its_dice_pick() {
+    // Rolls below the percent refuse: 10 and 49 do, 60 and 50 do not.
+    let rolls = Mutex::new(vec![10_u8, 60, 49, 50].into_iter());
+    let svc = NonceService::new(Duration::minutes(10))
+        .with_rejection(NonceRejection::with_roll(50, move || {
+            rolls.lock().unwrap().next().unwrap_or(99)
+        }));
+    let verdicts = [
+        svc.redeem(&svc.issue(t0()), t0()).await,
+        svc.redeem(&svc.issue(t0()), t0()).await,
+        svc.redeem(&svc.issue(t0()), t0()).await,
+        svc.redeem(&svc.issue(t0()), t0()).await,
+    ];
+    assert_eq!(
+        verdicts,
+        [
+            Err(NonceError::Injected),
+            Ok(()),
+            Err(NonceError::Injected),
+            Ok(())
+        ]
+    );
+    // A refused nonce was spent, and an invalid nonce keeps its own reason (no roll needed).
+    let n = svc.issue(t0());
+    assert_eq!(svc.redeem(&n, t0()).await, Ok(()));
+    assert_eq!(svc.redeem(&n, t0()).await, Err(NonceError::Reused));
+    assert_eq!(svc.redeem("bm9wZQ", t0()).await, Err(NonceError::Unknown));
+
+    let never =
+        NonceService::new(Duration::minutes(10)).with_rejection(NonceRejection::with_roll(0, || 0));
+    assert_eq!(never.redeem(&never.issue(t0()), t0()).await, Ok(()));
+    let always =
+        NonceService::new(Duration::minutes(10)).with_rejection(NonceRejection::random(100));
+    assert_eq!(
+        always.redeem(&always.issue(t0()), t0()).await,
+        Err(NonceError::Injected)
     );
 }
 

@@ -116,7 +116,7 @@ impl<'de> Deserialize<'de> for ResolverEntry {
 }
 
 /// Parses `192.0.2.53:53`, `[2001:db8::53]:53`, or a bare address.
-fn parse_resolver(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_resolver(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);

@@ -13,6 +13,8 @@ mod locations;
 mod model;
 #[cfg(test)]
 mod reference_tests;
+mod test_instance;
+mod test_mode;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -29,6 +31,7 @@ pub use self::model::{
     IssuanceConfig, KeyAlgorithm, LogFormat, LoggingConfig, ProfileConfig, RedisConfig,
     ServerConfig, SqliteSynchronous, ValidationConfig, ZombiePausingConfig,
 };
+pub use self::test_mode::{TEST_HTTP_PORT, TEST_TLS_ALPN_PORT, TestModeConfig, test_rate_limits};
 
 /// The longest piece of offending source text quoted in a message.
 const MAX_QUOTED_CHARS: usize = 60;
@@ -65,6 +68,26 @@ pub fn from_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
                 .collect(),
         ))
     }
+}
+
+/// Checks a configuration built or changed outside a file (defaults plus command-line flags,
+/// such as those of `certeasy serve --test-mode`); each problem is `key: message`.
+pub fn check(config: &Config) -> Result<(), Vec<String>> {
+    let issues = validate::check(config);
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(issues
+            .iter()
+            .map(|issue| format!("{}: {}", issue.path, issue.message))
+            .collect())
+    }
+}
+
+/// Parses a resolver address as the configuration writes it (`192.0.2.53:53`, or a bare
+/// address for port 53), for command-line flags.
+pub fn parse_resolver(text: &str) -> Result<std::net::SocketAddr, String> {
+    entries::parse_resolver(text)
 }
 
 fn parse_options() -> Options {

@@ -24,6 +24,7 @@ use super::entries::{
     deserialize_cidrs, deserialize_names, deserialize_optional_duration, deserialize_optional_path,
     deserialize_resolvers, deserialize_strings,
 };
+use super::test_mode::TestModeConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -46,6 +47,8 @@ pub struct Config {
     pub rate_limit_overrides: Option<PathBuf>,
     pub zombie_pausing: ZombiePausingConfig,
     pub crl: CrlConfig,
+    /// `test-mode:` an ephemeral instance for testing ACME clients; off by default.
+    pub test_mode: TestModeConfig,
 }
 
 /// `crl:` certificate revocation lists for relying parties (docs/configuration.md).
@@ -136,6 +139,7 @@ impl Default for Config {
             rate_limit_overrides: None,
             zombie_pausing: ZombiePausingConfig::default(),
             crl: CrlConfig::default(),
+            test_mode: TestModeConfig::default(),
         }
     }
 }

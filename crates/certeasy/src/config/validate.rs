@@ -40,6 +40,7 @@ pub(crate) fn check(config: &Config) -> Vec<Issue> {
     checker.redis(config);
     checker.zombie_pausing(config);
     checker.crl(config);
+    checker.test_mode(config);
     checker.issues
 }
 
@@ -519,6 +520,40 @@ impl Checker {
         // Due times are stored in whole seconds.
         if validation.retry_backoff.std() < std::time::Duration::from_secs(1) {
             self.fail("validation.retry-backoff", "must be at least 1s");
+        }
+    }
+
+    fn test_mode(&mut self, config: &Config) {
+        let t = &config.test_mode;
+        if t.http_port == 0 {
+            self.fail("test-mode.http-port", "port 0 cannot be connected to");
+        }
+        if t.tls_alpn_port == 0 {
+            self.fail("test-mode.tls-alpn-port", "port 0 cannot be connected to");
+        }
+        for (index, server) in t.dns_servers.iter().enumerate() {
+            if server.port() == 0 {
+                self.fail(
+                    format!("test-mode.dns-servers[{index}]"),
+                    "port 0 is not a resolver port",
+                );
+            }
+        }
+        if t.reject_nonces_percent > 100 {
+            self.fail(
+                "test-mode.reject-nonces-percent",
+                format!("{} is not a percentage (0 to 100)", t.reject_nonces_percent),
+            );
+        }
+        if let Some(lifetime) = t.cert_lifetime {
+            self.positive_duration("test-mode.cert-lifetime", lifetime);
+        }
+        if t.enabled && config.ca.existing.is_configured() {
+            self.fail_related(
+                "test-mode.enabled",
+                "ca.existing.certificate",
+                "test mode creates its own throw-away CA: remove ca.existing",
+            );
         }
     }
 

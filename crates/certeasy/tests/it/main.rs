@@ -29,4 +29,5 @@ mod raw;
 mod restart;
 mod retries;
 mod rfc_answers;
+mod test_mode;
 mod zombie;
