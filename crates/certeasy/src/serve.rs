@@ -280,16 +280,12 @@ pub async fn start(
             crl_settings(config),
             shutdown.clone(),
         ));
-        let crl_shutdown = shutdown.clone();
-        let crl_router = crl_router.layer(TraceLayer::new_for_http());
-        tasks.spawn(async move {
-            let served = axum::serve(crl_listener, crl_router)
-                .with_graceful_shutdown(async move { crl_shutdown.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "CRL listener failed");
-            }
-        });
+        tasks.spawn(serve_plain_http(
+            crl_listener,
+            crl_router.layer(TraceLayer::new_for_http()),
+            shutdown.clone(),
+            "CRL",
+        ));
     }
     let reloader = Reloader::new(
         Arc::clone(&limits),
@@ -318,15 +314,12 @@ pub async fn start(
             }
         });
     }
-    let admin_shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        let served = axum::serve(admin_listener, admin_router)
-            .with_graceful_shutdown(async move { admin_shutdown.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "admin listener failed");
-        }
-    });
+    tasks.spawn(serve_plain_http(
+        admin_listener,
+        admin_router,
+        shutdown.clone(),
+        "admin",
+    ));
 
     Ok(RunningServer {
         acme_addr,
@@ -380,6 +373,22 @@ fn load_ca(
         existing,
     };
     Ca::load_or_create(&settings, now).context("loading or creating the CA")
+}
+
+/// Serves `router` over plain HTTP (the admin and CRL listeners) until `shutdown` fires, letting
+/// requests in flight finish.
+async fn serve_plain_http(
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+    what: &'static str,
+) {
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, listener = what, "listener failed");
+    }
 }
 
 fn crl_settings(config: &Config) -> workers::crl::CrlSettings {
