@@ -194,7 +194,7 @@ pub(crate) async fn record_validation(
     state::expire_authz(&mut tx, authz_id, now_s).await?;
     let status = match &outcome {
         Ok(()) => {
-            sql::query("UPDATE challenges SET status = 'valid', validated_at = $2 WHERE id = $1")
+            sql::query("UPDATE challenges SET status = 'valid', validated_at = $2, error_type = NULL, error_detail = NULL WHERE id = $1")
                 .bind(id.0)
                 .bind(now_s)
                 .execute(&mut *tx)

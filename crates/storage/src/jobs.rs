@@ -159,6 +159,16 @@ pub(crate) async fn retry_validation(
         tx.rollback().await?;
         return Err(Error::NotFound);
     }
+    // RFC 8555 §8.2 (with erratum 5732): a failed validation query adds its error to the
+    // challenge, which stays processing while the retry is due; the verdict replaces it.
+    sql::query(
+        "UPDATE challenges SET error_type = $2, error_detail = $3 WHERE id = $1 AND status = 'processing'",
+    )
+    .bind(id.0)
+    .bind(failed.kind.as_str())
+    .bind(failed.detail.as_str())
+    .execute(&mut *tx)
+    .await?;
     sql::query(
         "INSERT INTO challenge_attempts (challenge_id, attempt, attempted_at, error_type, error_detail) \
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (challenge_id, attempt) DO NOTHING",

@@ -136,8 +136,25 @@ async fn dns01_record_that_appears_after_the_first_attempt_is_validated_by_a_ret
         )
         .await;
     assert_eq!(authz.body["status"], "pending", "{authz:?}");
+    // The failed attempt is the processing challenge's error (RFC 8555 §8.2, erratum 5732).
+    let shown = authz.body["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "dns-01")
+        .unwrap();
+    assert_eq!(shown["status"], "processing", "{shown}");
+    assert!(
+        shown["error"]["type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("urn:ietf:params:acme:error:"))
+            && shown["error"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("TXT")),
+        "{shown}"
+    );
 
-    // The record propagates; the retry finds it.
+    // The record propagates; the retry finds it, and the error goes with the valid status.
     env.dns.add_txt(
         &format!("_acme-challenge.{name}"),
         &txt_value(&raw.key_authorization(token)),
