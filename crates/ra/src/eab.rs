@@ -184,7 +184,9 @@ impl Ra {
     /// again.
     pub async fn create_eab_key(&self, request: KeyRequest) -> Result<(EabKey, String), Error> {
         let hmac_key = random_bytes(HMAC_KEY_BYTES)?;
-        let kid = URL_SAFE_NO_PAD.encode(random_bytes(KID_BYTES)?);
+        // Hex, not base64url: an identifier the operator types on a command line must never
+        // start with '-', or it reads as an option (`certeasy admin eab revoke <kid>`).
+        let kid = hex::encode(random_bytes(KID_BYTES)?);
         let hmac_b64 = URL_SAFE_NO_PAD.encode(&hmac_key);
         let now = self.now();
         let new = NewEabKey {
