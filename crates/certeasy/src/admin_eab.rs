@@ -98,7 +98,7 @@ pub fn key_json(key: &EabKey) -> Value {
     })
 }
 
-/// `POST /admin/eab`: creates a key and answers with its kid and HMAC key (base64url), once.
+/// `POST /admin/eab`: creates a key and answers with its kid (hex) and HMAC key (base64url), once.
 pub async fn create(State(ctx): State<EabAdmin>, Json(body): Json<CreateRequest>) -> Answer {
     match create_key(&ctx, body).await {
         Ok(answer) | Err(answer) => answer,
