@@ -232,35 +232,11 @@ impl Cluster {
     }
 
     fn lego(&self, path: &Path) -> Command {
-        let mut cmd = Command::new("lego");
-        cmd.env("LEGO_CA_CERTIFICATES", self.root_path())
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .arg("--server")
-            .arg(self.directory_url())
-            .args(["--accept-tos", "--email", "lego@example.com", "--path"])
-            .arg(path);
-        cmd
+        crate::clients::lego(&self.root_path(), &self.directory_url(), path)
     }
 
     fn certbot(&self, dir: &Path) -> Command {
-        let mut cmd = Command::new("certbot");
-        cmd.env("REQUESTS_CA_BUNDLE", self.root_path())
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .arg("--config-dir")
-            .arg(dir.join("config"))
-            .arg("--work-dir")
-            .arg(dir.join("work"))
-            .arg("--logs-dir")
-            .arg(dir.join("logs"))
-            .args(["--non-interactive", "--server"])
-            .arg(self.directory_url());
-        cmd
+        crate::clients::certbot(&self.root_path(), &self.directory_url(), dir)
     }
 
     fn check(&self, result: (bool, String), what: &str) {

@@ -22,17 +22,8 @@ use crate::harness::run;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn lego(env: &TestEnv, path: &Path, port: u16) -> Command {
-    let mut cmd = Command::new("lego");
-    cmd.env("LEGO_CA_CERTIFICATES", &env.root_path)
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--server")
-        .arg(env.directory_url())
-        .args(["--accept-tos", "--email", "crl@example.com", "--path"])
-        .arg(path)
-        .args(["--http", "--http.port", &format!("127.0.0.1:{port}")]);
+    let mut cmd = crate::clients::lego(&env.root_path, &env.directory_url(), path);
+    cmd.args(["--http", "--http.port", &format!("127.0.0.1:{port}")]);
     cmd
 }
 

@@ -16,21 +16,7 @@ use crate::harness::run;
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 fn certbot(env: &TestEnv, dir: &Path) -> Command {
-    let mut cmd = Command::new("certbot");
-    cmd.env("REQUESTS_CA_BUNDLE", &env.root_path)
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--config-dir")
-        .arg(dir.join("config"))
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .arg("--logs-dir")
-        .arg(dir.join("logs"))
-        .args(["--non-interactive", "--server"])
-        .arg(env.directory_url());
-    cmd
+    crate::clients::certbot(&env.root_path, &env.directory_url(), dir)
 }
 
 async fn check(result: (bool, String), env: &TestEnv, what: &str) {

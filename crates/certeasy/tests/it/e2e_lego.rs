@@ -16,17 +16,7 @@ use crate::harness::run;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn lego(env: &TestEnv, path: &Path) -> Command {
-    let mut cmd = Command::new("lego");
-    cmd.env("LEGO_CA_CERTIFICATES", &env.root_path)
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--server")
-        .arg(env.directory_url())
-        .args(["--accept-tos", "--email", "lego@example.com", "--path"])
-        .arg(path);
-    cmd
+    crate::clients::lego(&env.root_path, &env.directory_url(), path)
 }
 
 async fn check(ok_output: (bool, String), env: &TestEnv, what: &str) {

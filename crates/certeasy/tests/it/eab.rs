@@ -335,17 +335,8 @@ async fn a_binding_is_honoured_when_not_required() {
 }
 
 fn lego(env: &TestEnv, path: &Path, port: u16, name: &str) -> Command {
-    let mut cmd = Command::new("lego");
-    cmd.env("LEGO_CA_CERTIFICATES", &env.root_path)
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--server")
-        .arg(env.directory_url())
-        .args(["--accept-tos", "--email", "lego@example.com", "--path"])
-        .arg(path)
-        .args(["--domains", name, "--http", "--http.port"])
+    let mut cmd = crate::clients::lego(&env.root_path, &env.directory_url(), path);
+    cmd.args(["--domains", name, "--http", "--http.port"])
         .arg(format!("127.0.0.1:{port}"));
     cmd
 }
@@ -386,30 +377,17 @@ async fn lego_registers_and_issues_with_a_key() {
 }
 
 fn certbot(env: &TestEnv, dir: &Path, port: u16, name: &str) -> Command {
-    let mut cmd = Command::new("certbot");
-    cmd.env("REQUESTS_CA_BUNDLE", &env.root_path)
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--config-dir")
-        .arg(dir.join("config"))
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .arg("--logs-dir")
-        .arg(dir.join("logs"))
-        .args(["--non-interactive", "--server"])
-        .arg(env.directory_url())
-        .args([
-            "certonly",
-            "--standalone",
-            "--agree-tos",
-            "-m",
-            "certbot@example.com",
-        ])
-        .args(["--http-01-address", "127.0.0.1", "--http-01-port"])
-        .arg(port.to_string())
-        .args(["-d", name]);
+    let mut cmd = crate::clients::certbot(&env.root_path, &env.directory_url(), dir);
+    cmd.args([
+        "certonly",
+        "--standalone",
+        "--agree-tos",
+        "-m",
+        "certbot@example.com",
+    ])
+    .args(["--http-01-address", "127.0.0.1", "--http-01-port"])
+    .arg(port.to_string())
+    .args(["-d", name]);
     cmd
 }
 

@@ -10,6 +10,7 @@ mod bounded_work;
 mod browser;
 mod caa;
 mod certcheck;
+mod clients;
 mod cluster;
 mod crl;
 mod e2e_certbot;

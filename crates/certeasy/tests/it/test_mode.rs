@@ -160,17 +160,7 @@ impl TestModeServer {
 }
 
 fn lego(server: &TestModeServer, path: &Path) -> Command {
-    let mut cmd = Command::new("lego");
-    cmd.env("LEGO_CA_CERTIFICATES", server.root())
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .arg("--server")
-        .arg(server.directory())
-        .args(["--accept-tos", "--email", "lego@example.com", "--path"])
-        .arg(path);
-    cmd
+    crate::clients::lego(&server.root(), &server.directory(), path)
 }
 
 /// notAfter − notBefore of the first certificate of a PEM chain.
