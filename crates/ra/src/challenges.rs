@@ -37,21 +37,22 @@ impl Ra {
         account: AccountId,
         id: ChallengeId,
     ) -> Result<(Challenge, Authorization), Error> {
-        let challenge = self
+        // One read: the authorization holding the challenge, with all its challenges.
+        let authz = match self
             .inner
             .storage
-            .challenge(id)
+            .authorization_of_challenge(id, self.now())
             .await?
+        {
+            Some(authz) if authz.account_id == account => authz,
+            _ => return Err(Refusal::NotFound("challenge").into()),
+        };
+        let challenge = authz
+            .challenges
+            .iter()
+            .find(|c| c.id == id)
+            .cloned()
             .ok_or(Refusal::NotFound("challenge"))?;
-        let authz = self
-            .authorization_of(account, challenge.authz_id)
-            .await
-            .map_err(|e| match e {
-                Error::Refused(r) if matches!(*r, Refusal::NotFound(_)) => {
-                    Error::from(Refusal::NotFound("challenge"))
-                }
-                other => other,
-            })?;
         Ok((challenge, authz))
     }
 

@@ -25,12 +25,12 @@ use crate::state;
 
 pub(crate) async fn get(
     s: &Storage,
-    id: AuthzId,
+    key: rows::AuthzKey,
     now: OffsetDateTime,
 ) -> Result<Option<Authorization>> {
-    {
+    let id = {
         let mut conn = s.db.acquire().await?;
-        let Some(authz) = rows::load_authorization(&mut conn, id).await? else {
+        let Some(authz) = rows::load_authorization_by(&mut conn, key).await? else {
             return Ok(None);
         };
         let expired = matches!(authz.status, AuthzStatus::Pending | AuthzStatus::Valid)
@@ -39,7 +39,8 @@ pub(crate) async fn get(
             // The common read takes no write lock.
             return Ok(Some(authz));
         }
-    }
+        authz.id
+    };
     let mut tx = s.begin_write().await?;
     state::lock_orders_holding(&mut tx, s.backend, id).await?;
     state::expire_authz(&mut tx, id, codec::unix(now)).await?;
@@ -54,22 +55,39 @@ pub(crate) async fn challenge(s: &Storage, id: ChallengeId) -> Result<Option<Cha
 }
 
 /// The authorization's status, row-locked on PostgreSQL so that deciding on it and acting on it
-/// cannot interleave with another request for the same authorization.
-async fn lock_authz_status(conn: &mut Conn, backend: Backend, id: AuthzId) -> Result<AuthzStatus> {
+/// cannot interleave with another request for the same authorization. A pending or valid
+/// authorization past its expiry is expired here (with the orders that hold it), so the caller
+/// sees `expired`; the common case, not yet expired, costs this one statement. The caller has
+/// locked the orders holding it first (`state::lock_orders_holding`), the order every path
+/// takes locks in.
+async fn lock_authz_status(
+    conn: &mut Conn,
+    backend: Backend,
+    id: AuthzId,
+    now: i64,
+) -> Result<AuthzStatus> {
     let query = match backend {
-        Backend::Postgres => sql::query_scalar::<String>(
-            "SELECT status FROM authorizations WHERE id = $1 FOR UPDATE",
-        ),
+        Backend::Postgres => {
+            sql::query("SELECT status, expires_at FROM authorizations WHERE id = $1 FOR UPDATE")
+        }
         Backend::Sqlite => {
-            sql::query_scalar::<String>("SELECT status FROM authorizations WHERE id = $1")
+            sql::query("SELECT status, expires_at FROM authorizations WHERE id = $1")
         }
     };
-    let status = query
+    let row = query
         .bind(id.0)
         .fetch_optional(&mut *conn)
         .await?
         .ok_or(Error::NotFound)?;
-    codec::parse(&status)
+    let status: AuthzStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
+    let expires_at: i64 = row.try_get("expires_at")?;
+    if matches!(status, AuthzStatus::Pending | AuthzStatus::Valid)
+        && expires_at <= now
+        && state::expire_authz(conn, id, now).await?
+    {
+        return Ok(AuthzStatus::Expired);
+    }
+    Ok(status)
 }
 
 /// `claim`: the lease under which the caller runs the validation job itself (see
@@ -88,8 +106,7 @@ pub(crate) async fn start_challenge(
         .ok_or(Error::NotFound)?;
     let authz_id = challenge.authz_id;
     state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
-    state::expire_authz(&mut tx, authz_id, now_s).await?;
-    let authz_status = lock_authz_status(&mut tx, s.backend, authz_id).await?;
+    let authz_status = lock_authz_status(&mut tx, s.backend, authz_id, now_s).await?;
     // On PostgreSQL, re-read under the lock: a concurrent start may have moved it. SQLite's
     // IMMEDIATE transaction held the write lock before the first read.
     let mut challenge = match s.backend {
@@ -105,21 +122,14 @@ pub(crate) async fn start_challenge(
             "authorization is {}",
             authz_status.as_str()
         )))
-    } else if other_challenge_started(&mut tx, authz_id).await? {
-        Some(Error::WrongState(
-            "another challenge of this authorization is already being validated".into(),
-        ))
-    } else {
-        // Pending under the lock, so this moves it.
-        sql::query(
-            "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending'",
-        )
-        .bind(id.0)
-        .execute(&mut *tx)
-        .await?;
+    } else if start_if_first(&mut tx, id, authz_id).await? {
         challenge.status = ChallengeStatus::Processing;
         job = state::enqueue_job(&mut tx, JobKind::Validate(id), now, claim).await?;
         None
+    } else {
+        Some(Error::WrongState(
+            "another challenge of this authorization is already being validated".into(),
+        ))
     };
     // Commit even when refusing, so that an expiry found on the way is persisted.
     tx.commit().await?;
@@ -129,14 +139,21 @@ pub(crate) async fn start_challenge(
     }
 }
 
-async fn other_challenge_started(conn: &mut Conn, authz: AuthzId) -> Result<bool> {
-    let n: i64 = sql::query_scalar(
-        "SELECT COUNT(*) FROM challenges WHERE authz_id = $1 AND status <> 'pending'",
+/// pending → processing, unless another challenge of the authorization has left pending (one
+/// validation per authorization). The caller holds the authorization's lock and has seen this
+/// challenge pending, so `false` can only mean the other challenge.
+async fn start_if_first(conn: &mut Conn, id: ChallengeId, authz: AuthzId) -> Result<bool> {
+    Ok(sql::query(
+        "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending' \
+         AND NOT EXISTS (SELECT 1 FROM challenges other \
+             WHERE other.authz_id = $2 AND other.status <> 'pending')",
     )
+    .bind(id.0)
     .bind(authz.0)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(n > 0)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0)
 }
 
 /// `settle`: the claim of the job that produced the verdict, deleted in the same transaction.
@@ -150,7 +167,11 @@ pub(crate) async fn record_validation(
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     let row = sql::query(
-        "SELECT c.authz_id, a.account_id, a.identifier_type, a.identifier_value \
+        "SELECT c.id AS id, c.authz_id AS authz_id, c.type AS type, c.token AS token, \
+         c.status AS status, c.validated_at AS validated_at, c.error_type AS error_type, \
+         c.error_detail AS error_detail, \
+         a.account_id AS account_id, a.identifier_type AS identifier_type, \
+         a.identifier_value AS identifier_value \
          FROM challenges c JOIN authorizations a ON a.id = c.authz_id WHERE c.id = $1",
     )
     .bind(id.0)
@@ -164,10 +185,17 @@ pub(crate) async fn record_validation(
         &row.try_get::<String, _>("identifier_value")?,
     )?;
     state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
-    lock_authz_status(&mut tx, s.backend, authz_id).await?;
-    let current = rows::load_challenge(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
+    // An authorization that expired while the worker ran stays expired; the verdict is still
+    // kept on the challenge.
+    lock_authz_status(&mut tx, s.backend, authz_id, now_s).await?;
+    // On PostgreSQL, re-read under the locks (as in `start_challenge`); SQLite's IMMEDIATE
+    // transaction held the write lock before the first read.
+    let current = match s.backend {
+        Backend::Postgres => rows::load_challenge(&mut tx, id)
+            .await?
+            .ok_or(Error::NotFound)?,
+        Backend::Sqlite => rows::challenge(&row)?,
+    };
     let recorded = |status, changed| ValidationRecorded {
         account_id,
         authz_id,
@@ -190,8 +218,6 @@ pub(crate) async fn record_validation(
         }
         ChallengeStatus::Processing => {}
     }
-    // An authorization that expired while the worker ran stays expired; the verdict is still kept.
-    state::expire_authz(&mut tx, authz_id, now_s).await?;
     let status = match &outcome {
         Ok(()) => {
             sql::query("UPDATE challenges SET status = 'valid', validated_at = $2, error_type = NULL, error_detail = NULL WHERE id = $1")
@@ -253,8 +279,7 @@ pub(crate) async fn deactivate(
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     state::lock_orders_holding(&mut tx, s.backend, id).await?;
-    state::expire_authz(&mut tx, id, now_s).await?;
-    let status = lock_authz_status(&mut tx, s.backend, id).await?;
+    let status = lock_authz_status(&mut tx, s.backend, id, now_s).await?;
     let refusal = if matches!(status, AuthzStatus::Pending | AuthzStatus::Valid) {
         sql::query("UPDATE authorizations SET status = 'deactivated' WHERE id = $1")
             .bind(id.0)

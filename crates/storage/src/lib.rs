@@ -264,7 +264,16 @@ impl Storage {
         id: AuthzId,
         now: OffsetDateTime,
     ) -> Result<Option<Authorization>> {
-        authz::get(self, id, now).await
+        authz::get(self, rows::AuthzKey::Id(id), now).await
+    }
+    /// [`Storage::authorization`] of the authorization that holds challenge `id`, in one read:
+    /// what a challenge request needs to check ownership and state.
+    pub async fn authorization_of_challenge(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+    ) -> Result<Option<Authorization>> {
+        authz::get(self, rows::AuthzKey::OfChallenge(id), now).await
     }
     pub async fn challenge(&self, id: ChallengeId) -> Result<Option<Challenge>> {
         authz::challenge(self, id).await

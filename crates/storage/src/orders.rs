@@ -501,25 +501,30 @@ pub(crate) async fn complete(
         .await?
         .ok_or(Error::NotFound)?;
     let status: OrderStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
-    let cert_id = match status {
+    let certificate = match status {
         OrderStatus::Valid => {
             let existing: Option<i64> = row.try_get("certificate_id")?;
-            CertificateId(
-                existing.ok_or_else(|| {
+            let cert_id =
+                CertificateId(existing.ok_or_else(|| {
                     Error::Corrupt(format!("valid order {id} without certificate"))
-                })?,
-            )
+                })?);
+            rows::load_certificate(&mut tx, cert_id)
+                .await?
+                .ok_or(Error::NotFound)?
         }
         OrderStatus::Processing if account_status != AccountStatus::Valid => {
             tx.rollback().await?;
             return Ok(Completion::AccountNotValid(account_status));
         }
         OrderStatus::Processing => {
-            let cert_id: i64 = sql::query_scalar(
+            // RETURNING the whole row: the caller gets the stored certificate without reading it
+            // back.
+            let stored = sql::query(concat!(
                 "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
                  not_before, not_after, issued_at, crl_shard) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-            )
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
+                rows::certificate_cols!()
+            ))
             .bind(row.try_get::<i64, _>("account_id")?)
             .bind(id.0)
             .bind(cert.serial.to_hex())
@@ -532,19 +537,17 @@ pub(crate) async fn complete(
             .bind(cert.crl_shard.map(i64::from))
             .fetch_one(&mut *tx)
             .await?;
+            let certificate = rows::certificate(&stored)?;
             sql::query("UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1")
                 .bind(id.0)
-                .bind(cert_id)
+                .bind(certificate.id.0)
                 .bind(now_s)
                 .execute(&mut *tx)
                 .await?;
-            CertificateId(cert_id)
+            certificate
         }
         other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
     };
-    let certificate = rows::load_certificate(&mut tx, cert_id)
-        .await?
-        .ok_or(Error::NotFound)?;
     if let Some(job) = settle {
         state::settle_job(&mut tx, job).await?;
     }

@@ -34,10 +34,24 @@ macro_rules! certificate_cols {
         "id, account_id, order_id, serial, der, chain_pem, set_hash, not_before, not_after, issued_at, revoked_at, revocation_reason, renew_early_at"
     };
 }
+pub(crate) use certificate_cols;
 
 macro_rules! challenge_cols {
     () => {
         "id, authz_id, type, token, status, validated_at, error_type, error_detail"
+    };
+}
+
+/// An authorization left-joined to its challenges; the caller adds the `WHERE` on `a`.
+macro_rules! authorization_select {
+    () => {
+        "SELECT a.id AS a_id, a.account_id AS a_account_id, \
+         a.identifier_type AS a_identifier_type, a.identifier_value AS a_identifier_value, \
+         a.status AS a_status, a.expires_at AS a_expires_at, \
+         c.id AS id, c.authz_id AS authz_id, c.type AS type, c.token AS token, \
+         c.status AS status, c.validated_at AS validated_at, \
+         c.error_type AS error_type, c.error_detail AS error_detail \
+         FROM authorizations a LEFT JOIN challenges c ON c.authz_id = a.id"
     };
 }
 
@@ -66,10 +80,16 @@ pub(crate) async fn load_account(conn: &mut Conn, id: AccountId) -> Result<Optio
     row.as_ref().map(account).transpose()
 }
 
+/// One statement: the order and its authorizations' ids (as a comma-separated list, in order),
+/// so that a poll costs one round trip on PostgreSQL and one step on SQLite, and the two are read
+/// from one snapshot. `string_agg` with `ORDER BY` is spelled the same in both (SQLite ≥ 3.44).
 pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Order>> {
     let Some(row) = sql::query(
         "SELECT id, account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
-         error_type, error_detail, certificate_id, created_at, replaces, profile FROM orders WHERE id = $1",
+         error_type, error_detail, certificate_id, created_at, replaces, profile, \
+         (SELECT string_agg(CAST(authz_id AS TEXT), ',' ORDER BY position) \
+          FROM order_authorizations WHERE order_id = orders.id) AS authz_ids \
+         FROM orders WHERE id = $1",
     )
     .bind(id.0)
     .fetch_optional(&mut *conn)
@@ -77,15 +97,17 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
     else {
         return Ok(None);
     };
-    let authz_ids = sql::query_scalar::<i64>(
-        "SELECT authz_id FROM order_authorizations WHERE order_id = $1 ORDER BY position",
-    )
-    .bind(id.0)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(AuthzId)
-    .collect();
+    let authz_ids = row
+        .try_get::<Option<String>, _>("authz_ids")?
+        .unwrap_or_default()
+        .split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse::<i64>()
+                .map(AuthzId)
+                .map_err(|_| Error::Corrupt(format!("order {id}: authorization id {part:?}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(Some(Order {
         id,
         account_id: AccountId(row.try_get("account_id")?),
@@ -106,7 +128,7 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
     }))
 }
 
-fn challenge(row: &Row) -> Result<Challenge> {
+pub(crate) fn challenge(row: &Row) -> Result<Challenge> {
     Ok(Challenge {
         id: ChallengeId(row.try_get("id")?),
         authz_id: AuthzId(row.try_get("authz_id")?),
@@ -130,45 +152,62 @@ pub(crate) async fn load_challenge(conn: &mut Conn, id: ChallengeId) -> Result<O
     row.as_ref().map(challenge).transpose()
 }
 
+/// Which authorization to load: by its id, or as the one holding a challenge.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AuthzKey {
+    Id(AuthzId),
+    OfChallenge(ChallengeId),
+}
+
+/// One statement: the authorization joined to its challenges (one row per challenge, the
+/// authorization's columns prefixed `a_`), for the same reasons as [`load_order`].
 pub(crate) async fn load_authorization(
     conn: &mut Conn,
     id: AuthzId,
 ) -> Result<Option<Authorization>> {
-    let Some(row) = sql::query(
-        "SELECT id, account_id, identifier_type, identifier_value, status, expires_at \
-         FROM authorizations WHERE id = $1",
-    )
-    .bind(id.0)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
+    load_authorization_by(conn, AuthzKey::Id(id)).await
+}
+
+pub(crate) async fn load_authorization_by(
+    conn: &mut Conn,
+    key: AuthzKey,
+) -> Result<Option<Authorization>> {
+    let query = match key {
+        AuthzKey::Id(id) => sql::query(concat!(
+            authorization_select!(),
+            " WHERE a.id = $1 ORDER BY c.id"
+        ))
+        .bind(id.0),
+        AuthzKey::OfChallenge(id) => sql::query(concat!(
+            authorization_select!(),
+            " WHERE a.id = (SELECT authz_id FROM challenges WHERE id = $1) ORDER BY c.id"
+        ))
+        .bind(id.0),
+    };
+    let rows = query.fetch_all(&mut *conn).await?;
+    let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let challenges = sql::query(concat!(
-        "SELECT ",
-        challenge_cols!(),
-        " FROM challenges WHERE authz_id = $1 ORDER BY id"
-    ))
-    .bind(id.0)
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(challenge)
-    .collect::<Result<Vec<_>>>()?;
+    let mut challenges = Vec::with_capacity(rows.len());
+    for row in &rows {
+        // An authorization without challenges comes back as one row of NULL challenge columns.
+        if row.try_get::<Option<i64>, _>("id")?.is_some() {
+            challenges.push(challenge(row)?);
+        }
+    }
     Ok(Some(Authorization {
-        id,
-        account_id: AccountId(row.try_get("account_id")?),
+        id: AuthzId(first.try_get("a_id")?),
+        account_id: AccountId(first.try_get("a_account_id")?),
         identifier: codec::identifier(
-            &row.try_get::<String, _>("identifier_type")?,
-            &row.try_get::<String, _>("identifier_value")?,
+            &first.try_get::<String, _>("a_identifier_type")?,
+            &first.try_get::<String, _>("a_identifier_value")?,
         )?,
-        status: codec::parse(&row.try_get::<String, _>("status")?)?,
-        expires_at: codec::time_from_unix(row.try_get("expires_at")?)?,
+        status: codec::parse(&first.try_get::<String, _>("a_status")?)?,
+        expires_at: codec::time_from_unix(first.try_get("a_expires_at")?)?,
         challenges,
     }))
 }
 
-/// A certificate row's `serial` column (hex).
 pub(crate) fn serial_column(row: &Row) -> Result<Serial> {
     let serial_hex: String = row.try_get("serial")?;
     Serial::from_hex(&serial_hex).ok_or_else(|| Error::Corrupt(format!("serial {serial_hex:?}")))
@@ -184,7 +223,7 @@ pub(crate) fn revocation_reason_column(row: &Row) -> Result<Option<RevocationRea
         .transpose()
 }
 
-fn certificate(row: &Row) -> Result<Certificate> {
+pub(crate) fn certificate(row: &Row) -> Result<Certificate> {
     Ok(Certificate {
         id: CertificateId(row.try_get("id")?),
         account_id: AccountId(row.try_get("account_id")?),

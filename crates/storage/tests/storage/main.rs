@@ -10,6 +10,7 @@ mod accounts;
 mod admin_queries;
 mod authz_lifetimes;
 mod certificates;
+mod challenge_starts;
 mod connect;
 mod crls;
 mod deactivated;
