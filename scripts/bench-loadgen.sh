@@ -28,6 +28,8 @@
 #   BENCH_FLAME_SECS [10]       length of the profiled run
 #   BENCH_PERF_CALLGRAPH [dwarf,16384]  perf record --call-graph mode
 #   BENCH_PORT_BASE [18400]     first of the loopback ports used (BASE to BASE+16)
+#   BENCH_SETTLE_LOAD [0.5], BENCH_SETTLE_SECS [90]  before the first round, wait (at most that
+#                               long) for the 1-minute load average to fall below that
 #   BENCH_UPDATE_DOCS [1]       write the table into docs/performance.md and the images to docs/img
 #   BENCH_SCALE_ACCOUNTS [10000], BENCH_SCALE_ORDERS [100000], BENCH_SCALE_CONCURRENCY [16]
 #   BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS], BENCH_CLUSTER_DURATION [BENCH_DURATION],
@@ -81,6 +83,24 @@ build() {
   # Separate invocations: each binary gets the features it is shipped with.
   cargo build --release -p certeasy
   cargo build --release -p loadgen
+  settle
+}
+
+# Waits (up to BENCH_SETTLE_SECS) until the 1-minute load average is below BENCH_SETTLE_LOAD, so
+# that the first round does not share the cores with what just ran (the build above, say). The
+# load average recorded for each run says how quiet the machine was.
+settle() {
+  local max="${BENCH_SETTLE_SECS:-90}" below="${BENCH_SETTLE_LOAD:-0.5}" waited=0 load
+  while :; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    if awk -v l="$load" -v b="$below" 'BEGIN { exit !(l < b) }'; then break; fi
+    if [ "$waited" -ge "$max" ]; then
+      log "load average still $load after ${max} s; starting anyway"
+      break
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
 }
 
 # Waits until TCP $1 accepts connections (process $2 must stay alive).
