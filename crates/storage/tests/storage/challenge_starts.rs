@@ -2,14 +2,17 @@
 //! transactions must keep: one validation per authorization, expiry found on the way, and orders
 //! and authorizations read back whole and in order.
 
+use acme_core::ids::AccountId;
 use acme_core::status::AuthzStatus;
 use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::Order;
 use storage::model::OrderGuards;
 use time::Duration;
+use time::OffsetDateTime;
 
 use crate::harness;
 use crate::harness::t0;
@@ -20,6 +23,23 @@ crate::both_backends!(
     a_verdict_after_expiry_is_kept_but_does_not_revive_the_authorization,
     orders_and_authorizations_read_back_whole_and_in_order,
 );
+
+/// An order for one name whose authorization expires an hour after `now`, the order a week after.
+async fn order_with_short_authz(s: &Storage, account: AccountId, now: OffsetDateTime) -> Order {
+    s.create_order(
+        harness::new_order_expiring(
+            account,
+            &["a.example.com"],
+            now + Duration::days(7),
+            now + Duration::hours(1),
+            false,
+        ),
+        &OrderGuards::default(),
+        now,
+    )
+    .await
+    .unwrap()
+}
 
 async fn one_validation_per_authorization(s: &Storage) {
     let now = t0();
@@ -60,20 +80,7 @@ async fn one_validation_per_authorization(s: &Storage) {
 async fn starting_a_challenge_of_an_expired_authorization_expires_it(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
-    let order = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["a.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(1),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = order_with_short_authz(s, acct.id, now).await;
     let authz = s
         .authorization(order.authz_ids[0], now)
         .await
@@ -105,20 +112,7 @@ async fn starting_a_challenge_of_an_expired_authorization_expires_it(s: &Storage
 async fn a_verdict_after_expiry_is_kept_but_does_not_revive_the_authorization(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
-    let order = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["a.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(1),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = order_with_short_authz(s, acct.id, now).await;
     let challenge = harness::start_first_challenge(s, order.authz_ids[0], now).await;
 
     let late = now + Duration::hours(2);
