@@ -107,6 +107,36 @@ async fn metric_sum(env: &TestEnv, metric: &str, filter: &str) -> f64 {
         .sum()
 }
 
+/// Decisions of the rate limit `limit` so far, allowed or refused.
+async fn limit_decisions(env: &TestEnv, limit: &str) -> f64 {
+    metric_sum(
+        env,
+        "certeasy_ratelimit_decisions_total",
+        &format!("limit=\"{limit}\""),
+    )
+    .await
+}
+
+/// A started server whose http-01 port refuses connections, with two retries 1 s apart (then
+/// 2 s), and a failed-validation budget and zombie threshold of `budget` each.
+async fn refusing_env(budget: u32) -> TestEnv {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let section = validation_section(&env, free_port(), 2, "1s");
+    env.section("validation", &section);
+    env.section(
+        "rate-limiting",
+        &format!(
+            "  whitelist: [\"127.0.0.1\"]\n  failed-validation:\n    max-per-window: {budget}\n    window: 1h\n"
+        ),
+    );
+    env.section(
+        "zombie-pausing",
+        &format!("  max-consecutive-failures: {budget}\n  refill-per: 24h\n"),
+    );
+    env.start().await;
+    env
+}
+
 #[tokio::test]
 async fn dns01_record_that_appears_after_the_first_attempt_is_validated_by_a_retry() {
     let mut env = TestEnv::new(Db::Sqlite).await;
@@ -219,35 +249,13 @@ async fn http01_wrong_key_authorization_fails_at_once() {
 
 #[tokio::test]
 async fn refused_connections_fail_after_every_retry_and_count_once() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
-    let closed = free_port();
-    let section = validation_section(&env, closed, 2, "1s");
-    env.section("validation", &section);
-    env.section(
-        "rate-limiting",
-        "  whitelist: [\"127.0.0.1\"]\n  failed-validation:\n    max-per-window: 5\n    window: 1h\n",
-    );
-    env.section(
-        "zombie-pausing",
-        "  max-consecutive-failures: 5\n  refill-per: 24h\n",
-    );
-    env.start().await;
+    let env = refusing_env(5).await;
     let mut raw = Raw::new(&env, Algorithm::Es256);
     raw.register().await;
     let name = env.name("refused");
     let (order_url, challenge) = order_and_challenge(&raw, &name, "http-01").await;
-    let failed_before = metric_sum(
-        &env,
-        "certeasy_ratelimit_decisions_total",
-        "limit=\"failed-validation\"",
-    )
-    .await;
-    let zombie_before = metric_sum(
-        &env,
-        "certeasy_ratelimit_decisions_total",
-        "limit=\"zombie-pausing\"",
-    )
-    .await;
+    let failed_before = limit_decisions(&env, "failed-validation").await;
+    let zombie_before = limit_decisions(&env, "zombie-pausing").await;
 
     let url = challenge["url"].as_str().unwrap();
     let r = raw.post(url, Some(&json!({}))).await;
@@ -278,18 +286,8 @@ async fn refused_connections_fail_after_every_retry_and_count_once() {
         "{attempts:?}"
     );
     // One spend of each bucket for the challenge, none per attempt.
-    let failed_after = metric_sum(
-        &env,
-        "certeasy_ratelimit_decisions_total",
-        "limit=\"failed-validation\"",
-    )
-    .await;
-    let zombie_after = metric_sum(
-        &env,
-        "certeasy_ratelimit_decisions_total",
-        "limit=\"zombie-pausing\"",
-    )
-    .await;
+    let failed_after = limit_decisions(&env, "failed-validation").await;
+    let zombie_after = limit_decisions(&env, "zombie-pausing").await;
     assert_eq!(
         failed_after - failed_before,
         1.0,
@@ -306,19 +304,7 @@ async fn refused_connections_fail_after_every_retry_and_count_once() {
 /// the pair one more order; per-attempt counting would refuse it.
 #[tokio::test]
 async fn a_challenge_with_retries_spends_one_failed_validation_token() {
-    let mut env = TestEnv::new(Db::Sqlite).await;
-    let closed = free_port();
-    let section = validation_section(&env, closed, 2, "1s");
-    env.section("validation", &section);
-    env.section(
-        "rate-limiting",
-        "  whitelist: [\"127.0.0.1\"]\n  failed-validation:\n    max-per-window: 2\n    window: 1h\n",
-    );
-    env.section(
-        "zombie-pausing",
-        "  max-consecutive-failures: 2\n  refill-per: 24h\n",
-    );
-    env.start().await;
+    let env = refusing_env(2).await;
     let mut raw = Raw::new(&env, Algorithm::Es256);
     raw.register().await;
     let name = env.name("budget");

@@ -5,16 +5,24 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use acme_core::problem::ProblemType;
+use acme_core::status::ChallengeType;
 use acme_core::status::ChallengeType::{Dns01, Http01, TlsAlpn01};
 use testkit::http01::Http01Responder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use validation::Retry;
+use validation::{Failure, Retry, Validator};
 
 use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, closed_port, dns};
 use crate::dns01::txt_value;
 
 const TOKEN: &str = "tok3n";
+
+/// One attempt at the `a.test` challenge of `kind`, as a worker makes it.
+async fn attempt(validator: &Validator, kind: ChallengeType) -> Result<(), Failure> {
+    validator
+        .attempt(&dns("a.test"), kind, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .await
+}
 
 #[tokio::test]
 async fn dns01_servfail_then_nxdomain_then_the_record() {
@@ -22,10 +30,7 @@ async fn dns01_servfail_then_nxdomain_then_the_record() {
     let validator = env.validator();
     let name = "_acme-challenge.a.test";
     env.dns.set_servfail(name, true);
-    let failure = validator
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
     assert_eq!(failure.problem.kind, ProblemType::Dns);
     assert!(
@@ -35,10 +40,7 @@ async fn dns01_servfail_then_nxdomain_then_the_record() {
     );
 
     env.dns.remove(name);
-    let failure = validator
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
     assert!(
         failure.problem.detail.contains("NXDOMAIN"),
@@ -48,10 +50,7 @@ async fn dns01_servfail_then_nxdomain_then_the_record() {
 
     // The record propagates: the same attempt now passes.
     env.dns.add_txt(name, &txt_value(KEY_AUTH));
-    validator
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap();
+    attempt(&validator, Dns01).await.unwrap();
 }
 
 /// No TXT record, or a set without our value, is what propagation of an update looks like.
@@ -60,20 +59,14 @@ async fn dns01_missing_or_stale_txt_is_transient() {
     let env = Env::start().await;
     let validator = env.validator();
     env.dns.clear_txt("_acme-challenge.a.test");
-    let failure = validator
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(
         (failure.retry, failure.problem.kind),
         (Retry::Transient, ProblemType::Unauthorized)
     );
     env.dns
         .add_txt("_acme-challenge.a.test", "value-of-an-earlier-order");
-    let failure = validator
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(
         (failure.retry, failure.problem.kind),
         (Retry::Transient, ProblemType::IncorrectResponse)
@@ -85,10 +78,7 @@ async fn http01_refused_then_served() {
     let env = Env::start().await;
     let port = closed_port();
     let validator = env.validator_with(|s| s.http_port = port);
-    let failure = validator
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Http01).await.unwrap_err();
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
     assert_eq!(failure.problem.kind, ProblemType::Connection);
     assert!(
@@ -102,26 +92,17 @@ async fn http01_refused_then_served() {
         .await
         .expect("start the responder on the closed port");
     responder.add(TOKEN, KEY_AUTH);
-    validator
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap();
+    attempt(&validator, Http01).await.unwrap();
 }
 
 #[tokio::test]
 async fn http01_wrong_content_and_404_are_definite() {
     let env = Env::start().await;
     let validator = env.validator();
-    let failure = validator
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Http01).await.unwrap_err();
     assert_eq!(failure.retry, Retry::Definite, "404: {failure:?}");
     env.http.add(TOKEN, "tok3n.someone-else");
-    let failure = validator
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Http01).await.unwrap_err();
     assert_eq!(
         (failure.retry, failure.problem.kind),
         (Retry::Definite, ProblemType::IncorrectResponse)
@@ -144,10 +125,7 @@ async fn http01_server_errors_are_transient() {
         }
     });
     let validator = env.validator_with(|s| s.http_port = port);
-    let failure = validator
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, Http01).await.unwrap_err();
     server.abort();
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
     assert!(
@@ -164,10 +142,7 @@ async fn refused_addresses_are_definite() {
     let env = Env::start().await;
     let validator = env.validator_with(|s| s.allow_loopback = false);
     for challenge in [Http01, TlsAlpn01] {
-        let failure = validator
-            .attempt(&dns("a.test"), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
-            .await
-            .unwrap_err();
+        let failure = attempt(&validator, challenge).await.unwrap_err();
         assert_eq!(failure.retry, Retry::Definite, "{challenge:?}: {failure:?}");
     }
 }
@@ -177,10 +152,7 @@ async fn tls_alpn01_refused_connection_is_transient() {
     let env = Env::start().await;
     let port = closed_port();
     let validator = env.validator_with(|s| s.tls_alpn_port = port);
-    let failure = validator
-        .attempt(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
-        .await
-        .unwrap_err();
+    let failure = attempt(&validator, TlsAlpn01).await.unwrap_err();
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
 }
 
