@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
+use sqlx::ConnectOptions;
+use sqlx::Connection;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
+use sqlx::postgres::PgConnectOptions;
 
 use crate::Backend;
 use crate::Result;
@@ -22,6 +25,14 @@ static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres
 /// docs/performance.md, section 7). Takes effect only when the file is created: an existing
 /// database keeps its page size.
 const SQLITE_PAGE_SIZE: &str = "PRAGMA page_size = 1024";
+
+/// How long a caller waits for a database connection (a free place and, if none is open, a new
+/// connection) before its request fails.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Prepared statements kept per PostgreSQL connection: the storage code has about 130 distinct
+/// texts, more than sqlx's default of 100, which would evict and prepare again on a busy path.
+const PG_STATEMENT_CACHE: usize = 256;
 
 /// How the database is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,13 +71,16 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
     let max = settings.max_connections.max(1);
     let db = match backend {
         Backend::Postgres => {
-            let pool = AnyPoolOptions::new()
-                .max_connections(max)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect(url)
-                .await?;
-            POSTGRES_MIGRATIONS.run(&pool).await?;
-            Db::Postgres(pool)
+            let options = url
+                .parse::<PgConnectOptions>()?
+                .statement_cache_capacity(PG_STATEMENT_CACHE);
+            // On a connection of its own, closed before the server's connections open.
+            let mut conn = tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect())
+                .await
+                .map_err(|_| Error::Database(sqlx::Error::PoolTimedOut))??;
+            POSTGRES_MIGRATIONS.run(&mut conn).await?;
+            conn.close().await?;
+            Db::Postgres(crate::sql::PgDb::connect(options, max, ACQUIRE_TIMEOUT).await?)
         }
         Backend::Sqlite => {
             let path = crate::private_file::sqlite_path(url).ok_or_else(|| {
@@ -100,7 +114,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
 async fn migrate_sqlite(url: &str) -> Result<()> {
     let pool = AnyPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 // busy_timeout first: switching to WAL may itself wait for the file lock.

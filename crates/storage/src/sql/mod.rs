@@ -1,11 +1,12 @@
 //! The one place that knows how a statement reaches each backend.
 //!
-//! PostgreSQL goes through sqlx. SQLite goes through rusqlite, run in place on the calling task
+//! PostgreSQL goes through sqlx's native driver, on connections of our own pool ([`pg`] says why). SQLite goes through rusqlite, run in place on the calling task
 //! ([`lite`] says why). The storage code above writes each statement once, with sqlx-like calls
 //! (`query(..).bind(..).fetch_optional(..)`), and runs it against the [`Db`] or a [`Conn`].
 
 mod lite;
 mod params;
+mod pg;
 mod query;
 mod row;
 mod statement;
@@ -14,14 +15,10 @@ mod value;
 use std::path::Path;
 use std::sync::Arc;
 
-use sqlx::AnyPool;
-use sqlx::Transaction;
-use sqlx::any::Any;
-use sqlx::pool::PoolConnection;
-
 use crate::Result;
 
 pub(crate) use crate::sql::params::Params;
+pub(crate) use crate::sql::pg::PgDb;
 pub(crate) use crate::sql::query::QueryScalar;
 pub(crate) use crate::sql::query::one_off_scalar;
 pub(crate) use crate::sql::query::query_scalar;
@@ -56,7 +53,7 @@ impl Synchronous {
 /// The database behind a [`crate::Storage`].
 #[derive(Debug)]
 pub(crate) enum Db {
-    Postgres(AnyPool),
+    Postgres(Arc<PgDb>),
     Sqlite(Arc<lite::LiteDb>),
 }
 
@@ -64,8 +61,8 @@ pub(crate) enum Db {
 pub(crate) struct Conn(ConnKind);
 
 enum ConnKind {
-    Pooled(PoolConnection<Any>),
-    Tx(Transaction<'static, Any>),
+    /// PostgreSQL, in a transaction or not (the lease knows).
+    Pg(pg::PgLease),
     /// SQLite outside a transaction: each statement takes a reader or the writer as it needs.
     LiteAny(Arc<lite::LiteDb>),
     /// SQLite's writer, inside `BEGIN IMMEDIATE`.
@@ -88,7 +85,7 @@ impl Db {
     /// A connection for several statements that need not be atomic together.
     pub(crate) async fn acquire(&self) -> Result<Conn> {
         match self {
-            Db::Postgres(pool) => Ok(Conn(ConnKind::Pooled(pool.acquire().await?))),
+            Db::Postgres(pg) => Ok(Conn(ConnKind::Pg(pg.lease().await?))),
             Db::Sqlite(lite) => Ok(Conn(ConnKind::LiteAny(Arc::clone(lite)))),
         }
     }
@@ -97,7 +94,11 @@ impl Db {
     /// it never has to upgrade a read lock and can never meet SQLITE_BUSY from this process.
     pub(crate) async fn begin_write(&self) -> Result<Tx> {
         match self {
-            Db::Postgres(pool) => Ok(Tx(Conn(ConnKind::Tx(pool.begin().await?)))),
+            Db::Postgres(pg) => {
+                let mut lease = pg.lease().await?;
+                lease.begin().await?;
+                Ok(Tx(Conn(ConnKind::Pg(lease))))
+            }
             Db::Sqlite(lite) => {
                 let lease = lite.writer.lease().await?;
                 lite::control(lease.conn()?, "BEGIN IMMEDIATE")?;
@@ -108,14 +109,14 @@ impl Db {
 
     pub(crate) fn max_connections(&self) -> u32 {
         match self {
-            Db::Postgres(pool) => pool.options().get_max_connections(),
+            Db::Postgres(pg) => pg.max_connections(),
             Db::Sqlite(lite) => u32::try_from(lite.size()).unwrap_or(u32::MAX),
         }
     }
 
     pub(crate) async fn close(&self) {
         match self {
-            Db::Postgres(pool) => pool.close().await,
+            Db::Postgres(pg) => pg.close().await,
             Db::Sqlite(lite) => lite.close(),
         }
     }
@@ -127,13 +128,13 @@ pub(crate) struct Tx(Conn);
 impl Tx {
     pub(crate) async fn commit(self) -> Result<()> {
         match self.0.0 {
-            ConnKind::Tx(tx) => Ok(tx.commit().await?),
+            ConnKind::Pg(lease) => lease.commit().await,
             ConnKind::Lite(lease) => {
                 // On failure the lease's drop rolls back.
                 lite::control(lease.conn()?, "COMMIT")?;
                 Ok(())
             }
-            ConnKind::Pooled(_) | ConnKind::LiteAny(_) => Ok(()),
+            ConnKind::LiteAny(_) => Ok(()),
         }
     }
 }
@@ -141,12 +142,12 @@ impl Tx {
 impl Tx {
     pub(crate) async fn rollback(self) -> Result<()> {
         match self.0.0 {
-            ConnKind::Tx(tx) => Ok(tx.rollback().await?),
+            ConnKind::Pg(lease) => lease.rollback().await,
             ConnKind::Lite(lease) => {
                 lite::control(lease.conn()?, "ROLLBACK")?;
                 Ok(())
             }
-            ConnKind::Pooled(_) | ConnKind::LiteAny(_) => Ok(()),
+            ConnKind::LiteAny(_) => Ok(()),
         }
     }
 }

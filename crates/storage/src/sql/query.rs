@@ -17,7 +17,7 @@ use crate::sql::statement::one_off;
 use crate::sql::statement::query;
 use crate::sql::value::Bind;
 use crate::sql::value::Decode;
-use sqlx::any::Any;
+use sqlx::postgres::PgConnection;
 
 /// A statement whose first column is the result.
 pub(crate) fn query_scalar<T: Decode>(sql: &'static str) -> QueryScalar<T> {
@@ -132,11 +132,19 @@ impl<T: Decode> QueryScalar<T> {
 
 async fn run(query: &Query, target: Target<'_>, want: Want) -> Result<Output> {
     match target {
-        Target::Db(Db::Postgres(pool)) => run_sqlx(pool, query, want).await,
+        Target::Db(Db::Postgres(pg)) => {
+            let mut lease = pg.lease().await?;
+            lease
+                .with(async |conn| run_pg(conn, query, want).await)
+                .await
+        }
         Target::Db(Db::Sqlite(lite)) => run_lite_anywhere(lite, query, want).await,
         Target::Conn(conn) => match &mut conn.0 {
-            ConnKind::Pooled(c) => run_sqlx(&mut **c, query, want).await,
-            ConnKind::Tx(tx) => run_sqlx(&mut **tx, query, want).await,
+            ConnKind::Pg(lease) => {
+                lease
+                    .with(async |conn| run_pg(conn, query, want).await)
+                    .await
+            }
             ConnKind::LiteAny(lite) => run_lite_anywhere(lite, query, want).await,
             ConnKind::Lite(lease) => lite::run(lease.conn()?, query, want),
         },
@@ -163,28 +171,21 @@ async fn run_lite_anywhere(lite: &lite::LiteDb, query: &Query, want: Want) -> Re
     lite::run(writer.conn()?, query, want)
 }
 
-async fn run_sqlx<'c, E>(executor: E, query: &Query, want: Want) -> Result<Output>
-where
-    E: sqlx::Executor<'c, Database = Any>,
-{
+async fn run_pg(
+    conn: &mut PgConnection,
+    query: &Query,
+    want: Want,
+) -> std::result::Result<Output, sqlx::Error> {
     let q = query.for_sqlx();
     Ok(match want {
-        Want::Done => Output::Done(executor.execute(q).await?.rows_affected()),
+        Want::Done => Output::Done(q.execute(conn).await?.rows_affected()),
         Want::First => Output::Rows(
-            executor
-                .fetch_optional(q)
+            q.fetch_optional(conn)
                 .await?
                 .into_iter()
-                .map(Row::Any)
+                .map(Row::Pg)
                 .collect(),
         ),
-        Want::All => Output::Rows(
-            executor
-                .fetch_all(q)
-                .await?
-                .into_iter()
-                .map(Row::Any)
-                .collect(),
-        ),
+        Want::All => Output::Rows(q.fetch_all(conn).await?.into_iter().map(Row::Pg).collect()),
     })
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sqlx::any::AnyRow;
+use sqlx::postgres::PgRow;
 
 use crate::Result;
 use crate::error::Error;
@@ -11,15 +11,15 @@ use crate::sql::value::Decode;
 /// One row. SQLite rows are copied out of the statement at once, so that no borrow of the
 /// connection outlives the call that ran it.
 pub(crate) enum Row {
-    Any(AnyRow),
+    Pg(PgRow),
     Lite(LiteRow),
 }
 
 impl std::fmt::Debug for Row {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Row::Any(row) => f
-                .debug_struct("AnyRow")
+            Row::Pg(row) => f
+                .debug_struct("PgRow")
                 .field("columns", &sqlx::Row::len(row))
                 .finish(),
             Row::Lite(row) => row.fmt(f),
@@ -37,7 +37,7 @@ pub(crate) struct LiteRow {
 /// A column given by name or by position.
 pub(crate) trait ColumnIndex {
     fn position_in(&self, names: &[String]) -> Option<usize>;
-    fn any_position(&self, row: &AnyRow) -> Option<usize>;
+    fn pg_position(&self, row: &PgRow) -> Option<usize>;
     fn describe(&self) -> String;
 }
 
@@ -45,7 +45,7 @@ impl ColumnIndex for &str {
     fn position_in(&self, names: &[String]) -> Option<usize> {
         names.iter().position(|n| n == self)
     }
-    fn any_position(&self, row: &AnyRow) -> Option<usize> {
+    fn pg_position(&self, row: &PgRow) -> Option<usize> {
         sqlx::Row::columns(row)
             .iter()
             .position(|c| sqlx::Column::name(c) == *self)
@@ -59,7 +59,7 @@ impl ColumnIndex for usize {
     fn position_in(&self, names: &[String]) -> Option<usize> {
         (*self < names.len()).then_some(*self)
     }
-    fn any_position(&self, row: &AnyRow) -> Option<usize> {
+    fn pg_position(&self, row: &PgRow) -> Option<usize> {
         (*self < sqlx::Row::len(row)).then_some(*self)
     }
     fn describe(&self) -> String {
@@ -72,7 +72,7 @@ impl Row {
     pub(crate) fn try_get<T: Decode, I: ColumnIndex>(&self, column: I) -> Result<T> {
         let missing = || Error::Corrupt(format!("no column {}", column.describe()));
         match self {
-            Row::Any(row) => T::from_any(row, column.any_position(row).ok_or_else(missing)?),
+            Row::Pg(row) => T::from_pg(row, column.pg_position(row).ok_or_else(missing)?),
             Row::Lite(row) => {
                 let at = column.position_in(&row.names).ok_or_else(missing)?;
                 let value = row.values.get(at).ok_or_else(missing)?;

@@ -3,8 +3,8 @@
 //! (`lite`, and the dispatch in `query`) read it, it reads neither.
 
 use sqlx::AssertSqlSafe;
-use sqlx::any::Any;
-use sqlx::any::AnyArguments;
+use sqlx::postgres::PgArguments;
+use sqlx::postgres::Postgres;
 
 use crate::sql::row::Row;
 use crate::sql::value::Bind;
@@ -107,7 +107,7 @@ impl Query {
     }
 
     /// The sqlx form of this statement, borrowing its arguments.
-    pub(crate) fn for_sqlx(&self) -> sqlx::query::Query<'_, Any, AnyArguments> {
+    pub(crate) fn for_sqlx(&self) -> sqlx::query::Query<'_, Postgres, PgArguments> {
         let mut q = match &self.text {
             Text::Static(s) => sqlx::query(*s),
             Text::Owned(s) => sqlx::query(AssertSqlSafe(s.clone())),

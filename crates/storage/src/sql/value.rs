@@ -7,7 +7,10 @@
 use rusqlite::ToSql;
 use rusqlite::types::ToSqlOutput;
 use rusqlite::types::ValueRef;
-use sqlx::any::AnyRow;
+use sqlx::Row as _;
+use sqlx::TypeInfo as _;
+use sqlx::ValueRef as _;
+use sqlx::postgres::PgRow;
 
 use crate::Result;
 use crate::error::Error;
@@ -135,7 +138,7 @@ impl<T: Bind + NullOf> Bind for Option<T> {
 /// What `Row::try_get` returns: decodable from either backend's row.
 pub(crate) trait Decode: Sized {
     fn from_lite(value: &rusqlite::types::Value, column: &str) -> Result<Self>;
-    fn from_any(row: &AnyRow, index: usize) -> Result<Self>;
+    fn from_pg(row: &PgRow, index: usize) -> Result<Self>;
 }
 
 fn mismatch(column: &str, want: &str, got: &rusqlite::types::Value) -> Error {
@@ -147,8 +150,8 @@ fn mismatch(column: &str, want: &str, got: &rusqlite::types::Value) -> Error {
 
 macro_rules! decode_via_sqlx {
     () => {
-        fn from_any(row: &AnyRow, index: usize) -> Result<Self> {
-            Ok(sqlx::Row::try_get(row, index)?)
+        fn from_pg(row: &PgRow, index: usize) -> Result<Self> {
+            Ok(row.try_get(index)?)
         }
     };
 }
@@ -160,7 +163,18 @@ impl Decode for i64 {
             other => Err(mismatch(column, "integer", other)),
         }
     }
-    decode_via_sqlx!();
+
+    /// Columns are `BIGINT`, but an expression (a literal, `CASE … THEN 1`) is `INTEGER` in
+    /// PostgreSQL, and the native driver decodes only the exact type.
+    fn from_pg(row: &PgRow, index: usize) -> Result<Self> {
+        let raw = row.try_get_raw(index)?;
+        let kind = raw.type_info();
+        Ok(match kind.name() {
+            "INT4" => i64::from(row.try_get::<i32, _>(index)?),
+            "INT2" => i64::from(row.try_get::<i16, _>(index)?),
+            _ => row.try_get(index)?,
+        })
+    }
 }
 
 impl Decode for String {
@@ -183,15 +197,19 @@ impl Decode for Vec<u8> {
     decode_via_sqlx!();
 }
 
-impl<T: Decode> Decode for Option<T>
-where
-    Option<T>: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
-{
+impl<T: Decode> Decode for Option<T> {
     fn from_lite(value: &rusqlite::types::Value, column: &str) -> Result<Self> {
         match value {
             rusqlite::types::Value::Null => Ok(None),
             other => T::from_lite(other, column).map(Some),
         }
     }
-    decode_via_sqlx!();
+
+    fn from_pg(row: &PgRow, index: usize) -> Result<Self> {
+        if row.try_get_raw(index)?.is_null() {
+            Ok(None)
+        } else {
+            T::from_pg(row, index).map(Some)
+        }
+    }
 }
