@@ -29,6 +29,29 @@ async fn sqlite_file_is_created_in_wal_mode_and_reopens() {
     assert_eq!(mode, "wal");
 }
 
+/// `.cargo/config.toml` builds the bundled SQLite without the global mutexes of memory
+/// management and memory statistics; a build that lost the setting would be slower without
+/// failing anything else.
+#[tokio::test]
+async fn bundled_sqlite_has_no_global_page_cache_or_statistics_mutex() {
+    sqlx::any::install_default_drivers();
+    let mut conn = AnyConnection::connect("sqlite::memory:").await.unwrap();
+    let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+    assert!(
+        !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+        "{options:?}"
+    );
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+}
+
 #[tokio::test]
 async fn unsupported_url_is_refused() {
     assert!(
