@@ -1,7 +1,8 @@
 //! The one place that knows how a statement reaches each backend.
 //!
-//! PostgreSQL goes through sqlx's native driver, on connections of our own pool ([`pg`] says why). SQLite goes through rusqlite, run in place on the calling task
-//! ([`lite`] says why). The storage code above writes each statement once, with sqlx-like calls
+//! PostgreSQL goes through sqlx's native driver, on connections of a pool of our own ([`pg`] says
+//! why). SQLite goes through rusqlite, run in place on the calling task ([`lite`] says why). The
+//! storage code above writes each statement once, with sqlx-like calls
 //! (`query(..).bind(..).fetch_optional(..)`), and runs it against the [`Db`] or a [`Conn`].
 
 mod lite;
