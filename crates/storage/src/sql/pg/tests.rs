@@ -77,6 +77,14 @@ async fn outside_transaction(lease: &mut PgLease) -> bool {
         .unwrap()
 }
 
+/// A lease on `db`, checked to be on another backend than `old`: the connection of `old` was not
+/// handed out again.
+async fn lease_on_new_backend(db: &Arc<PgDb>, old: i64) -> PgLease {
+    let mut lease = db.lease().await.unwrap();
+    assert_ne!(backend_pid(&mut lease).await.unwrap(), old);
+    lease
+}
+
 async fn backend_exists(observer: &mut PgConnection, pid: i64) -> bool {
     sqlx::query_scalar::<_, bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = CAST($1 AS INTEGER))",
@@ -203,9 +211,7 @@ async fn a_statement_cancelled_half_way_closes_its_connection() {
     drop(lease);
 
     // What the connection would read next is the cancelled statement's answer: it is not reused.
-    let mut next = db.lease().await.unwrap();
-    let next_pid = backend_pid(&mut next).await.unwrap();
-    assert_ne!(next_pid, pid);
+    let mut next = lease_on_new_backend(&db, pid).await;
     assert!(outside_transaction(&mut next).await);
 }
 
@@ -221,10 +227,7 @@ async fn a_session_the_server_ended_fails_one_statement_and_is_replaced() {
         "a statement on an ended session: {failed:?}"
     );
     drop(lease);
-
-    let mut next = db.lease().await.unwrap();
-    let next_pid = backend_pid(&mut next).await.unwrap();
-    assert_ne!(next_pid, pid);
+    lease_on_new_backend(&db, pid).await;
 }
 
 #[tokio::test]
@@ -236,9 +239,7 @@ async fn an_idle_session_the_server_ended_is_replaced_unseen() {
     terminate(pid).await;
 
     // The idle connection is tested before it is handed out; the caller never sees it fail.
-    let mut next = db.lease().await.unwrap();
-    let next_pid = backend_pid(&mut next).await.unwrap();
-    assert_ne!(next_pid, pid);
+    lease_on_new_backend(&db, pid).await;
 }
 
 #[tokio::test]
@@ -248,8 +249,7 @@ async fn a_connection_idle_too_long_is_closed_not_reused() {
     let db = Arc::new(db);
     let pid = backend_pid(&mut db.lease().await.unwrap()).await.unwrap();
 
-    let mut next = db.lease().await.unwrap();
-    assert_ne!(backend_pid(&mut next).await.unwrap(), pid);
+    lease_on_new_backend(&db, pid).await;
     wait_until_gone(&mut observer().await, pid).await;
 }
 
