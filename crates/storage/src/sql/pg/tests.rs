@@ -61,6 +61,12 @@ async fn backend_pid(lease: &mut PgLease) -> crate::Result<i64> {
 /// is free again as soon as its statement returns.
 async fn outside_transaction(lease: &mut PgLease) -> bool {
     let key = unique_key();
+    take_transaction_lock(lease, key).await;
+    lock_is_free(&mut observer().await, key).await
+}
+
+/// Takes the advisory lock `key` for the lease's current transaction (or its statement alone).
+async fn take_transaction_lock(lease: &mut PgLease, key: i64) {
     lease
         .with(async |conn| {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -70,9 +76,13 @@ async fn outside_transaction(lease: &mut PgLease) -> bool {
         })
         .await
         .unwrap();
+}
+
+/// Whether another session can take the advisory lock `key` (it takes and frees it at once).
+async fn lock_is_free(observer: &mut PgConnection, key: i64) -> bool {
     sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_xact_lock($1)")
         .bind(key)
-        .fetch_one(&mut observer().await)
+        .fetch_one(observer)
         .await
         .unwrap()
 }
@@ -122,30 +132,14 @@ async fn an_abandoned_transaction_is_rolled_back_and_its_connection_reused() {
     let mut lease = db.lease().await.unwrap();
     let pid = backend_pid(&mut lease).await.unwrap();
     lease.begin().await.unwrap();
-    lease
-        .with(async |conn| {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(key)
-                .execute(conn)
-                .await
-        })
-        .await
-        .unwrap();
+    take_transaction_lock(&mut lease, key).await;
     // Dropped inside the transaction, as a task that returned an error with `?` drops it.
     drop(lease);
 
     // The lock belongs to the transaction: another session can take it once it has ended.
     let mut observer = observer().await;
     let deadline = Instant::now() + PATIENCE;
-    loop {
-        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-            .bind(key)
-            .fetch_one(&mut observer)
-            .await
-            .unwrap();
-        if free {
-            break;
-        }
+    while !lock_is_free(&mut observer, key).await {
         assert!(
             Instant::now() < deadline,
             "the abandoned transaction still holds its lock"
