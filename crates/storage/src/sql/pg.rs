@@ -122,18 +122,31 @@ impl PgDb {
             .pop()
     }
 
+    /// Puts `conn` on top of the idle stack and closes the connections at its bottom that have
+    /// idled past `close_after_idle`: a lease only ever looks at the top, so without this sweep
+    /// the connections of a past burst would stay open for as long as load stays low.
     fn give_back(&self, conn: PgConnection) {
         if self.permits.is_closed() {
             close(conn);
             return;
         }
-        self.idle
+        let mut idle = self
+            .idle
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Idle {
-                conn,
-                since: Instant::now(),
-            });
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stale = idle
+            .iter()
+            .take_while(|i| i.since.elapsed() > self.close_after_idle)
+            .count();
+        let closing: Vec<Idle> = idle.drain(..stale).collect();
+        idle.push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+        drop(idle);
+        for Idle { conn, .. } in closing {
+            close(conn);
+        }
     }
 
     /// Refuses new leases and closes the idle connections; leased ones close when returned.

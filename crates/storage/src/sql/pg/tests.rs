@@ -248,6 +248,26 @@ async fn a_connection_idle_too_long_is_closed_not_reused() {
 }
 
 #[tokio::test]
+async fn connections_left_idle_under_the_warm_one_are_closed() {
+    let mut db = pool(2);
+    db.close_after_idle = Duration::from_millis(300);
+    let db = Arc::new(db);
+    let mut cold = db.lease().await.unwrap();
+    let mut warm = db.lease().await.unwrap();
+    let cold_pid = backend_pid(&mut cold).await.unwrap();
+    let warm_pid = backend_pid(&mut warm).await.unwrap();
+    drop(cold);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Load stays low: only the warm connection is ever taken again, yet the cold one goes.
+    drop(warm);
+    let mut observer = observer().await;
+    wait_until_gone(&mut observer, cold_pid).await;
+    assert!(backend_exists(&mut observer, warm_pid).await);
+    let mut again = db.lease().await.unwrap();
+    assert_eq!(backend_pid(&mut again).await.unwrap(), warm_pid);
+}
+
+#[tokio::test]
 async fn a_lease_waits_no_longer_than_the_acquire_timeout() {
     let db = Arc::new(PgDb::new(options(), 1, Duration::from_millis(200)));
     let held = db.lease().await.unwrap();
