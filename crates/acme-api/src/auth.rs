@@ -14,6 +14,7 @@ use axum::http::header;
 use serde::de::DeserializeOwned;
 use storage::model::Account;
 
+use crate::account_keys::StoredKeyError;
 use crate::nonce::NonceError;
 use crate::problem::ApiError;
 use crate::state::ApiState;
@@ -126,18 +127,28 @@ pub(crate) async fn authenticate(
                 "this request must carry the account key as \"jwk\", not \"kid\"",
             ));
         }
-        (KeyRef::Jwk(jwk), _) => (jwk.clone(), None),
+        (KeyRef::Jwk(jwk), _) => {
+            jws.verify(jwk)?;
+            (jwk.clone(), None)
+        }
         (KeyRef::Kid(kid), _) => {
             let account = account_for_kid(state, kid).await?;
-            let jwk_value: serde_json::Value = serde_json::from_str(&account.jwk_json)
-                .map_err(|e| ApiError::internal("stored account key is not JSON", &e))?;
-            let jwk = Jwk::from_json(&jwk_value)
-                .map_err(|e| ApiError::internal("stored account key is invalid", &e))?;
-            (jwk, Some(account))
+            let key = state
+                .inner
+                .account_keys
+                .get(account.id, &account.jwk_json)
+                .map_err(|e| match e {
+                    StoredKeyError::Json(e) => {
+                        ApiError::internal("stored account key is not JSON", &e)
+                    }
+                    StoredKeyError::Jwk(e) => {
+                        ApiError::internal("stored account key is invalid", &e)
+                    }
+                })?;
+            jws.verify_with(&key)?;
+            (key.jwk().clone(), Some(account))
         }
     };
-
-    jws.verify(&jwk)?;
 
     let expected = state
         .urls()

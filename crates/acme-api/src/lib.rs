@@ -2,6 +2,7 @@
 //! of RFC 8555. This is the only crate that knows HTTP and JSON; everything below it speaks
 //! `acme-core` types.
 
+mod account_keys;
 mod auth;
 mod client_ip;
 pub mod crl;

@@ -8,6 +8,7 @@ use issuance::Ca;
 use ra::Ra;
 use storage::Storage;
 
+use crate::account_keys::AccountKeys;
 use crate::nonce::NonceService;
 use crate::settings::ApiSettings;
 use crate::urls::Urls;
@@ -29,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) ca: Arc<Ca>,
     pub(crate) clock: SharedClock,
     pub(crate) nonces: NonceService,
+    /// Account keys parsed for verification, checked against the stored key on every use.
+    pub(crate) account_keys: AccountKeys,
     /// `settings.trusted_proxies`, normalised once.
     pub(crate) trusted_proxies: Vec<IpNet>,
 }
@@ -53,6 +56,7 @@ impl ApiState {
                 ca,
                 clock,
                 nonces,
+                account_keys: AccountKeys::default(),
             }),
         }
     }

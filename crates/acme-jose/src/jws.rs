@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::header::{KeyRef, ProtectedHeader};
 use crate::jwk::Jwk;
 use crate::verify;
+use crate::verifying_key::VerifyingKey;
 
 /// A parsed, not yet verified, ACME JWS.
 ///
@@ -168,11 +169,23 @@ impl Jws {
     pub fn verify(&self, key: &Jwk) -> Result<(), Error> {
         key.check_algorithm(self.header.alg)?;
         key.check_strength()?;
+        verify::signature(self.header.alg, key, &self.signing_input(), &self.signature)
+    }
+
+    /// [`Jws::verify`] with a key parsed beforehand, for a key that verifies many requests.
+    pub fn verify_with(&self, key: &VerifyingKey) -> Result<(), Error> {
+        key.jwk().check_algorithm(self.header.alg)?;
+        key.jwk().check_strength()?;
+        key.verify(self.header.alg, &self.signing_input(), &self.signature)
+    }
+
+    /// What the signature covers (RFC 7515 §5.2): `protected || '.' || payload`, as sent.
+    fn signing_input(&self) -> Vec<u8> {
         let mut message = Vec::with_capacity(self.protected_b64.len() + 1 + self.payload_b64.len());
         message.extend_from_slice(self.protected_b64.as_bytes());
         message.push(b'.');
         message.extend_from_slice(self.payload_b64.as_bytes());
-        verify::signature(self.header.alg, key, &message, &self.signature)
+        message
     }
 
     /// Verifies with the embedded `jwk` and returns it; for requests that must carry their key

@@ -16,9 +16,11 @@ mod jws;
 pub mod sign;
 mod spki;
 mod verify;
+mod verifying_key;
 
 pub use algorithm::Algorithm;
 pub use error::Error;
 pub use header::{KeyRef, ProtectedHeader};
 pub use jwk::{EcCurve, Jwk, MAX_RSA_BITS, MIN_RSA_BITS};
 pub use jws::Jws;
+pub use verifying_key::VerifyingKey;

@@ -492,3 +492,36 @@ async fn orders_list_is_paginated_and_key_change_conflicts() {
     assert_eq!(r.status, 409, "{r:?}");
     assert_eq!(r.location(), other.kid.clone().unwrap());
 }
+
+#[tokio::test]
+async fn after_a_key_change_the_old_key_signs_nothing() {
+    let env = env().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let kid = raw.kid.clone().unwrap();
+    // A first request makes the old key the one the server keeps parsed for this account.
+    assert_eq!(raw.post(&kid, None).await.status, 200);
+
+    // The same algorithm, so that only the signature itself can tell the keys apart.
+    let new_key = acme_jose::sign::SigningKey::generate(Algorithm::Es256).unwrap();
+    let url = raw.url("/acme/key-change");
+    let inner = new_key
+        .sign_flattened(
+            json!({"jwk": new_key.public_jwk().to_json(), "url": url}),
+            json!({"account": kid, "oldKey": raw.key.public_jwk().to_json()})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+    let inner: Value = serde_json::from_str(&inner).unwrap();
+    let r = raw.post(&url, Some(&inner)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    let r = raw.post(&kid, None).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.body["type"], "urn:ietf:params:acme:error:malformed");
+    raw.key = new_key;
+    let r = raw.post(&kid, None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["status"], "valid");
+}
