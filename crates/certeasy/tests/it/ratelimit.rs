@@ -119,7 +119,7 @@ async fn account_creation_is_per_ip_and_existing_accounts_are_free() {
         .await;
     let wait = assert_limited(&refused, "account-creation");
     // Looking up an existing account costs nothing.
-    first.kid = None;
+    let kid = first.kid.take().unwrap();
     let again = first
         .post(
             &first.url("/acme/new-account"),
@@ -127,7 +127,15 @@ async fn account_creation_is_per_ip_and_existing_accounts_are_free() {
         )
         .await;
     assert_eq!(again.status, 200, "{again:?}");
+    // So does a plain newAccount with a registered key, also while the limit is spent: the limit
+    // refuses creating an account, not finding one.
+    let plain = first.post(&first.url("/acme/new-account"), Some(&body)).await;
+    assert_eq!(plain.status, 200, "{plain:?}");
+    assert_eq!(plain.location(), kid);
     tokio::time::sleep(Duration::from_secs(wait)).await;
+    // With a token back, finding the account still leaves it for the next new one.
+    let plain = first.post(&first.url("/acme/new-account"), Some(&body)).await;
+    assert_eq!(plain.status, 200, "{plain:?}");
     assert_eq!(
         second
             .post(&second.url("/acme/new-account"), Some(&body))
