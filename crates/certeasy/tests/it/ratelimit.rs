@@ -129,12 +129,16 @@ async fn account_creation_is_per_ip_and_existing_accounts_are_free() {
     assert_eq!(again.status, 200, "{again:?}");
     // So does a plain newAccount with a registered key, also while the limit is spent: the limit
     // refuses creating an account, not finding one.
-    let plain = first.post(&first.url("/acme/new-account"), Some(&body)).await;
+    let plain = first
+        .post(&first.url("/acme/new-account"), Some(&body))
+        .await;
     assert_eq!(plain.status, 200, "{plain:?}");
     assert_eq!(plain.location(), kid);
     tokio::time::sleep(Duration::from_secs(wait)).await;
     // With a token back, finding the account still leaves it for the next new one.
-    let plain = first.post(&first.url("/acme/new-account"), Some(&body)).await;
+    let plain = first
+        .post(&first.url("/acme/new-account"), Some(&body))
+        .await;
     assert_eq!(plain.status, 200, "{plain:?}");
     assert_eq!(
         second
