@@ -2,7 +2,7 @@
 
 use acme_core::problem::ProblemType;
 use acme_jose::sign::SigningKey;
-use acme_jose::{Algorithm, EcCurve, Error, Jwk, Jws, KeyRef};
+use acme_jose::{Algorithm, EcCurve, Error, Jwk, Jws, KeyRef, VerifyingKey};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
@@ -32,6 +32,19 @@ fn signed_with_header(header: Value) -> Vec<u8> {
     key.sign_flattened(header, b"{}")
         .expect("signing")
         .into_bytes()
+}
+
+/// Verifies with the JWK and with the same key parsed once ([`VerifyingKey`], as the server keeps
+/// account keys); the two must agree.
+fn verified(jws: &Jws, jwk: &Jwk) -> Result<(), Error> {
+    let direct = jws.verify(jwk);
+    let parsed = VerifyingKey::new(jwk.clone()).expect("a parsed JWK parses for verification");
+    assert_eq!(
+        jws.verify_with(&parsed),
+        direct,
+        "verify and verify_with disagree"
+    );
+    direct
 }
 
 fn malformed_detail(body: &[u8]) -> String {
@@ -72,7 +85,7 @@ fn round_trip_for_every_algorithm() {
             .unwrap();
         let jws = Jws::parse(by_kid.as_bytes()).unwrap();
         assert_eq!(jws.header().key, KeyRef::Kid(KID.to_owned()));
-        jws.verify(&key.public_jwk()).unwrap();
+        verified(&jws, &key.public_jwk()).unwrap();
         assert!(matches!(jws.verify_embedded(), Err(Error::Malformed(_))));
     }
 }
@@ -139,13 +152,17 @@ fn tampering_is_detected_for_every_algorithm() {
 
         let other_payload = b64(br#"{"a":2}"#);
         let jws = Jws::parse(&body(&protected, &other_payload, &signature)).unwrap();
-        assert_eq!(jws.verify(&jwk), Err(Error::BadSignature), "{alg} payload");
+        assert_eq!(
+            verified(&jws, &jwk),
+            Err(Error::BadSignature),
+            "{alg} payload"
+        );
 
         let other_header = key.acme_header("https://ca.example/acme/other", Some("n"), Some(KID));
         let other_protected = b64(other_header.to_string().as_bytes());
         let jws = Jws::parse(&body(&other_protected, &payload, &signature)).unwrap();
         assert_eq!(
-            jws.verify(&jwk),
+            verified(&jws, &jwk),
             Err(Error::BadSignature),
             "{alg} protected"
         );
@@ -154,7 +171,7 @@ fn tampering_is_detected_for_every_algorithm() {
         sig[5] ^= 0x01;
         let jws = Jws::parse(&body(&protected, &payload, &b64(&sig))).unwrap();
         assert_eq!(
-            jws.verify(&jwk),
+            verified(&jws, &jwk),
             Err(Error::BadSignature),
             "{alg} signature"
         );
@@ -162,7 +179,7 @@ fn tampering_is_detected_for_every_algorithm() {
         let stranger = SigningKey::generate(alg).unwrap().public_jwk();
         let jws = Jws::parse(signed.as_bytes()).unwrap();
         assert_eq!(
-            jws.verify(&stranger),
+            verified(&jws, &stranger),
             Err(Error::BadSignature),
             "{alg} other key"
         );
@@ -200,7 +217,7 @@ fn kid_key_must_fit_alg_at_verification() {
     let jws = Jws::parse(signed.as_bytes()).unwrap();
     for other in [Algorithm::Rs256, Algorithm::Es384, Algorithm::EdDsa] {
         let jwk = SigningKey::generate(other).unwrap().public_jwk();
-        let err = jws.verify(&jwk).unwrap_err();
+        let err = verified(&jws, &jwk).unwrap_err();
         assert!(
             matches!(err, Error::BadSignatureAlgorithm(_)),
             "{other}: {err:?}"

@@ -13,6 +13,19 @@ fn stored(key: &SigningKey) -> String {
     key.public_jwk().to_json().to_string()
 }
 
+/// A request signed by `key` for an account.
+fn signed_by(key: &SigningKey) -> Jws {
+    let body = key
+        .sign_acme(
+            "https://ca.example/acme/order/1",
+            Some("n"),
+            Some("kid"),
+            None,
+        )
+        .unwrap();
+    Jws::parse(body.as_bytes()).unwrap()
+}
+
 #[test]
 fn a_key_is_parsed_once_per_account_and_verifies() {
     let keys = AccountKeys::default();
@@ -23,18 +36,7 @@ fn a_key_is_parsed_once_per_account_and_verifies() {
     assert!(Arc::ptr_eq(&first, &again), "the parsed key is reused");
     assert_eq!(first.jwk(), &signing.public_jwk());
 
-    let signed = signing
-        .sign_acme(
-            "https://ca.example/acme/order/1",
-            Some("n"),
-            Some("kid"),
-            None,
-        )
-        .unwrap();
-    Jws::parse(signed.as_bytes())
-        .unwrap()
-        .verify_with(&again)
-        .unwrap();
+    signed_by(&signing).verify_with(&again).unwrap();
 }
 
 #[test]
@@ -48,19 +50,8 @@ fn a_changed_stored_key_replaces_the_parsed_one() {
     assert!(!Arc::ptr_eq(&before, &after));
     assert_eq!(after.jwk(), &new.public_jwk());
 
-    let signed = old
-        .sign_acme(
-            "https://ca.example/acme/order/1",
-            Some("n"),
-            Some("kid"),
-            None,
-        )
-        .unwrap();
     assert!(
-        Jws::parse(signed.as_bytes())
-            .unwrap()
-            .verify_with(&after)
-            .is_err(),
+        signed_by(&old).verify_with(&after).is_err(),
         "the old key no longer verifies"
     );
 }

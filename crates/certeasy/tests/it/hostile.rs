@@ -479,15 +479,7 @@ async fn orders_list_is_paginated_and_key_change_conflicts() {
     let mut other = Raw::new(&env, Algorithm::Es256);
     other.register().await;
     let url = raw.url("/acme/key-change");
-    let inner_payload = json!({"account": kid, "oldKey": raw.key.public_jwk().to_json()});
-    let inner = other
-        .key
-        .sign_flattened(
-            json!({"jwk": other.key.public_jwk().to_json(), "url": url}),
-            inner_payload.to_string().as_bytes(),
-        )
-        .unwrap();
-    let inner: Value = serde_json::from_str(&inner).unwrap();
+    let inner = raw.key_change_inner(&other.key);
     let r = raw.post(&url, Some(&inner)).await;
     assert_eq!(r.status, 409, "{r:?}");
     assert_eq!(r.location(), other.kid.clone().unwrap());
@@ -504,17 +496,8 @@ async fn after_a_key_change_the_old_key_signs_nothing() {
 
     // The same algorithm, so that only the signature itself can tell the keys apart.
     let new_key = acme_jose::sign::SigningKey::generate(Algorithm::Es256).unwrap();
-    let url = raw.url("/acme/key-change");
-    let inner = new_key
-        .sign_flattened(
-            json!({"jwk": new_key.public_jwk().to_json(), "url": url}),
-            json!({"account": kid, "oldKey": raw.key.public_jwk().to_json()})
-                .to_string()
-                .as_bytes(),
-        )
-        .unwrap();
-    let inner: Value = serde_json::from_str(&inner).unwrap();
-    let r = raw.post(&url, Some(&inner)).await;
+    let inner = raw.key_change_inner(&new_key);
+    let r = raw.post(&raw.url("/acme/key-change"), Some(&inner)).await;
     assert_eq!(r.status, 200, "{r:?}");
 
     let r = raw.post(&kid, None).await;

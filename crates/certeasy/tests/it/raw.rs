@@ -140,6 +140,20 @@ impl Raw {
         format!("{token}.{}", self.key.public_jwk().thumbprint())
     }
 
+    /// The inner JWS of a keyChange (RFC 8555 §7.3.5) from this account's key to `new_key`.
+    pub fn key_change_inner(&self, new_key: &SigningKey) -> Value {
+        let kid = self.kid.as_deref().expect("the account is registered");
+        let inner = new_key
+            .sign_flattened(
+                json!({"jwk": new_key.public_jwk().to_json(), "url": self.url("/acme/key-change")}),
+                json!({"account": kid, "oldKey": self.key.public_jwk().to_json()})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .expect("signing the inner JWS");
+        serde_json::from_str(&inner).expect("a signed JWS is JSON")
+    }
+
     /// Creates the account and remembers its kid.
     pub async fn register(&mut self) -> Reply {
         let r = self

@@ -169,15 +169,7 @@ async fn a_deactivated_account_is_unauthorized_everywhere(db: Db) {
     // From now on every kid-signed request is 401 unauthorized.
     let key_change_url = raw.url("/acme/key-change");
     let new_key = acme_jose::sign::SigningKey::generate(Algorithm::Es256).unwrap();
-    let inner = new_key
-        .sign_flattened(
-            json!({"jwk": new_key.public_jwk().to_json(), "url": key_change_url}),
-            json!({"account": kid, "oldKey": raw.key.public_jwk().to_json()})
-                .to_string()
-                .as_bytes(),
-        )
-        .unwrap();
-    let inner: Value = serde_json::from_str(&inner).unwrap();
+    let inner = raw.key_change_inner(&new_key);
     let cases: Vec<(&str, String, Option<Value>)> = vec![
         ("account POST-as-GET", kid.clone(), None),
         (
