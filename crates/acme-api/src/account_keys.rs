@@ -16,7 +16,8 @@ use acme_jose::Jwk;
 use acme_jose::VerifyingKey;
 
 /// Accounts whose keys are kept. At this many the map is emptied and refills from the accounts
-/// still active; one entry is about 300 bytes, so the bound is a few MiB.
+/// still active. An entry is under 1 KiB for an EC key and about 3 KiB for an 8192-bit RSA key,
+/// so the map stays under 30 MiB.
 const CAPACITY: usize = 10_000;
 
 /// Parsed keys by account, checked against the stored JWK on every use.
