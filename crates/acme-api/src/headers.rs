@@ -2,6 +2,7 @@
 
 use axum::extract::Request;
 use axum::extract::State;
+use axum::http::HeaderName;
 use axum::http::HeaderValue;
 use axum::http::Method;
 use axum::http::header;
@@ -9,6 +10,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::state::ApiState;
+
+const REPLAY_NONCE: HeaderName = HeaderName::from_static("replay-nonce");
 
 /// Adds a fresh `Replay-Nonce`, `Link: <directory>;rel="index"` and `Cache-Control: no-store`.
 pub(crate) async fn acme_headers(
@@ -21,10 +24,10 @@ pub(crate) async fn acme_headers(
     let nonce = state.inner.nonces.issue(state.inner.clock.now());
     let headers = response.headers_mut();
     if let Some(v) = nonce_value(&nonce) {
-        headers.insert("replay-nonce", v);
+        headers.insert(REPLAY_NONCE, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("<{}>;rel=\"index\"", state.urls().directory())) {
-        headers.append(header::LINK, v);
+    if let Some(v) = &state.inner.index_link {
+        headers.append(header::LINK, v.clone());
     }
     if let Some(info) = response
         .extensions_mut()

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use axum::http::HeaderValue;
 use ipnet::IpNet;
 use issuance::Ca;
 use ra::Ra;
@@ -32,6 +33,9 @@ pub(crate) struct Inner {
     pub(crate) nonces: NonceService,
     /// Account keys parsed for verification, checked against the stored key on every use.
     pub(crate) account_keys: AccountKeys,
+    /// `Link: <directory>;rel="index"`, which every response carries, built once (`None` only if
+    /// the base URL cannot be a header value).
+    pub(crate) index_link: Option<HeaderValue>,
     /// `settings.trusted_proxies`, normalised once.
     pub(crate) trusted_proxies: Vec<IpNet>,
 }
@@ -46,9 +50,13 @@ impl ApiState {
         clock: SharedClock,
         nonces: NonceService,
     ) -> Self {
+        let urls = Urls::new(&settings.base_url);
+        let index_link =
+            HeaderValue::from_str(&format!("<{}>;rel=\"index\"", urls.directory())).ok();
         Self {
             inner: Arc::new(Inner {
-                urls: Urls::new(&settings.base_url),
+                urls,
+                index_link,
                 trusted_proxies: crate::client_ip::canonical_nets(settings.trusted_proxies.clone()),
                 settings,
                 ra,
