@@ -90,6 +90,63 @@ async fn lock_authz_status(
     Ok(status)
 }
 
+/// What [`try_start`] found, under the locks of the transaction it ran in.
+enum Start {
+    /// The challenge was pending and has left it (to the status asked for); no other challenge
+    /// of its authorization had.
+    Started(Challenge),
+    /// The challenge had already left pending: started before, by this request's client or
+    /// another instance. Starting is idempotent, so this is an answer, not a refusal.
+    Left(Challenge),
+    /// The authorization no longer allows a validation.
+    Refused(Error),
+}
+
+/// Moves a pending challenge to `to` (`processing`, or `valid` for a validation that succeeded
+/// before anything was recorded) under the locks every path takes: the orders holding the
+/// authorization, then the authorization, whose expiry is applied first. One validation per
+/// authorization: a challenge whose sibling has left pending is refused.
+async fn try_start(
+    s: &Storage,
+    conn: &mut Conn,
+    id: ChallengeId,
+    now_s: i64,
+    to: ChallengeStatus,
+) -> Result<Start> {
+    let challenge = rows::load_challenge(conn, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let authz_id = challenge.authz_id;
+    state::lock_orders_holding(conn, s.backend, authz_id).await?;
+    let authz_status = lock_authz_status(conn, s.backend, authz_id, now_s).await?;
+    // On PostgreSQL, re-read under the lock: a concurrent start may have moved it. SQLite's
+    // IMMEDIATE transaction held the write lock before the first read.
+    let mut challenge = match s.backend {
+        Backend::Postgres => rows::load_challenge(conn, id)
+            .await?
+            .ok_or(Error::NotFound)?,
+        Backend::Sqlite => challenge,
+    };
+    if challenge.status != ChallengeStatus::Pending {
+        return Ok(Start::Left(challenge));
+    }
+    if authz_status != AuthzStatus::Pending {
+        return Ok(Start::Refused(Error::WrongState(format!(
+            "authorization is {}",
+            authz_status.as_str()
+        ))));
+    }
+    let validated_at = (to == ChallengeStatus::Valid).then_some(now_s);
+    if !start_if_first(conn, id, authz_id, to, validated_at).await? {
+        return Ok(Start::Refused(Error::WrongState(
+            "another challenge of this authorization is already being validated".into(),
+        )));
+    }
+    challenge.status = to;
+    challenge.validated_at = validated_at.map(codec::time_from_unix).transpose()?;
+    Ok(Start::Started(challenge))
+}
+
 /// `claim`: the lease under which the caller runs the validation job itself (see
 /// [`state::enqueue_job`]); the job comes back only when this call created it.
 pub(crate) async fn start_challenge(
@@ -98,62 +155,90 @@ pub(crate) async fn start_challenge(
     now: OffsetDateTime,
     claim: Option<time::Duration>,
 ) -> Result<(Challenge, Option<Job>)> {
-    let now_s = codec::unix(now);
-    let mut job = None;
     let mut tx = s.begin_write().await?;
-    let challenge = rows::load_challenge(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    let authz_id = challenge.authz_id;
-    state::lock_orders_holding(&mut tx, s.backend, authz_id).await?;
-    let authz_status = lock_authz_status(&mut tx, s.backend, authz_id, now_s).await?;
-    // On PostgreSQL, re-read under the lock: a concurrent start may have moved it. SQLite's
-    // IMMEDIATE transaction held the write lock before the first read.
-    let mut challenge = match s.backend {
-        Backend::Postgres => rows::load_challenge(&mut tx, id)
-            .await?
-            .ok_or(Error::NotFound)?,
-        Backend::Sqlite => challenge,
-    };
-    let refusal = if challenge.status != ChallengeStatus::Pending {
-        None
-    } else if authz_status != AuthzStatus::Pending {
-        Some(Error::WrongState(format!(
-            "authorization is {}",
-            authz_status.as_str()
-        )))
-    } else if start_if_first(&mut tx, id, authz_id).await? {
-        challenge.status = ChallengeStatus::Processing;
-        job = state::enqueue_job(&mut tx, JobKind::Validate(id), now, claim).await?;
-        None
-    } else {
-        Some(Error::WrongState(
-            "another challenge of this authorization is already being validated".into(),
-        ))
+    let start = try_start(
+        s,
+        &mut tx,
+        id,
+        codec::unix(now),
+        ChallengeStatus::Processing,
+    )
+    .await?;
+    let answer = match start {
+        Start::Started(challenge) => {
+            let job = state::enqueue_job(&mut tx, JobKind::Validate(id), now, claim).await?;
+            Ok((challenge, job))
+        }
+        Start::Left(challenge) => Ok((challenge, None)),
+        Start::Refused(e) => Err(e),
     };
     // Commit even when refusing, so that an expiry found on the way is persisted.
     tx.commit().await?;
-    match refusal {
-        Some(e) => Err(e),
-        None => Ok((challenge, job)),
-    }
+    answer
 }
 
-/// pending → processing, unless another challenge of the authorization has left pending (one
-/// validation per authorization). The caller holds the authorization's lock and has seen this
-/// challenge pending, so `false` can only mean the other challenge.
-async fn start_if_first(conn: &mut Conn, id: ChallengeId, authz: AuthzId) -> Result<bool> {
+/// A validation that succeeded before anything about it was recorded: pending → valid in one
+/// transaction, with the checks of [`start_challenge`] and the effects of a valid verdict of
+/// [`record_validation`]. The challenge that has already left pending is returned as it is.
+pub(crate) async fn record_valid_at_once(
+    s: &Storage,
+    id: ChallengeId,
+    now: OffsetDateTime,
+) -> Result<Challenge> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let answer = match try_start(s, &mut tx, id, now_s, ChallengeStatus::Valid).await? {
+        Start::Started(challenge) => {
+            authz_validated(s, &mut tx, challenge.authz_id, now).await?;
+            Ok(challenge)
+        }
+        Start::Left(challenge) => Ok(challenge),
+        Start::Refused(e) => Err(e),
+    };
+    tx.commit().await?;
+    answer
+}
+
+/// pending → `to` (and `validated_at`), unless another challenge of the authorization has left
+/// pending (one validation per authorization). The caller holds the authorization's lock and has
+/// seen this challenge pending, so `false` can only mean the other challenge.
+async fn start_if_first(
+    conn: &mut Conn,
+    id: ChallengeId,
+    authz: AuthzId,
+    to: ChallengeStatus,
+    validated_at: Option<i64>,
+) -> Result<bool> {
     Ok(sql::query(
-        "UPDATE challenges SET status = 'processing' WHERE id = $1 AND status = 'pending' \
+        "UPDATE challenges SET status = $3, validated_at = $4 WHERE id = $1 AND status = 'pending' \
          AND NOT EXISTS (SELECT 1 FROM challenges other \
              WHERE other.authz_id = $2 AND other.status <> 'pending')",
     )
     .bind(id.0)
     .bind(authz.0)
+    .bind(to.as_str())
+    .bind(validated_at)
     .execute(&mut *conn)
     .await?
     .rows_affected()
         > 0)
+}
+
+/// A challenge of the authorization was validated: a pending authorization becomes valid for
+/// the valid-authorization lifetime, the unfinished orders holding it expire no later, and those
+/// whose authorizations are now all valid become ready.
+async fn authz_validated(
+    s: &Storage,
+    conn: &mut Conn,
+    authz_id: AuthzId,
+    now: OffsetDateTime,
+) -> Result<()> {
+    let expires = codec::unix(now + s.valid_authz_lifetime);
+    if decide_authz(conn, authz_id, AuthzStatus::Valid, Some(expires)).await? {
+        state::cap_orders_expiry(conn, authz_id, expires).await?;
+        state::promote_orders_holding(conn, authz_id, codec::unix(now)).await?;
+    }
+    Ok(())
 }
 
 /// `settle`: the claim of the job that produced the verdict, deleted in the same transaction.
@@ -225,11 +310,7 @@ pub(crate) async fn record_validation(
                 .bind(now_s)
                 .execute(&mut *tx)
                 .await?;
-            let expires = codec::unix(now + s.valid_authz_lifetime);
-            if decide_authz(&mut tx, authz_id, AuthzStatus::Valid, Some(expires)).await? {
-                state::cap_orders_expiry(&mut tx, authz_id, expires).await?;
-                state::promote_orders_holding(&mut tx, authz_id, now_s).await?;
-            }
+            authz_validated(s, &mut tx, authz_id, now).await?;
             ChallengeStatus::Valid
         }
         Err(problem) => {

@@ -53,6 +53,7 @@ use crate::model::ChallengeAttempt;
 use crate::model::Completion;
 use crate::model::EabKey;
 use crate::model::GuardUsage;
+use crate::model::IssuedAtOnce;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
@@ -296,6 +297,19 @@ impl Storage {
     ) -> Result<(Challenge, Option<Job>)> {
         authz::start_challenge(self, id, now, Some(lease)).await
     }
+    /// A validation that succeeded before anything about it was recorded (the request that asked
+    /// for it ran it at once): pending → valid in one transaction, with the checks of
+    /// [`Storage::start_challenge`] and the effects of a valid verdict of
+    /// [`Storage::record_validation`]. No job ever exists for it. A challenge that has already
+    /// left pending (started first by another request or instance, whose outcome stands) is
+    /// returned as it is; the refusals are those of [`Storage::start_challenge`].
+    pub async fn record_valid_at_once(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+    ) -> Result<Challenge> {
+        authz::record_valid_at_once(self, id, now).await
+    }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
     /// all its authorizations are valid, invalid with the problem when one is invalid). A valid
@@ -348,6 +362,20 @@ impl Storage {
         lease: Duration,
     ) -> Result<(Order, Option<Job>)> {
         orders::begin_finalize(self, id, csr_der, now, Some(lease)).await
+    }
+    /// A certificate signed before anything about its finalization was recorded (the request
+    /// signed it at once): ready → valid with the CSR and the certificate stored, in one
+    /// transaction that checks the account first, as [`Storage::complete_order`] does. No job ever
+    /// exists for it. `Error::OrderNotReady(status)` when the order is no longer ready (expiry
+    /// applied first, as in [`Storage::begin_finalize`]).
+    pub async fn issue_ready_order(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        cert: NewCertificate,
+        now: OffsetDateTime,
+    ) -> Result<IssuedAtOnce> {
+        orders::issue_ready(self, id, csr_der, cert, now).await
     }
     /// The stored CSR of an order in processing.
     pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {

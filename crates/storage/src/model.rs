@@ -273,6 +273,20 @@ pub enum Completion {
     AccountNotValid(AccountStatus),
 }
 
+/// What recording a certificate signed before anything about its finalization was recorded did
+/// ([`crate::Storage::issue_ready_order`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IssuedAtOnce {
+    /// The order went from ready to valid with the certificate.
+    Issued {
+        order: Box<Order>,
+        certificate: Box<Certificate>,
+    },
+    /// The account is no longer valid: nothing was stored (a deactivation has already made the
+    /// account's unfinished orders invalid).
+    AccountNotValid(AccountStatus),
+}
+
 /// What pausing one (account, identifier) pair did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PauseOutcome {

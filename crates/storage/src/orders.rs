@@ -16,9 +16,11 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::model::Certificate;
 use crate::model::Completion;
 use crate::model::DuplicateUsage;
 use crate::model::GuardUsage;
+use crate::model::IssuedAtOnce;
 use crate::model::Job;
 use crate::model::JobKind;
 use crate::model::NewCertificate;
@@ -393,6 +395,54 @@ pub(crate) async fn of_account(
     Ok(ids.into_iter().map(OrderId).collect())
 }
 
+/// ready → processing with the CSR stored, when the order is still ready: of two concurrent
+/// finalizations only one can see `ready`, and an order whose authorization is no longer valid
+/// (expired since it became ready) is not finalized even if its own expiry has not come yet.
+/// Returns the order's account and identifier-set hash when it moved.
+async fn take_ready(
+    conn: &mut Conn,
+    id: OrderId,
+    csr_der: &[u8],
+    now_s: i64,
+) -> Result<Option<(i64, String)>> {
+    let row = sql::query(
+        "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
+         WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
+         AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
+             JOIN authorizations a ON a.id = oa.authz_id \
+             WHERE oa.order_id = orders.id AND (a.status <> 'valid' OR a.expires_at <= $3)) \
+         RETURNING account_id, set_hash",
+    )
+    .bind(id.0)
+    .bind(csr_der)
+    .bind(now_s)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|row| Ok((row.try_get("account_id")?, row.try_get("set_hash")?)))
+        .transpose()
+}
+
+/// Persists why an order is not ready: expired authorizations expire (and invalidate the
+/// order), then the order's own expiry. Returns the refusal that says what the order now is.
+async fn not_ready(s: &Storage, conn: &mut Conn, id: OrderId, now_s: i64) -> Result<Error> {
+    let authz_ids =
+        sql::query_scalar::<i64>("SELECT authz_id FROM order_authorizations WHERE order_id = $1")
+            .bind(id.0)
+            .fetch_all(&mut *conn)
+            .await?;
+    for authz in authz_ids {
+        let authz = AuthzId(authz);
+        // Orders before the authorization, as every other path takes them.
+        state::lock_orders_holding(conn, s.backend, authz).await?;
+        state::expire_authz(conn, authz, now_s).await?;
+    }
+    state::expire_order(conn, id, now_s).await?;
+    Ok(match rows::load_order(conn, id).await? {
+        Some(order) => Error::OrderNotReady(order.status),
+        None => Error::NotFound,
+    })
+}
+
 /// `claim`: as for [`crate::authz::start_challenge`].
 pub(crate) async fn begin_finalize(
     s: &Storage,
@@ -402,51 +452,115 @@ pub(crate) async fn begin_finalize(
     claim: Option<time::Duration>,
 ) -> Result<(Order, Option<Job>)> {
     let now_s = codec::unix(now);
-    let mut job = None;
     let mut tx = s.begin_write().await?;
-    // Conditional update: of two concurrent finalizations only one can see `ready`, and an
-    // order whose authorization is no longer valid (expired since it became ready) is not
-    // finalized even if its own expiry has not come yet.
-    let moved = sql::query(
-        "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
-         WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
-         AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
-             JOIN authorizations a ON a.id = oa.authz_id \
-             WHERE oa.order_id = orders.id AND (a.status <> 'valid' OR a.expires_at <= $3))",
+    if take_ready(&mut tx, id, csr_der, now_s).await?.is_none() {
+        let refusal = not_ready(s, &mut tx, id, now_s).await?;
+        tx.commit().await?;
+        return Err(refusal);
+    }
+    let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, claim).await?;
+    let order = rows::load_order(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok((order, job))
+}
+
+/// A certificate signed before anything about the finalization was recorded: ready → valid with
+/// the CSR and the certificate stored, in one transaction. The account is checked (and on
+/// PostgreSQL share-locked) first, as [`complete`] does, so a deactivation commits either before
+/// (nothing is stored) or after the certificate exists.
+pub(crate) async fn issue_ready(
+    s: &Storage,
+    id: OrderId,
+    csr_der: &[u8],
+    cert: NewCertificate,
+    now: OffsetDateTime,
+) -> Result<IssuedAtOnce> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    let account_status = account_of_order(s, &mut tx, id).await?;
+    if account_status != AccountStatus::Valid {
+        tx.rollback().await?;
+        return Ok(IssuedAtOnce::AccountNotValid(account_status));
+    }
+    let Some((account_id, set_hash)) = take_ready(&mut tx, id, csr_der, now_s).await? else {
+        let refusal = not_ready(s, &mut tx, id, now_s).await?;
+        tx.commit().await?;
+        return Err(refusal);
+    };
+    let certificate = store_certificate(&mut tx, id, account_id, &set_hash, cert, now_s).await?;
+    let order = rows::load_order(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok(IssuedAtOnce::Issued {
+        order: Box::new(order),
+        certificate: Box::new(certificate),
+    })
+}
+
+/// The status of the account that owns order `id`, locked before the order in the order account
+/// deactivation takes them, so the two cannot deadlock. FOR SHARE makes a concurrent
+/// deactivation wait for this commit (or this read wait for its commit): a certificate is never
+/// stored for an account that was deactivated first. SQLite's IMMEDIATE transaction already
+/// serialises writers.
+async fn account_of_order(s: &Storage, conn: &mut Conn, id: OrderId) -> Result<AccountStatus> {
+    let account = match s.backend {
+        Backend::Postgres => sql::query_scalar::<String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
+        ),
+        Backend::Sqlite => sql::query_scalar::<String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1)",
+        ),
+    };
+    codec::parse(
+        &account
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(Error::NotFound)?,
+    )
+}
+
+/// Stores the certificate of order `id` and makes the order valid with it. RETURNING the whole
+/// row: the caller gets the stored certificate without reading it back.
+async fn store_certificate(
+    conn: &mut Conn,
+    id: OrderId,
+    account_id: i64,
+    set_hash: &str,
+    cert: NewCertificate,
+    now_s: i64,
+) -> Result<Certificate> {
+    let stored = sql::query(concat!(
+        "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
+         not_before, not_after, issued_at, crl_shard) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
+        rows::certificate_cols!()
+    ))
+    .bind(account_id)
+    .bind(id.0)
+    .bind(cert.serial.to_hex())
+    .bind(cert.der)
+    .bind(cert.chain_pem)
+    .bind(set_hash)
+    .bind(codec::unix(cert.not_before))
+    .bind(codec::unix(cert.not_after))
+    .bind(now_s)
+    .bind(cert.crl_shard.map(i64::from))
+    .fetch_one(&mut *conn)
+    .await?;
+    let certificate = rows::certificate(&stored)?;
+    sql::query(
+        "UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1",
     )
     .bind(id.0)
-    .bind(csr_der)
+    .bind(certificate.id.0)
     .bind(now_s)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        > 0;
-    if moved {
-        job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, claim).await?;
-    } else {
-        // Persist why it is not ready: expired authorizations expire (and invalidate the order),
-        // then the order's own expiry.
-        let authz_ids = sql::query_scalar::<i64>(
-            "SELECT authz_id FROM order_authorizations WHERE order_id = $1",
-        )
-        .bind(id.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        for authz in authz_ids {
-            let authz = AuthzId(authz);
-            // Orders before the authorization, as every other path takes them.
-            state::lock_orders_holding(&mut tx, s.backend, authz).await?;
-            state::expire_authz(&mut tx, authz, now_s).await?;
-        }
-        state::expire_order(&mut tx, id, now_s).await?;
-    }
-    let order = rows::load_order(&mut tx, id).await?;
-    tx.commit().await?;
-    match order {
-        Some(order) if moved => Ok((order, job)),
-        Some(order) => Err(Error::OrderNotReady(order.status)),
-        None => Err(Error::NotFound),
-    }
+    .execute(&mut *conn)
+    .await?;
+    Ok(certificate)
 }
 
 pub(crate) async fn csr(s: &Storage, id: OrderId) -> Result<Option<Vec<u8>>> {
@@ -468,25 +582,7 @@ pub(crate) async fn complete(
 ) -> Result<Completion> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
-    // The account is locked before the order, in the order account deactivation takes them, so
-    // the two cannot deadlock. FOR SHARE makes a concurrent deactivation wait for this commit (or
-    // this read wait for its commit): a certificate is never stored for an account that was
-    // deactivated first. SQLite's IMMEDIATE transaction already serialises writers.
-    let account = match s.backend {
-        Backend::Postgres => sql::query_scalar::<String>(
-            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
-        ),
-        Backend::Sqlite => sql::query_scalar::<String>(
-            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1)",
-        ),
-    };
-    let account_status: AccountStatus = codec::parse(
-        &account
-            .bind(id.0)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(Error::NotFound)?,
-    )?;
+    let account_status = account_of_order(s, &mut tx, id).await?;
     let read = match s.backend {
         Backend::Postgres => sql::query(
             "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1 FOR UPDATE",
@@ -517,34 +613,9 @@ pub(crate) async fn complete(
             return Ok(Completion::AccountNotValid(account_status));
         }
         OrderStatus::Processing => {
-            // RETURNING the whole row: the caller gets the stored certificate without reading it
-            // back.
-            let stored = sql::query(concat!(
-                "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
-                 not_before, not_after, issued_at, crl_shard) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
-                rows::certificate_cols!()
-            ))
-            .bind(row.try_get::<i64, _>("account_id")?)
-            .bind(id.0)
-            .bind(cert.serial.to_hex())
-            .bind(cert.der)
-            .bind(cert.chain_pem)
-            .bind(row.try_get::<String, _>("set_hash")?)
-            .bind(codec::unix(cert.not_before))
-            .bind(codec::unix(cert.not_after))
-            .bind(now_s)
-            .bind(cert.crl_shard.map(i64::from))
-            .fetch_one(&mut *tx)
-            .await?;
-            let certificate = rows::certificate(&stored)?;
-            sql::query("UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1")
-                .bind(id.0)
-                .bind(certificate.id.0)
-                .bind(now_s)
-                .execute(&mut *tx)
-                .await?;
-            certificate
+            let account_id: i64 = row.try_get("account_id")?;
+            let set_hash: String = row.try_get("set_hash")?;
+            store_certificate(&mut tx, id, account_id, &set_hash, cert, now_s).await?
         }
         other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
     };

@@ -8,6 +8,7 @@ mod harness;
 
 mod accounts;
 mod admin_queries;
+mod at_once;
 mod authz_lifetimes;
 mod certificates;
 mod challenge_starts;
