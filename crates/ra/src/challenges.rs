@@ -13,10 +13,9 @@ use storage::model::Challenge;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
-use crate::jobs::Prepared;
+use crate::in_flight::Key;
 use crate::jobs::VALIDATION_WAIT;
 use crate::jobs::ValidationTarget;
-use crate::jobs::run_and_wait;
 
 impl Ra {
     /// An authorization of this account; others' are indistinguishable from missing ones.
@@ -58,13 +57,25 @@ impl Ra {
 
     /// The subscriber asks for `challenge` of `authz` to be validated. It is validated at once
     /// when a worker place is free, and answered with the verdict if it comes within a moment;
-    /// through the queue otherwise.
+    /// through the queue otherwise. A challenge that has already left pending is answered as it
+    /// stands: starting is idempotent.
+    ///
+    /// At once means before anything is recorded: a success is stored in the one transaction
+    /// that starts and decides the challenge (see [`JobRunner::validate_at_once`]). Until then the
+    /// database still says pending, so the authorization's key in `ra::in_flight` is what keeps
+    /// a second request of this instance from validating it again: it waits for the first one's
+    /// write and answers from the durable start, which then finds the challenge started or the
+    /// authorization decided. Under the key the authorization is read again, because the first
+    /// request may have written and let go between this request's read and its taking the key.
     pub async fn start_validation(
         &self,
         account: &Account,
         challenge: Challenge,
         authz: &Authorization,
     ) -> Result<Challenge, Error> {
+        if challenge.status != ChallengeStatus::Pending {
+            return Ok(challenge);
+        }
         if authz.status != AuthzStatus::Pending {
             return Err(Refusal::malformed(format!(
                 "the authorization is {}; only challenges of pending authorizations can be attempted",
@@ -72,42 +83,56 @@ impl Ra {
             ))
             .into());
         }
-        let storage = &self.inner.storage;
-        let jobs = &self.inner.jobs;
-        let now = self.now();
-        let started = match jobs.try_slot() {
-            Some(slot) => {
-                let (started, job) = storage
-                    .start_challenge_claimed(challenge.id, now, jobs.lease())
-                    .await?;
-                let finished = match job {
-                    Some(job) => {
-                        let target = ValidationTarget {
-                            challenge: started.clone(),
-                            authz_id: authz.id,
-                            authz_expires: authz.expires_at,
-                            identifier: authz.identifier.clone(),
-                            account_id: account.id,
-                            thumbprint: account.thumbprint.clone(),
-                        };
-                        let prepared = Some(Prepared::Validate(target));
-                        run_and_wait(jobs.as_ref(), slot, job, prepared, VALIDATION_WAIT).await
-                    }
-                    None => false,
-                };
-                if finished {
-                    storage.challenge(challenge.id).await?.unwrap_or(started)
-                } else {
-                    started
-                }
-            }
-            None => {
-                let started = storage.start_challenge(challenge.id, now).await?;
-                jobs.wake();
-                started
+        let held = match self.inner.in_flight.enter(Key::Authz(authz.id)) {
+            Ok(held) => held,
+            Err(busy) => {
+                busy.wait(VALIDATION_WAIT * 2).await;
+                return self.start_queued(account, challenge.id).await;
             }
         };
-        tracing::info!(account_id = %account.id, challenge_id = %challenge.id, kind = started.kind.as_str(), "validation requested");
+        let now = self.now();
+        let current = self.inner.storage.authorization(authz.id, now).await?;
+        let untouched = current.as_ref().is_some_and(|a| {
+            a.status == AuthzStatus::Pending
+                && a.expires_at > now
+                && a.challenges
+                    .iter()
+                    .all(|c| c.status == ChallengeStatus::Pending)
+        });
+        let jobs = &self.inner.jobs;
+        let slot = if untouched { jobs.try_slot() } else { None };
+        let Some(slot) = slot else {
+            // The durable start decides (and refuses what it must) while the key is held.
+            let started = self.start_queued(account, challenge.id).await;
+            drop(held);
+            return started;
+        };
+        let target = ValidationTarget {
+            challenge: challenge.clone(),
+            authz_id: authz.id,
+            authz_expires: authz.expires_at,
+            identifier: authz.identifier.clone(),
+            account_id: account.id,
+            thumbprint: account.thumbprint.clone(),
+        };
+        let started = jobs
+            .validate_at_once(slot, target, VALIDATION_WAIT, held)
+            .await
+            .map_err(|_| {
+                Error::internal("validation", &"the validation ended without an answer")
+            })??;
+        tracing::info!(account_id = %account.id, challenge_id = %challenge.id, kind = started.kind.as_str(), status = started.status.as_str(), "validation requested");
+        Ok(started)
+    }
+
+    /// The durable start: pending → processing with a job for the queue's workers. Idempotent
+    /// for a challenge that has left pending, which it returns as it is.
+    async fn start_queued(&self, account: &Account, id: ChallengeId) -> Result<Challenge, Error> {
+        let started = self.inner.storage.start_challenge(id, self.now()).await?;
+        if started.status == ChallengeStatus::Processing {
+            self.inner.jobs.wake();
+        }
+        tracing::info!(account_id = %account.id, challenge_id = %id, kind = started.kind.as_str(), status = started.status.as_str(), "validation requested (queued)");
         Ok(started)
     }
 

@@ -7,26 +7,14 @@ use std::time::Duration;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
+use acme_core::status::AccountStatus;
 use issuance::CheckedCsr;
 use storage::model::Challenge;
-use storage::model::Job;
 use storage::model::Order;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
-/// What the request that created a job already holds and checked, handed to
-/// [`JobRunner::run_claimed`] so the job does not read and check it again. A job from the queue
-/// (after a crash, or without a free place) reads everything from the database instead.
-#[derive(Debug)]
-pub enum Prepared {
-    /// The challenge as `start_challenge` left it (`processing`), and what the validation needs
-    /// of its authorization and account.
-    Validate(ValidationTarget),
-    /// The order as `begin_finalize` left it (`processing`), of an account that was valid when the
-    /// request was authenticated, and its CSR, checked against the order. The account is checked
-    /// again in the transaction that stores the certificate.
-    Finalize { order: Order, csr: CheckedCsr },
-}
+use crate::in_flight::Held;
 
 /// What one validation needs: the challenge, its authorization's identifier and the account
 /// whose key authorization the target must serve.
@@ -42,8 +30,8 @@ pub struct ValidationTarget {
     pub thumbprint: String,
 }
 
-/// A reserved place for one job to run now; see [`JobRunner::try_slot`]. Dropping it frees the
-/// place.
+/// A reserved place for one piece of work to run now; see [`JobRunner::try_slot`]. Dropping it
+/// frees the place.
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
@@ -56,41 +44,60 @@ impl Slot {
     }
 }
 
+/// What the work a request runs at once answers with ([`JobRunner::validate_at_once`],
+/// [`JobRunner::finalize_at_once`]): sent once the work has written something durable, never
+/// before, so a client is only ever told what the database holds. The error is the storage's,
+/// as the durable path would have returned it.
+pub type Reply<T> = oneshot::Receiver<Result<T, storage::error::Error>>;
+
+/// What a finalization run at once came to.
+#[derive(Debug)]
+pub enum Finalized {
+    /// The order as stored: `valid` when the certificate was issued within the wait,
+    /// `processing` when it is still being issued, `invalid` when it failed.
+    Order(Box<Order>),
+    /// The account was deactivated before the certificate could be stored: nothing was.
+    AccountNotValid(AccountStatus),
+}
+
 /// The job runner as the policy layer uses it.
 pub trait JobRunner: Send + Sync + 'static {
-    /// Reserves a place to run a job at once, if one is free now. The caller then creates the
-    /// job already claimed and hands it to [`JobRunner::run_claimed`]: no queue round trip and
-    /// no wait for a worker. `None` when every place is taken; the job then goes through the
-    /// queue.
+    /// Reserves a place to run work at once, if one is free now. `None` when every place is
+    /// taken; the work then goes through the queue.
     fn try_slot(&self) -> Option<Slot>;
 
-    /// The lease a job created for [`JobRunner::run_claimed`] is claimed under.
-    fn lease(&self) -> time::Duration;
+    /// Validates `target`'s challenge at once, before anything about it is recorded. A success
+    /// within `wait` is recorded in one transaction that starts and decides the challenge; a
+    /// failure is recorded the durable way (a started challenge and a job that settles it or
+    /// schedules its retry), and so is an attempt still running after `wait`, which the answer
+    /// then shows `processing` and which goes on under the job's lease. `held` is let go after
+    /// the first write. Dropping the reply does not stop the work.
+    fn validate_at_once(
+        &self,
+        slot: Slot,
+        target: ValidationTarget,
+        wait: Duration,
+        held: Held,
+    ) -> Reply<Challenge>;
 
-    /// Runs a job its caller created already claimed, under the same lease, backstop and
-    /// recording as a job from the queue. The handle finishes when the attempt was recorded;
-    /// dropping it does not stop the job.
-    fn run_claimed(&self, slot: Slot, job: Job, prepared: Option<Prepared>) -> JoinHandle<()>;
+    /// Signs `order`'s certificate at once and records it in one transaction that takes the
+    /// order from ready to valid. When it cannot be signed there and then (CAA must be checked
+    /// again over the network, or signing fails), the order is finalized the durable way
+    /// (`processing` and a job) and the answer waits for that job up to `wait`. `csr_der` is the
+    /// CSR as the client sent it, `csr` the same, checked against the order. `held` as for
+    /// [`JobRunner::validate_at_once`].
+    fn finalize_at_once(
+        &self,
+        slot: Slot,
+        order: Order,
+        csr_der: Vec<u8>,
+        csr: CheckedCsr,
+        wait: Duration,
+        held: Held,
+    ) -> Reply<Finalized>;
 
     /// Tells one idle worker that a job was just enqueued.
     fn wake(&self);
-}
-
-/// Runs the claimed job and waits up to `wait` for it to be recorded: true when it was.
-///
-/// RFC 8555 lets the response to a challenge or a finalization carry any status; clients poll
-/// only while it says `pending` or `processing`. A request that waits a bounded moment for work
-/// that usually takes milliseconds can answer with the outcome and spare every client its polls.
-/// Past the wait the job finishes on its own; a client that disconnects does not stop it.
-pub(crate) async fn run_and_wait(
-    runner: &dyn JobRunner,
-    slot: Slot,
-    job: Job,
-    prepared: Option<Prepared>,
-    wait: Duration,
-) -> bool {
-    let run = runner.run_claimed(slot, job, prepared);
-    matches!(tokio::time::timeout(wait, run).await, Ok(Ok(())))
 }
 
 /// How long a finalize request waits for its certificate: signing and storing take milliseconds.

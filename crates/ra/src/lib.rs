@@ -14,6 +14,7 @@ pub mod challenges;
 pub mod eab;
 pub mod error;
 mod guards;
+pub mod in_flight;
 pub mod jobs;
 pub mod limits;
 pub mod operator;
@@ -32,6 +33,7 @@ use acme_core::clock::SharedClock;
 use storage::Storage;
 use time::OffsetDateTime;
 
+use crate::in_flight::InFlight;
 use crate::jobs::JobRunner;
 use crate::limits::RateLimits;
 use crate::settings::PolicySettings;
@@ -51,6 +53,8 @@ struct Inner {
     clock: SharedClock,
     limits: Arc<RateLimits>,
     jobs: Arc<dyn JobRunner>,
+    /// Validations and finalizations this instance runs at once, not yet written.
+    in_flight: InFlight,
 }
 
 impl std::fmt::Debug for Ra {
@@ -78,6 +82,7 @@ impl Ra {
                 clock,
                 limits,
                 jobs,
+                in_flight: InFlight::default(),
             }),
         }
     }

@@ -25,9 +25,9 @@ use time::OffsetDateTime;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::in_flight::Key;
+use crate::jobs::Finalized;
 use crate::jobs::ISSUE_WAIT;
-use crate::jobs::Prepared;
-use crate::jobs::run_and_wait;
 use crate::profiles;
 use crate::profiles::ProfileRequest;
 use crate::rate_info::RateLimitInfo;
@@ -200,37 +200,55 @@ impl Ra {
         )
         .map_err(Refusal::Problem)?;
         self.refuse_account_key(account, checked.spki_der()).await?;
-        let storage = &self.inner.storage;
+        // Until the work's first write the database still says ready, so the order's key in
+        // `ra::in_flight` is what keeps a second request of this instance from signing again: it
+        // waits for the first one's write, and the durable path then finds the order no longer
+        // ready. A request that read the order just before the first one wrote and let go still
+        // signs, and its write is refused as not ready: a signature thrown away, never stored.
+        let held = match self.inner.in_flight.enter(Key::Order(order.id)) {
+            Ok(held) => held,
+            Err(busy) => {
+                busy.wait(ISSUE_WAIT * 2).await;
+                return self.finalize_queued(account, order.id, csr).await;
+            }
+        };
         let jobs = &self.inner.jobs;
-        let now = self.now();
-        match jobs.try_slot() {
-            Some(slot) => {
-                let (processing, job) = storage
-                    .begin_finalize_claimed(order.id, csr, now, jobs.lease())
-                    .await?;
-                tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted");
-                let Some(job) = job else {
-                    return Ok(processing);
-                };
-                let prepared = Prepared::Finalize {
-                    order: processing.clone(),
-                    csr: checked,
-                };
-                if !run_and_wait(jobs.as_ref(), slot, job, Some(prepared), ISSUE_WAIT).await {
-                    return Ok(processing);
-                }
-                Ok(storage
-                    .order(processing.id, self.now())
-                    .await?
-                    .unwrap_or(processing))
+        let Some(slot) = jobs.try_slot() else {
+            let queued = self.finalize_queued(account, order.id, csr).await;
+            drop(held);
+            return queued;
+        };
+        let (account_id, order_id) = (account.id, order.id);
+        let finalized = jobs
+            .finalize_at_once(slot, order, csr.to_vec(), checked, ISSUE_WAIT, held)
+            .await
+            .map_err(|_| {
+                Error::internal("finalization", &"the finalization ended without an answer")
+            })??;
+        match finalized {
+            Finalized::Order(order) => {
+                tracing::info!(%account_id, %order_id, status = order.status.as_str(), "finalization accepted");
+                Ok(*order)
             }
-            None => {
-                let processing = storage.begin_finalize(order.id, csr, now).await?;
-                jobs.wake();
-                tracing::info!(account_id = %account.id, order_id = %order.id, "finalization accepted (queued)");
-                Ok(processing)
-            }
+            Finalized::AccountNotValid(status) => Err(Refusal::AccountNotValid(status).into()),
         }
+    }
+
+    /// The durable path: ready → processing with a job for the queue's workers.
+    async fn finalize_queued(
+        &self,
+        account: &Account,
+        id: OrderId,
+        csr: &[u8],
+    ) -> Result<Order, Error> {
+        let processing = self
+            .inner
+            .storage
+            .begin_finalize(id, csr, self.now())
+            .await?;
+        self.inner.jobs.wake();
+        tracing::info!(account_id = %account.id, order_id = %id, "finalization accepted (queued)");
+        Ok(processing)
     }
 
     /// Parses, normalises and judges the identifiers of an order; every refused identifier is

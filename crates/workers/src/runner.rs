@@ -11,19 +11,25 @@ use acme_core::status::AccountStatus;
 use acme_core::status::ChallengeStatus;
 use issuance::Ca;
 use issuance::CheckedCsr;
+use ra::in_flight::Held;
+use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
-use ra::jobs::Prepared;
+use ra::jobs::Reply;
 use ra::jobs::Slot;
 use ra::jobs::ValidationTarget;
 use ra::verdicts::ValidationHook;
 use storage::Storage;
+use storage::model::Challenge;
 use storage::model::Completion;
+use storage::model::IssuedAtOnce;
 use storage::model::Job;
 use storage::model::JobKind;
+use storage::model::NewCertificate;
 use storage::model::Order;
 use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
 use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -44,6 +50,20 @@ pub enum Error {
     /// The attempt outran the runner's backstop (`WorkerSettings::attempt_timeout`).
     #[error("the attempt did not finish within {0:?}")]
     TimedOut(std::time::Duration),
+}
+
+/// What the request that created a job already holds and checked, handed to the job so that it
+/// does not read and check it again. A job from the queue (after a crash, or without a free
+/// place) reads everything from the database instead.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The challenge as `start_challenge` left it (`processing`), and what the validation needs
+    /// of its authorization and account.
+    Validate(ValidationTarget),
+    /// The order as `begin_finalize` left it (`processing`), of an account that was valid when
+    /// the request was authenticated, and its CSR, checked against the order. The account is
+    /// checked again in the transaction that stores the certificate.
+    Finalize { order: Order, csr: CheckedCsr },
 }
 
 /// Whether an attempt's last transaction also ended the claim: the outcome and the deletion of
@@ -201,17 +221,51 @@ impl JobRunner for Workers {
         Workers::try_slot(self)
     }
 
-    fn lease(&self) -> time::Duration {
-        Workers::lease(self)
-    }
-
-    fn run_claimed(
+    fn validate_at_once(
         &self,
         slot: Slot,
-        job: Job,
-        prepared: Option<Prepared>,
-    ) -> tokio::task::JoinHandle<()> {
-        Workers::run_claimed(self, slot, job, prepared)
+        target: ValidationTarget,
+        wait: std::time::Duration,
+        held: Held,
+    ) -> Reply<Challenge> {
+        let (reply, answer) = oneshot::channel();
+        let inner = Arc::clone(&self.inner);
+        self.direct.spawn(
+            async move {
+                validate_at_once(&inner, target, wait, held, reply).await;
+                drop(slot);
+            }
+            .instrument(tracing::info_span!("job", kind = "validate")),
+        );
+        answer
+    }
+
+    fn finalize_at_once(
+        &self,
+        slot: Slot,
+        order: Order,
+        csr_der: Vec<u8>,
+        csr: CheckedCsr,
+        wait: std::time::Duration,
+        held: Held,
+    ) -> Reply<Finalized> {
+        let (reply, answer) = oneshot::channel();
+        let inner = Arc::clone(&self.inner);
+        let at_once = AtOnceFinalization {
+            order,
+            csr_der,
+            csr,
+            wait,
+            held,
+        };
+        self.direct.spawn(
+            async move {
+                finalize_at_once(&inner, at_once, reply).await;
+                drop(slot);
+            }
+            .instrument(tracing::info_span!("job", kind = "finalize")),
+        );
+        answer
     }
 
     fn wake(&self) {
@@ -301,8 +355,22 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
         .await;
         return;
     }
+    let work = async {
+        match job.kind {
+            JobKind::Validate(id) => validate(inner, &job, id, prepared).await,
+            JobKind::Finalize(id) => finalize(inner, &job, id, prepared).await,
+        }
+    };
+    finish_job(inner, &job, work).await;
+}
+
+/// Runs `work`, one attempt of `job`, under its lease, and deals with how it ended: the job is
+/// deleted once done (unless the attempt's last transaction already did), rescheduled with a
+/// backoff after an error, or given up after too many.
+async fn finish_job(inner: &Inner, job: &Job, work: impl Future<Output = Result<Settled, Error>>) {
+    let kind = job_kind_name(job);
     let started = std::time::Instant::now();
-    let attempt = attempt_under_lease(inner, &job, prepared).await;
+    let attempt = attempt_under_lease(inner, job, work).await;
     metrics::histogram!("certeasy_job_seconds", "kind" => kind)
         .record(started.elapsed().as_secs_f64());
     match attempt {
@@ -317,7 +385,7 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
             metrics::counter!("certeasy_jobs_total", "kind" => kind, "outcome" => "done")
                 .increment(1);
             if settled == Settled::No
-                && let Err(e) = inner.storage.complete_job(&job).await
+                && let Err(e) = inner.storage.complete_job(job).await
             {
                 tracing::warn!(job = %job.id, error = %e, "could not delete a finished job (or another worker claimed it since); it will run again harmlessly");
             }
@@ -330,12 +398,12 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
             let failed_claims = job.attempts.saturating_sub(job.retries);
             if failed_claims >= inner.settings.max_attempts {
                 tracing::error!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed too often; giving up");
-                give_up(inner, &job, &e.to_string()).await;
+                give_up(inner, job, &e.to_string()).await;
             } else {
                 let backoff = time::Duration::seconds(2_i64.saturating_pow(failed_claims.min(10)));
                 tracing::warn!(job = %job.id, kind, attempts = job.attempts, error = %e, "job failed; will retry");
                 let run_at = inner.clock.now() + backoff;
-                if let Err(e) = inner.storage.retry_job(&job, run_at, &e.to_string()).await {
+                if let Err(e) = inner.storage.retry_job(job, run_at, &e.to_string()).await {
                     tracing::warn!(job = %job.id, error = %e, "could not reschedule a job (or another worker claimed it since); its lease will expire");
                 }
             }
@@ -343,20 +411,18 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
     }
 }
 
-/// Runs one attempt under the backstop timeout while a heartbeat keeps its lease. The lease is
+/// Runs `work` under the backstop timeout while a heartbeat keeps `job`'s lease. The lease is
 /// short so a dead worker's job is soon picked up again, and renewed so a slow attempt never has
 /// its job taken by a second worker (which would then hold two workers for one stuck name).
-async fn attempt_under_lease(inner: &Inner, job: &Job, prepared: Option<Prepared>) -> Attempt {
+async fn attempt_under_lease(
+    inner: &Inner,
+    job: &Job,
+    work: impl Future<Output = Result<Settled, Error>>,
+) -> Attempt {
     let limit = inner.attempt_timeout;
+    // Dropping the attempt on timeout cancels its I/O; an open transaction rolls back.
     let work = async {
-        let run = async {
-            match job.kind {
-                JobKind::Validate(id) => validate(inner, job, id, prepared).await,
-                JobKind::Finalize(id) => finalize(inner, job, id, prepared).await,
-            }
-        };
-        // Dropping the attempt on timeout cancels its I/O; an open transaction rolls back.
-        tokio::time::timeout(limit, run)
+        tokio::time::timeout(limit, work)
             .await
             .unwrap_or(Err(Error::TimedOut(limit)))
     };
@@ -443,33 +509,58 @@ async fn validate(
             None => return Ok(Settled::No),
         },
     };
+    let span = validation_span(&target);
+    let outcome = attempt_validation(inner, &target, &span).await;
+    record_attempt(inner, job, &target, outcome, &span).await
+}
+
+fn validation_span(target: &ValidationTarget) -> tracing::Span {
+    tracing::info_span!("validation", account_id = %target.account_id, authz_id = %target.authz_id, challenge = target.challenge.kind.as_str(), identifier = %target.identifier)
+}
+
+/// One attempt at `target`'s challenge (and CAA), as the validator makes it.
+async fn attempt_validation(
+    inner: &Inner,
+    target: &ValidationTarget,
+    span: &tracing::Span,
+) -> Result<(), validation::Failure> {
+    if inner.settings.always_valid {
+        // Test mode: the whole attempt (challenge and CAA) is skipped; see the setting.
+        return Ok(());
+    }
+    let key_authorization = format!("{}.{}", target.challenge.token, target.thumbprint);
+    let account_uri = inner.settings.account_uris.uri(target.account_id);
+    inner
+        .validator
+        .attempt(
+            &target.identifier,
+            target.challenge.kind,
+            &target.challenge.token,
+            &key_authorization,
+            &account_uri,
+        )
+        .instrument(span.clone())
+        .await
+}
+
+/// Records the outcome of one attempt of `job`'s validation: a retry scheduled for a transient
+/// failure while retries are left, the verdict otherwise (after the hook has spent for it).
+async fn record_attempt(
+    inner: &Inner,
+    job: &Job,
+    target: &ValidationTarget,
+    outcome: Result<(), validation::Failure>,
+    span: &tracing::Span,
+) -> Result<Settled, Error> {
     let ValidationTarget {
         challenge,
         authz_id,
         authz_expires,
         identifier,
         account_id,
-        thumbprint,
+        thumbprint: _,
     } = target;
-    let key_authorization = format!("{}.{}", challenge.token, thumbprint);
-    let account_uri = inner.settings.account_uris.uri(account_id);
-    let span = tracing::info_span!("validation", account_id = %account_id, authz_id = %authz_id, challenge = challenge.kind.as_str(), identifier = %identifier);
-    let outcome = if inner.settings.always_valid {
-        // Test mode: the whole attempt (challenge and CAA) is skipped; see the setting.
-        Ok(())
-    } else {
-        inner
-            .validator
-            .attempt(
-                &identifier,
-                challenge.kind,
-                &challenge.token,
-                &key_authorization,
-                &account_uri,
-            )
-            .instrument(span.clone())
-            .await
-    };
+    let id = challenge.id;
     let attempt = job.retries.saturating_add(1);
     match &outcome {
         Ok(()) => span.in_scope(|| tracing::info!(attempt, "validation succeeded")),
@@ -485,7 +576,7 @@ async fn validate(
         Ok(()) => Ok(()),
         Err(failure) => {
             let now = inner.clock.now();
-            if let Some(run_at) = retry_at(inner, &failure, job.retries, now, authz_expires) {
+            if let Some(run_at) = retry_at(inner, &failure, job.retries, now, *authz_expires) {
                 // Not a verdict: the challenge stays processing and no hook runs, so the
                 // failed-validation limit and zombie pausing count the challenge once, at its
                 // final verdict. The attempt and the new due time commit together.
@@ -530,9 +621,9 @@ async fn validate(
     // attempt spends again, over-counting one failure; that errs towards refusing, and a repeat
     // after the commit spends nothing (the challenge is no longer processing, see above).
     let verdict = ValidationRecorded {
-        account_id,
-        authz_id,
-        identifier,
+        account_id: *account_id,
+        authz_id: *authz_id,
+        identifier: identifier.clone(),
         status: if outcome.is_ok() {
             ChallengeStatus::Valid
         } else {
@@ -617,24 +708,6 @@ async fn finalize(
             Err(settled) => return Ok(settled),
         },
     };
-    let profile = match inner.settings.profiles.select(order.profile.as_deref()) {
-        Ok(profile) => profile,
-        // Removed from the configuration since the order was created: signing it under another
-        // profile would give the client a certificate it did not ask for.
-        Err(e) => {
-            tracing::warn!(order_id = %id, error = %e, "the order's profile is gone; the order fails");
-            inner
-                .storage
-                .fail_order(
-                    id,
-                    Problem::new(ProblemType::InvalidProfile, e.to_string()),
-                    now,
-                    Some(job),
-                )
-                .await?;
-            return Ok(Settled::Yes);
-        }
-    };
     // Last check before signing, so that CAA is judged at issuance time.
     if let Some(problem) = recheck_caa(inner, &order, now).await? {
         tracing::info!(order_id = %id, account_id = %order.account_id, "CAA, checked again at issuance, refuses the order");
@@ -645,58 +718,15 @@ async fn finalize(
             .await?;
         return Ok(Settled::Yes);
     }
-    let (not_before, not_after) = profile.window(
-        order.not_before,
-        order.not_after,
-        now,
-        inner.settings.backdate,
-    );
-    // A certificate can never outlive the CA that signs it.
-    let not_after = not_after.min(inner.ca.issuing_not_after());
-    let issued = match inner
-        .ca
-        .issue(&checked, &order.identifiers, profile, not_before, not_after)
-    {
-        Ok(issued) => issued,
-        // The profile no longer certifies this key type (its definition changed since the
-        // finalize request was accepted).
-        Err(issuance::Error::BadCsr(detail)) => {
-            tracing::warn!(order_id = %id, detail, "the CSR's key is refused by the order's profile");
+    let cert = match sign(inner, &order, &checked, now) {
+        Ok(cert) => cert,
+        Err(problem) => {
             inner
                 .storage
-                .fail_order(
-                    id,
-                    Problem::new(ProblemType::BadCsr, detail),
-                    now,
-                    Some(job),
-                )
+                .fail_order(id, problem, now, Some(job))
                 .await?;
             return Ok(Settled::Yes);
         }
-        Err(e) => {
-            tracing::error!(order_id = %id, error = %e, "signing failed");
-            inner
-                .storage
-                .fail_order(
-                    id,
-                    Problem::new(
-                        ProblemType::ServerInternal,
-                        "The CA could not sign the certificate",
-                    ),
-                    now,
-                    Some(job),
-                )
-                .await?;
-            return Ok(Settled::Yes);
-        }
-    };
-    let cert = storage::model::NewCertificate {
-        serial: issued.serial,
-        der: issued.der,
-        chain_pem: issued.chain_pem,
-        not_before: issued.not_before,
-        not_after: issued.not_after,
-        crl_shard: issued.crl_shard,
     };
     match inner
         .storage
@@ -704,8 +734,7 @@ async fn finalize(
         .await?
     {
         Completion::Issued(stored) => {
-            tracing::info!(order_id = %id, account_id = %order.account_id, serial = %stored.serial, "certificate issued");
-            metrics::counter!("certeasy_certificates_issued_total").increment(1);
+            issued(&order, &stored);
             Ok(Settled::Yes)
         }
         // Deactivated while signing: the certificate was never stored, so it never existed for
@@ -714,6 +743,274 @@ async fn finalize(
             refuse_deactivated(inner, job, id, inner.clock.now()).await
         }
     }
+}
+
+fn issued(order: &Order, stored: &storage::model::Certificate) {
+    tracing::info!(order_id = %order.id, account_id = %order.account_id, serial = %stored.serial, "certificate issued");
+    metrics::counter!("certeasy_certificates_issued_total").increment(1);
+}
+
+/// Signs `order`'s certificate for the checked CSR under the order's profile, or says with which
+/// problem the order fails: its profile was removed from the configuration since the order was
+/// created (signing it under another would give the client a certificate it did not ask for),
+/// the profile no longer certifies the CSR's key type, or the CA failed.
+fn sign(
+    inner: &Inner,
+    order: &Order,
+    checked: &CheckedCsr,
+    now: time::OffsetDateTime,
+) -> Result<NewCertificate, Problem> {
+    let id = order.id;
+    let profile = inner
+        .settings
+        .profiles
+        .select(order.profile.as_deref())
+        .map_err(|e| {
+            tracing::warn!(order_id = %id, error = %e, "the order's profile is gone; the order fails");
+            Problem::new(ProblemType::InvalidProfile, e.to_string())
+        })?;
+    let (not_before, not_after) = profile.window(
+        order.not_before,
+        order.not_after,
+        now,
+        inner.settings.backdate,
+    );
+    // A certificate can never outlive the CA that signs it.
+    let not_after = not_after.min(inner.ca.issuing_not_after());
+    let issued = inner
+        .ca
+        .issue(checked, &order.identifiers, profile, not_before, not_after)
+        .map_err(|e| match e {
+            // The profile no longer certifies this key type (its definition changed since the
+            // finalize request was accepted).
+            issuance::Error::BadCsr(detail) => {
+                tracing::warn!(order_id = %id, detail, "the CSR's key is refused by the order's profile");
+                Problem::new(ProblemType::BadCsr, detail)
+            }
+            e => {
+                tracing::error!(order_id = %id, error = %e, "signing failed");
+                Problem::new(
+                    ProblemType::ServerInternal,
+                    "The CA could not sign the certificate",
+                )
+            }
+        })?;
+    Ok(NewCertificate {
+        serial: issued.serial,
+        der: issued.der,
+        chain_pem: issued.chain_pem,
+        not_before: issued.not_before,
+        not_after: issued.not_after,
+        crl_shard: issued.crl_shard,
+    })
+}
+
+/// A finalization a request runs at once ([`JobRunner::finalize_at_once`]).
+struct AtOnceFinalization {
+    order: Order,
+    csr_der: Vec<u8>,
+    csr: CheckedCsr,
+    wait: std::time::Duration,
+    held: Held,
+}
+
+/// Signs and records in one transaction when nothing needs the network; otherwise the durable
+/// way, the order `processing` under a job, answered after at most the wait.
+async fn finalize_at_once(
+    inner: &Inner,
+    work: AtOnceFinalization,
+    reply: oneshot::Sender<Result<Finalized, storage::error::Error>>,
+) {
+    let AtOnceFinalization {
+        order,
+        csr_der,
+        csr,
+        wait,
+        held,
+    } = work;
+    let now = inner.clock.now();
+    // CAA that must be looked up again goes the durable way: network time is not spent before
+    // anything is recorded, and a refusal fails the order as the job records it.
+    let signed = match caa_rechecks_due(inner, &order, now).await {
+        Ok(false) => Some(sign(inner, &order, &csr, now)),
+        Ok(true) => None,
+        Err(e) => {
+            tracing::warn!(order_id = %order.id, error = %e, "could not tell whether CAA must be checked again; finalizing through a job");
+            None
+        }
+    };
+    if let Some(Ok(cert)) = signed {
+        let recorded = inner
+            .storage
+            .issue_ready_order(order.id, &csr_der, cert, inner.clock.now())
+            .await;
+        drop(held);
+        let answer = recorded.map(|recorded| match recorded {
+            IssuedAtOnce::Issued { order, certificate } => {
+                issued(&order, &certificate);
+                Finalized::Order(order)
+            }
+            // Deactivated since the request was authenticated: what was signed is dropped
+            // unseen, and the order stays as it was.
+            IssuedAtOnce::AccountNotValid(status) => Finalized::AccountNotValid(status),
+        });
+        let _ = reply.send(answer);
+        return;
+    }
+    let (processing, job) = match inner
+        .storage
+        .begin_finalize_claimed(order.id, &csr_der, now, inner.settings.lease)
+        .await
+    {
+        Ok((processing, Some(job))) => (processing, job),
+        // Already finalized by another instance: its job issues the certificate.
+        Ok((processing, None)) => {
+            drop(held);
+            let _ = reply.send(Ok(Finalized::Order(Box::new(processing))));
+            return;
+        }
+        Err(e) => {
+            drop(held);
+            let _ = reply.send(Err(e));
+            return;
+        }
+    };
+    drop(held);
+    let id = processing.id;
+    let work = async {
+        match signed {
+            // Signing failed for a reason of the order's own: the order fails with it.
+            Some(Err(problem)) => {
+                inner
+                    .storage
+                    .fail_order(id, problem, now, Some(&job))
+                    .await?;
+                Ok(Settled::Yes)
+            }
+            _ => {
+                let prepared = Prepared::Finalize {
+                    order: processing.clone(),
+                    csr,
+                };
+                finalize(inner, &job, id, Some(prepared)).await
+            }
+        }
+    };
+    let run = finish_job(inner, &job, work);
+    tokio::pin!(run);
+    let finished = tokio::select! {
+        () = &mut run => true,
+        () = tokio::time::sleep(wait) => false,
+    };
+    let answer = if finished {
+        inner
+            .storage
+            .order(id, inner.clock.now())
+            .await
+            .map(|order| order.unwrap_or_else(|| processing.clone()))
+    } else {
+        Ok(processing.clone())
+    };
+    let _ = reply.send(answer.map(|order| Finalized::Order(Box::new(order))));
+    if !finished {
+        run.await;
+    }
+}
+
+/// Validates before anything is recorded; see [`JobRunner::validate_at_once`].
+async fn validate_at_once(
+    inner: &Inner,
+    target: ValidationTarget,
+    wait: std::time::Duration,
+    held: Held,
+    reply: oneshot::Sender<Result<Challenge, storage::error::Error>>,
+) {
+    let span = validation_span(&target);
+    let id = target.challenge.id;
+    let attempt = attempt_validation(inner, &target, &span);
+    tokio::pin!(attempt);
+    let early = tokio::select! {
+        outcome = &mut attempt => Some(outcome),
+        () = tokio::time::sleep(wait) => None,
+    };
+    if let Some(Ok(())) = early {
+        span.in_scope(|| tracing::info!(attempt = 1, "validation succeeded"));
+        metrics::counter!("certeasy_validations_total", "type" => target.challenge.kind.as_str(), "outcome" => "valid").increment(1);
+        let verdict = ValidationRecorded {
+            account_id: target.account_id,
+            authz_id: target.authz_id,
+            identifier: target.identifier.clone(),
+            status: ChallengeStatus::Valid,
+            changed: true,
+        };
+        inner.hook.on_validation(&verdict).await;
+        let recorded = inner
+            .storage
+            .record_valid_at_once(id, inner.clock.now())
+            .await;
+        drop(held);
+        let _ = reply.send(recorded);
+        return;
+    }
+    // A failure, or an attempt still running: recorded the durable way, a started challenge and
+    // a job that settles it (a retry scheduled, or the verdict after the hook has spent).
+    let started = inner
+        .storage
+        .start_challenge_claimed(id, inner.clock.now(), inner.settings.lease)
+        .await;
+    drop(held);
+    let (started, job) = match started {
+        Ok((started, Some(job))) => (started, job),
+        // Started first by another instance (or refused): its outcome stands, and this
+        // attempt's is dropped.
+        Ok((challenge, None)) => {
+            let _ = reply.send(Ok(challenge));
+            return;
+        }
+        Err(e) => {
+            let _ = reply.send(Err(e));
+            return;
+        }
+    };
+    match early {
+        Some(outcome) => {
+            finish_job(
+                inner,
+                &job,
+                record_attempt(inner, &job, &target, outcome, &span),
+            )
+            .await;
+            let answer = inner
+                .storage
+                .challenge(id)
+                .await
+                .map(|challenge| challenge.unwrap_or(started));
+            let _ = reply.send(answer);
+        }
+        None => {
+            let _ = reply.send(Ok(started));
+            let rest = async {
+                let outcome = attempt.await;
+                record_attempt(inner, &job, &target, outcome, &span).await
+            };
+            finish_job(inner, &job, rest).await;
+        }
+    }
+}
+
+/// Whether CAA must be looked up again before `order` is signed: some DNS identifier was
+/// validated longer ago than a CAA check vouches for. Nothing is read when the validator does
+/// not check CAA.
+async fn caa_rechecks_due(
+    inner: &Inner,
+    order: &Order,
+    now: time::OffsetDateTime,
+) -> Result<bool, Error> {
+    if !inner.validator.checks_caa() {
+        return Ok(false);
+    }
+    let validations = inner.storage.order_validations(order.id).await?;
+    Ok(!ra::caa::rechecks(&validations, now, inner.settings.caa_recheck_after).is_empty())
 }
 
 /// Checks CAA again for the order's authorizations validated too long ago (`ra::caa` decides

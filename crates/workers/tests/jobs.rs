@@ -7,10 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 
 use acme_core::clock::SystemClock;
 use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::ChallengeId;
+use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeStatus;
@@ -20,9 +23,16 @@ use issuance::Ca;
 use issuance::CaSettings;
 use issuance::Profiles;
 use issuance::profiles::ProfileDefinition;
+use ra::in_flight::InFlight;
+use ra::in_flight::Key;
+use ra::jobs::Finalized;
+use ra::jobs::JobRunner;
+use ra::jobs::Slot;
+use ra::jobs::ValidationTarget;
 use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
+use storage::model::Challenge;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewOrder;
@@ -183,7 +193,7 @@ fn spawn_with(env: &Env, hook: Arc<dyn ValidationHook>, settings: WorkerSettings
 }
 
 /// An account whose key thumbprint is `tp`, and an order for `name` with one http-01 challenge.
-async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, acme_core::ids::ChallengeId) {
+async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, ChallengeId) {
     let now = OffsetDateTime::now_utc();
     env.dns.set_a(name, Ipv4Addr::LOCALHOST);
     let account = match env.storage.account_by_thumbprint("tp").await.unwrap() {
@@ -559,7 +569,7 @@ async fn an_attempt_past_the_backstop_is_cut_off_and_retried() {
         .start_challenge(challenge, OffsetDateTime::now_utc())
         .await
         .unwrap();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     workers.wake();
     wait_for(&env, order, OrderStatus::Ready).await;
     assert!(
@@ -754,24 +764,34 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
     assert!(workers.try_slot().is_none(), "no new work after shutdown");
 }
 
+/// Settings whose only profile is "other": the orders of `order_for` ask for "tls-server",
+/// which is gone.
+fn without_the_orders_profile() -> WorkerSettings {
+    let mut definitions = std::collections::BTreeMap::new();
+    definitions.insert("other".to_owned(), ProfileDefinition::default());
+    let profiles = Profiles::new(
+        "other",
+        &definitions,
+        time::Duration::days(90),
+        time::Duration::days(90),
+    )
+    .unwrap();
+    WorkerSettings {
+        profiles,
+        ..test_settings()
+    }
+}
+
 /// An order whose profile was removed from the configuration before it was signed fails with
 /// `invalidProfile` rather than being signed under another profile.
 #[tokio::test]
 async fn an_order_whose_profile_is_gone_is_not_signed_under_another() {
     let env = env().await;
-    let mut definitions = std::collections::BTreeMap::new();
-    definitions.insert("other".to_owned(), ProfileDefinition::default());
-    let settings = WorkerSettings {
-        profiles: Profiles::new(
-            "other",
-            &definitions,
-            time::Duration::days(90),
-            time::Duration::days(90),
-        )
-        .unwrap(),
-        ..test_settings()
-    };
-    let workers = spawn_with(&env, Arc::new(Counting::default()), settings);
+    let workers = spawn_with(
+        &env,
+        Arc::new(Counting::default()),
+        without_the_orders_profile(),
+    );
     let (order, challenge) = order_for(&env, "gone.workers.test", "tok-gone").await;
     env.http.add("tok-gone", "tok-gone.tp");
     env.storage
@@ -961,4 +981,353 @@ async fn transient_failures_retried_on(backend: Backend) {
         "one failure per challenge"
     );
     assert_eq!(hook.0.load(Ordering::SeqCst), 0);
+}
+
+/// The wait a request gives work it runs at once, when a test needs it to finish within it.
+const AT_ONCE_WAIT: Duration = Duration::from_secs(5);
+
+/// A place to run work at once. The job loops hold one for a moment whenever they look for a job,
+/// so a request may have to try again.
+async fn free_slot(workers: &Workers) -> Slot {
+    for _ in 0..500 {
+        if let Some(slot) = workers.try_slot() {
+            return slot;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no place came free");
+}
+
+/// Validates `challenge` (of the account with thumbprint "tp") at once in a place of `workers`,
+/// its authorization held in `in_flight` as a request holds it: the reply, and how long it took.
+async fn validate_at_once(
+    env: &Env,
+    workers: &Workers,
+    in_flight: &InFlight,
+    challenge: ChallengeId,
+    wait: Duration,
+) -> (Challenge, Duration) {
+    let challenge = env.storage.challenge(challenge).await.unwrap().unwrap();
+    let authz = env
+        .storage
+        .authorization(challenge.authz_id, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    let held = in_flight.enter(Key::Authz(authz.id)).unwrap();
+    let target = ValidationTarget {
+        challenge,
+        authz_id: authz.id,
+        authz_expires: authz.expires_at,
+        identifier: authz.identifier,
+        account_id: authz.account_id,
+        thumbprint: "tp".to_owned(),
+    };
+    let slot = free_slot(workers).await;
+    let started = Instant::now();
+    let reply = JobRunner::validate_at_once(workers, slot, target, wait, held)
+        .await
+        .expect("a reply is always sent")
+        .unwrap();
+    (reply, started.elapsed())
+}
+
+/// An order for `name` made ready by a validation run at once, its target serving the right key
+/// authorization; the challenge as the reply showed it. The token is `name` without its dots
+/// (base64url).
+async fn ready_at_once(
+    env: &Env,
+    workers: &Workers,
+    in_flight: &InFlight,
+    name: &str,
+) -> (OrderId, Challenge) {
+    let token = format!("tok-{}", name.replace('.', "-"));
+    let (order, challenge) = order_for(env, name, &token).await;
+    env.http.add(&token, &format!("{token}.tp"));
+    let (reply, _) = validate_at_once(env, workers, in_flight, challenge, AT_ONCE_WAIT).await;
+    (order, reply)
+}
+
+/// Finalizes `order` (ready, for `name`) at once in a place of `workers`, held in `in_flight`.
+async fn finalize_at_once(
+    env: &Env,
+    workers: &Workers,
+    in_flight: &InFlight,
+    order: OrderId,
+    name: &str,
+) -> storage::model::Order {
+    let order = order_now(env, order).await;
+    let der = csr(name);
+    let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
+    let held = in_flight.enter(Key::Order(order.id)).unwrap();
+    let slot = free_slot(workers).await;
+    let reply = JobRunner::finalize_at_once(workers, slot, order, der, checked, AT_ONCE_WAIT, held)
+        .await
+        .expect("a reply is always sent")
+        .unwrap();
+    match reply {
+        Finalized::Order(order) => *order,
+        Finalized::AccountNotValid(status) => panic!("the account is {status:?}"),
+    }
+}
+
+/// No job is left: none is due, and none can be claimed.
+async fn assert_no_job_left(env: &Env) {
+    assert_eq!(env.storage.next_job_due().await.unwrap(), None);
+    let now = OffsetDateTime::now_utc();
+    let claimed = env
+        .storage
+        .claim_job(now, time::Duration::seconds(30), 3)
+        .await
+        .unwrap();
+    assert!(claimed.is_none(), "{claimed:?}");
+}
+
+/// No job is left, and none was ever made: the next job this database makes is its first. That
+/// last part is conclusive on PostgreSQL, whose identity never hands out an id twice; SQLite
+/// numbers the rows of an emptied table from 1 again. Call with the workers stopped: the probe
+/// job is left claimed.
+async fn assert_no_job_ever(env: &Env) {
+    assert_no_job_left(env).await;
+    let (_, probe) = order_for(env, "probe.workers.test", "tok-probe").await;
+    let (_, job) = env
+        .storage
+        .start_challenge_claimed(
+            probe,
+            OffsetDateTime::now_utc(),
+            time::Duration::seconds(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        job.unwrap().id,
+        JobId(1),
+        "an earlier job took the first id"
+    );
+}
+
+/// A validation run at once that succeeds is recorded in one transaction: the reply shows the
+/// challenge valid, the order is ready, the hook heard one verdict, and no job was ever made.
+#[tokio::test]
+async fn a_validation_run_at_once_that_succeeds_makes_no_job() {
+    a_validation_run_at_once_that_succeeds_makes_no_job_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_validation_run_at_once_that_succeeds_makes_no_job_on_postgres() {
+    a_validation_run_at_once_that_succeeds_makes_no_job_on(Backend::Postgres).await;
+}
+
+async fn a_validation_run_at_once_that_succeeds_makes_no_job_on(backend: Backend) {
+    let env = env_on(backend).await;
+    let hook = Arc::new(Counting::default());
+    let workers = spawn(&env, hook.clone());
+    let name = "at-once.workers.test";
+    let (order, reply) = ready_at_once(&env, &workers, &InFlight::default(), name).await;
+    assert_eq!(reply.status, ChallengeStatus::Valid);
+    assert_eq!(reply.error, None);
+    assert!(reply.validated_at.is_some());
+    assert_eq!(order_now(&env, order).await.status, OrderStatus::Ready);
+    assert_eq!(hook.0.load(Ordering::SeqCst), 1, "one valid verdict");
+    assert_eq!(hook.1.load(Ordering::SeqCst), 0);
+    workers.shutdown().await;
+    assert_no_job_ever(&env).await;
+}
+
+/// A validation run at once that fails for good is recorded the durable way: the reply shows the
+/// challenge invalid with what was wrong, the order is invalid, the hook heard one failure, and
+/// the job is gone with the verdict.
+#[tokio::test]
+async fn a_validation_run_at_once_that_fails_is_a_verdict() {
+    let env = env().await;
+    let hook = Arc::new(Counting::default());
+    let workers = spawn(&env, hook.clone());
+    let (order, challenge) = order_for(&env, "wrong.workers.test", "tok-wrong").await;
+    env.http.add("tok-wrong", "tok-wrong.someone-else");
+    let (reply, _) = validate_at_once(
+        &env,
+        &workers,
+        &InFlight::default(),
+        challenge,
+        AT_ONCE_WAIT,
+    )
+    .await;
+    assert_eq!(reply.status, ChallengeStatus::Invalid);
+    let error = reply.error.expect("the reply carries the problem");
+    assert_eq!(error.kind, ProblemType::IncorrectResponse);
+    assert!(error.detail.contains("does not match"), "{}", error.detail);
+    let stored = env.storage.challenge(challenge).await.unwrap().unwrap();
+    assert_eq!(stored.status, ChallengeStatus::Invalid, "as the reply said");
+    assert_eq!(order_now(&env, order).await.status, OrderStatus::Invalid);
+    assert_eq!(hook.1.load(Ordering::SeqCst), 1, "one failure");
+    assert_eq!(hook.0.load(Ordering::SeqCst), 0);
+    assert_no_job_left(&env).await;
+    workers.shutdown().await;
+}
+
+/// An http-01 target for `name` that answers each request `delay` late with `body`, counting the
+/// requests. It listens on 127.0.0.3 at the responder's port, the one the validator dials.
+async fn slow_target(env: &Env, name: &str, body: String, delay: Duration) -> Arc<AtomicUsize> {
+    use tokio::io::AsyncReadExt;
+    use tokio::io::AsyncWriteExt;
+    let ip = Ipv4Addr::new(127, 0, 0, 3);
+    let listener = tokio::net::TcpListener::bind((ip, env.http.port()))
+        .await
+        .unwrap();
+    env.dns.set_a(name, ip);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                let _ = conn.write_all(response.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    hits
+}
+
+/// A validation still running when the wait is over is started durably and answered
+/// `processing` at once, the authorization let go; the same attempt then goes on under the job's
+/// lease (a second lease length would otherwise hand the job to the other worker) and is
+/// recorded when the target answers: one request, one verdict, and the job deleted.
+#[tokio::test]
+async fn a_slow_validation_run_at_once_is_answered_processing_and_finishes_later() {
+    let env = env().await;
+    let hook = Arc::new(Counting::default());
+    let workers = spawn(&env, hook.clone());
+    let name = "slow-at-once.workers.test";
+    let (order, challenge) = order_for(&env, name, "tok-slow").await;
+    let delay = Duration::from_secs(2);
+    let hits = slow_target(&env, name, "tok-slow.tp".to_owned(), delay).await;
+    let in_flight = InFlight::default();
+    let wait = Duration::from_millis(200);
+    let (reply, took) = validate_at_once(&env, &workers, &in_flight, challenge, wait).await;
+    assert!(took < Duration::from_secs(1), "answered after {took:?}");
+    assert_eq!(reply.status, ChallengeStatus::Processing);
+    assert!(in_flight.is_empty(), "let go once the start was written");
+    assert!(
+        env.storage.next_job_due().await.unwrap().is_some(),
+        "the attempt goes on under a job"
+    );
+    assert_eq!(hook.0.load(Ordering::SeqCst), 0, "no verdict yet");
+    wait_for(&env, order, OrderStatus::Ready).await;
+    let stored = env.storage.challenge(challenge).await.unwrap().unwrap();
+    assert_eq!(stored.status, ChallengeStatus::Valid);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the first attempt was the one"
+    );
+    assert_eq!(hook.0.load(Ordering::SeqCst), 1);
+    assert_eq!(hook.1.load(Ordering::SeqCst), 0);
+    assert_no_job_left(&env).await;
+    workers.shutdown().await;
+}
+
+/// A finalization run at once with no CAA to check again signs and stores in one transaction:
+/// the reply is the valid order with its certificate, which downloads, and no job was ever made.
+#[tokio::test]
+async fn a_finalization_run_at_once_issues_without_a_job() {
+    a_finalization_run_at_once_issues_without_a_job_on(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_finalization_run_at_once_issues_without_a_job_on_postgres() {
+    a_finalization_run_at_once_issues_without_a_job_on(Backend::Postgres).await;
+}
+
+async fn a_finalization_run_at_once_issues_without_a_job_on(backend: Backend) {
+    let env = env_on(backend).await;
+    let workers = spawn(&env, Arc::new(Counting::default()));
+    let in_flight = InFlight::default();
+    let name = "issue-at-once.workers.test";
+    let (order, _) = ready_at_once(&env, &workers, &in_flight, name).await;
+    let reply = finalize_at_once(&env, &workers, &in_flight, order, name).await;
+    assert_eq!(reply.id, order);
+    assert_eq!(reply.status, OrderStatus::Valid);
+    let certificate_id = reply
+        .certificate_id
+        .expect("the reply names the certificate");
+    assert_eq!(
+        order_now(&env, order).await.certificate_id,
+        Some(certificate_id)
+    );
+    let cert = env
+        .storage
+        .certificate(certificate_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(cert.chain_pem.matches("BEGIN CERTIFICATE").count() >= 2);
+    workers.shutdown().await;
+    assert_no_job_ever(&env).await;
+}
+
+/// A finalization run at once that cannot be signed (the order's profile is gone) goes the
+/// durable way and fails the order with `invalidProfile`; the reply waits for it, and the job
+/// is deleted with the failure.
+#[tokio::test]
+async fn a_finalization_run_at_once_whose_profile_is_gone_fails_the_order() {
+    let env = env().await;
+    let workers = spawn_with(
+        &env,
+        Arc::new(Counting::default()),
+        without_the_orders_profile(),
+    );
+    let in_flight = InFlight::default();
+    let name = "gone-at-once.workers.test";
+    let (order, _) = ready_at_once(&env, &workers, &in_flight, name).await;
+    let reply = finalize_at_once(&env, &workers, &in_flight, order, name).await;
+    assert_eq!(
+        reply.status,
+        OrderStatus::Invalid,
+        "the reply waited for the job"
+    );
+    assert_eq!(reply.certificate_id, None);
+    assert_eq!(reply.error.unwrap().kind, ProblemType::InvalidProfile);
+    let stored = order_now(&env, order).await;
+    assert_eq!(stored.status, OrderStatus::Invalid);
+    assert_eq!(stored.certificate_id, None);
+    let error = stored.error.unwrap();
+    assert_eq!(error.kind, ProblemType::InvalidProfile);
+    assert!(error.detail.contains("other"), "{}", error.detail);
+    assert_no_job_left(&env).await;
+    workers.shutdown().await;
+}
+
+/// The key a request holds for work it runs at once is let go by the time the reply arrives:
+/// the validation's authorization and the finalization's order are both free again.
+#[tokio::test]
+async fn work_run_at_once_lets_its_key_go_by_the_reply() {
+    let env = env().await;
+    let workers = spawn(&env, Arc::new(Counting::default()));
+    let in_flight = InFlight::default();
+    let name = "held.workers.test";
+    let (order, reply) = ready_at_once(&env, &workers, &in_flight, name).await;
+    assert_eq!(reply.status, ChallengeStatus::Valid);
+    assert_eq!(in_flight.len(), 0, "the authorization was let go");
+    let again = in_flight.enter(Key::Authz(reply.authz_id));
+    assert!(again.is_ok(), "free to hold again");
+    drop(again);
+    let reply = finalize_at_once(&env, &workers, &in_flight, order, name).await;
+    assert_eq!(reply.status, OrderStatus::Valid);
+    assert_eq!(in_flight.len(), 0, "the order was let go");
+    workers.shutdown().await;
 }
