@@ -1,6 +1,17 @@
 //! A real headless Chromium (Debian's `chromium` and `chromedriver`), driven over the W3C
 //! WebDriver protocol.
+//!
+//! Nothing outlives the test: dropping a [`Browser`], on success or while a panic unwinds, ends
+//! its session (chromedriver quits Chromium and reaps it), then kills chromedriver's process
+//! group, which Chromium inherits, and removes the profile directory. A watchdog does the same
+//! when the test process dies without unwinding (a nextest timeout signals only the test's own
+//! group). Chromium's crash handlers leave the group but exit with Chromium.
 
+use std::io::Read;
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Child;
 use std::process::Command;
 use std::process::Stdio;
@@ -11,8 +22,68 @@ use serde_json::json;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// chromedriver in a process group of its own; dropping it kills the whole group.
+struct Driver {
+    child: Child,
+    /// `sh` blocked reading a pipe whose write end only this process holds: should this process
+    /// end without dropping the driver (killed by a signal), the read sees end of file, and the
+    /// watchdog kills chromedriver's group and removes the profile directory.
+    watchdog: Option<Child>,
+}
+
+impl Driver {
+    fn spawn(port: u16, profile: &Path) -> Self {
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("chromedriver must be installed (scripts/test.sh installs chromium-driver)");
+        let mut driver = Self {
+            child,
+            watchdog: None,
+        };
+        driver.watchdog = Some(
+            Command::new("sh")
+                .args([
+                    "-c",
+                    r#"read -r _; kill -KILL "-$1"; sleep 1; rm -rf -- "$2""#,
+                    "sh",
+                ])
+                .arg(driver.child.id().to_string())
+                .arg(profile)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                // Out of the test's group, which a nextest timeout kills.
+                .process_group(0)
+                .spawn()
+                .expect("the chromedriver watchdog starts"),
+        );
+        driver
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(watchdog) = &mut self.watchdog {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
 pub struct Browser {
-    driver: Child,
+    // Dropped first: Chromium is gone before its profile directory is removed.
+    _driver: Driver,
     base: String,
     session: String,
     http: reqwest::Client,
@@ -22,12 +93,10 @@ pub struct Browser {
 impl Browser {
     pub async fn start() -> Self {
         let port = crate::harness::free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver must be installed (scripts/test.sh installs chromium-driver)");
+        // Before the driver: should this function panic, the driver is dropped (and Chromium
+        // killed) before the directory is removed.
+        let profile = tempfile::tempdir().unwrap();
+        let driver = Driver::spawn(port, profile.path());
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -42,7 +111,6 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let profile = tempfile::tempdir().unwrap();
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "acceptInsecureCerts": true,
@@ -69,7 +137,7 @@ impl Browser {
             .unwrap_or_else(|| panic!("no session: {created}"))
             .to_owned();
         Self {
-            driver,
+            _driver: driver,
             base,
             session,
             http,
@@ -138,9 +206,26 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// Ends the session (blocking: `drop` cannot await), so that chromedriver quits Chromium and
+    /// reaps it; the driver's own drop then kills whatever is left.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        let Some(addr) = self.base.strip_prefix("http://") else {
+            return;
+        };
+        let Ok(mut stream) = TcpStream::connect(addr) else {
+            return;
+        };
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+        let request = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.session
+        );
+        // chromedriver answers once Chromium has quit, and keeps the connection open anyway:
+        // the answer's first bytes are enough.
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let _ = stream.read(&mut [0; 256]);
+        }
     }
 }
 
