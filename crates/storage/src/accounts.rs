@@ -14,6 +14,7 @@ use crate::rows::account_cols;
 use crate::sql;
 
 pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
+    let began = s.accounts.as_ref().map(|cache| cache.generation());
     // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
     // PostgreSQL transaction, and the existing id is what the caller needs anyway.
     let row = sql::query(concat!(
@@ -29,7 +30,14 @@ pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) ->
     .fetch_optional(&s.db)
     .await?;
     match row {
-        Some(row) => rows::account(&row),
+        Some(row) => {
+            let account = rows::account(&row)?;
+            // The requests that follow a new account are its own.
+            if let (Some(cache), Some(began)) = (&s.accounts, began) {
+                cache.keep(began, &account);
+            }
+            Ok(account)
+        }
         None => match holder_of(s, &new.thumbprint).await? {
             Some(existing) => Err(Error::Conflict(existing)),
             None => Err(Error::NotFound),
@@ -45,8 +53,28 @@ async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {
 }
 
 pub(crate) async fn by_id(s: &Storage, id: AccountId) -> Result<Option<Account>> {
+    let Some(cache) = &s.accounts else {
+        let mut conn = s.db.acquire().await?;
+        return rows::load_account(&mut conn, id).await;
+    };
+    if let Some(account) = cache.get(id) {
+        return Ok(Some(account));
+    }
+    let began = cache.generation();
     let mut conn = s.db.acquire().await?;
-    rows::load_account(&mut conn, id).await
+    let account = rows::load_account(&mut conn, id).await?;
+    if let Some(account) = &account {
+        cache.keep(began, account);
+    }
+    Ok(account)
+}
+
+/// Called once a write to account `id` has committed (or may have: a failed statement forgets
+/// too, which costs one read at most).
+fn written(s: &Storage, id: AccountId) {
+    if let Some(cache) = &s.accounts {
+        cache.forget(id);
+    }
 }
 
 pub(crate) async fn by_thumbprint(s: &Storage, thumbprint: &str) -> Result<Option<Account>> {
@@ -73,8 +101,9 @@ pub(crate) async fn update_contacts(
     .bind(id.0)
     .bind(codec::encode_list(&contacts))
     .fetch_optional(&s.db)
-    .await?;
-    row.as_ref()
+    .await;
+    written(s, id);
+    row?.as_ref()
         .map(rows::account)
         .transpose()?
         .ok_or(Error::NotFound)
@@ -100,6 +129,7 @@ pub(crate) async fn change_key(
     .bind(thumbprint)
     .fetch_optional(&s.db)
     .await;
+    written(s, id);
     match updated {
         Ok(row) => row
             .as_ref()
@@ -149,6 +179,8 @@ pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) 
     let account = rows::load_account(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
-    tx.commit().await?;
+    let committed = tx.commit().await;
+    written(s, id);
+    committed?;
     Ok(account)
 }

@@ -91,6 +91,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
             // The file holds account keys and EAB keys: it is created 0600 before SQLite opens
             // it, and SQLite gives its -wal and -shm files the mode of the database file.
             crate::private_file::create_private(&path)?;
+            crate::sql::lite::check_not_in_use(&path)?;
             migrate_sqlite(url).await?;
             let db = Db::open_sqlite(
                 &path,
@@ -106,6 +107,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
         backend,
         valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
         young_tables: std::sync::Arc::default(),
+        accounts: (backend == Backend::Sqlite).then(std::sync::Arc::default),
     })
 }
 

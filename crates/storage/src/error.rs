@@ -25,6 +25,14 @@ pub enum Error {
     /// SQLite failed.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// Another process holds the SQLite database (carries the path).
+    #[error(
+        "the database {0} is in use by another process: another `certeasy serve` on this data directory (a running server holds its database exclusively), or a tool holding a lock on it; a running server's database is copied with `certeasy admin backup`"
+    )]
+    InUse(String),
+    /// The operation does not exist for this backend (carries what to do instead).
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// The storage was closed while a caller waited for a connection.
     #[error("database closed")]
     Closed,

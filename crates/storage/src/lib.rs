@@ -5,6 +5,7 @@
 //! half-applied, and durable work (validation, finalization) is enqueued in the same transaction
 //! that makes it necessary: nothing accepted is lost on a crash.
 
+mod account_cache;
 mod accounts;
 mod admin_queries;
 mod authz;
@@ -105,6 +106,8 @@ pub struct Storage {
     valid_authz_lifetime: Duration,
     /// PostgreSQL only: analyzes the tables while they are young (`statistics.rs`).
     young_tables: std::sync::Arc<statistics::YoungTables>,
+    /// SQLite only: the accounts read, kept while nothing changes them (`account_cache.rs`).
+    accounts: Option<std::sync::Arc<account_cache::AccountCache>>,
 }
 
 impl Storage {
@@ -658,6 +661,40 @@ impl Storage {
     /// the database afterwards.
     pub async fn close(&self) {
         self.db.close().await;
+    }
+
+    /// Writes a consistent, compacted copy of the SQLite database to `dest`, which must not
+    /// exist: it is created 0600, since it holds account and EAB keys. Runs while the server
+    /// serves (the copy reads one snapshot, writers go on), off the runtime's threads. Returns
+    /// the copy's size in bytes; a failed copy leaves no file. `Error::Unsupported` on
+    /// PostgreSQL, which `pg_dump` backs up.
+    pub async fn backup_into(&self, dest: &std::path::Path) -> Result<u64> {
+        let Db::Sqlite(lite) = &*self.db else {
+            return Err(Error::Unsupported(
+                "a PostgreSQL database is backed up with pg_dump (docs/operations.md)",
+            ));
+        };
+        private_file::create_new_private(dest)?;
+        let (lite, at) = (std::sync::Arc::clone(lite), dest.to_owned());
+        let copied = tokio::task::spawn_blocking(move || lite.copy_into(&at))
+            .await
+            .map_err(|e| Error::File {
+                path: dest.display().to_string(),
+                source: std::io::Error::other(format!("the copying task failed: {e}")),
+            })
+            .and_then(|copied| copied);
+        let size = copied.and_then(|()| {
+            std::fs::metadata(dest)
+                .map(|m| m.len())
+                .map_err(|source| Error::File {
+                    path: dest.display().to_string(),
+                    source,
+                })
+        });
+        if size.is_err() {
+            let _ = std::fs::remove_file(dest);
+        }
+        size
     }
 
     /// Starts a transaction that writes. On SQLite it takes the write lock at BEGIN: a deferred

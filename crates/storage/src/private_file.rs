@@ -41,6 +41,22 @@ pub(crate) fn create_private(path: &Path) -> Result<()> {
     }
 }
 
+/// Creates `path` empty with mode 0600; an existing file is an error (`File`, AlreadyExists), so
+/// nothing is ever overwritten.
+pub(crate) fn create_new_private(path: &Path) -> Result<()> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path).map(drop).map_err(|source| Error::File {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// Sets 0600 on the database and its -wal and -shm files, also when an older version created
 /// them with the umask's mode. Failures are logged: the server still works, less privately.
 pub(crate) fn restrict_sqlite_files(path: &Path) {

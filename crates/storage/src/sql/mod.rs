@@ -5,7 +5,7 @@
 //! storage code above writes each statement once, with sqlx-like calls
 //! (`query(..).bind(..).fetch_optional(..)`), and runs it against the [`Db`] or a [`Conn`].
 
-mod lite;
+pub(crate) mod lite;
 mod params;
 mod pg;
 mod query;

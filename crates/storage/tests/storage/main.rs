@@ -16,6 +16,7 @@ mod connect;
 mod crls;
 mod deactivated;
 mod eab;
+mod exclusive;
 mod guards;
 mod jobs;
 mod orders;
