@@ -1,5 +1,5 @@
 //! The admin listener: metrics, health, and admin functions (reload, rate-limit buckets, pauses,
-//! accounts and certificates). It is a
+//! accounts and certificates, backups). It is a
 //! separate socket, bound to loopback by default, so nothing here is reachable from the ACME
 //! listener. `certeasy admin ...` is a client of this API.
 //!
@@ -9,7 +9,10 @@
 //! page cannot drive the API through a browser that holds it. `/metrics`, `/healthz` and
 //! `/readyz` stay open: they change nothing and scrapers and probes carry no secrets.
 
+use std::io::ErrorKind;
+use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use acme_core::clock::SharedClock;
 use acme_core::identifier::Identifier;
@@ -38,6 +41,7 @@ use ra::renewals::RenewEarlyTarget;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
 use serde::Deserialize;
+use storage::Backend;
 use storage::Storage;
 use storage::model::AccountFilter;
 use storage::model::Page;
@@ -47,6 +51,7 @@ use crate::admin_eab::EabAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
+use crate::admin_wire::BackupDoc;
 use crate::admin_wire::BatchDoc;
 use crate::admin_wire::BulkRevokeBody;
 use crate::admin_wire::CertificateDoc;
@@ -89,6 +94,9 @@ pub struct AdminContext {
     pub reloader: crate::reload::Reloader,
     /// What `Authorization: Bearer` must carry on `/admin/*`.
     pub token: AdminToken,
+    /// Where `POST /admin/backup` writes its copies (`<data-dir>/backups`), created 0700 by the
+    /// first backup, so a server that is never backed up, or runs on PostgreSQL, has none.
+    pub backups: PathBuf,
 }
 
 #[derive(Clone)]
@@ -129,6 +137,7 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/certificates/{serial}/revoke", post(revoke_one))
         .route("/admin/eab", get(admin_eab::list).post(admin_eab::create))
         .route("/admin/eab/{kid}/revoke", post(admin_eab::revoke))
+        .route("/admin/backup", post(backup))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
@@ -403,6 +412,103 @@ async fn renew_early(
     Ok(Json(CountDoc { count }))
 }
 
+/// How many backups one second may name: `certeasy-<time>.db`, then `-2` up to this suffix.
+const BACKUP_NAMES_PER_SECOND: u32 = 100;
+
+/// Writes a consistent copy of the SQLite database into the backups directory while the server
+/// serves. The server holds its database exclusively (storage's `unix-excl` VFS), so no other
+/// process can copy it while it runs: online backups go through here. Refused (409) on
+/// PostgreSQL, which `pg_dump` backs up.
+async fn backup(State(state): State<AdminState>) -> Answer<BackupDoc> {
+    // A task of its own: a client that gives up waiting does not leave a copy under way
+    // unlogged and uncounted.
+    let ctx = state.ctx;
+    tokio::spawn(async move { logged_backup(&ctx).await })
+        .await
+        .unwrap_or_else(|e| {
+            Err((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the backup task failed: {e}\n"),
+            ))
+        })
+}
+
+/// [`write_backup`], logged and counted.
+async fn logged_backup(ctx: &AdminContext) -> Answer<BackupDoc> {
+    let started = Instant::now();
+    let written = write_backup(ctx).await;
+    let seconds = started.elapsed().as_secs_f64();
+    match written {
+        Ok((path, bytes)) => {
+            metrics::counter!("certeasy_backups_total", "outcome" => "done").increment(1);
+            let path = path.display().to_string();
+            tracing::info!(path = %path, bytes, seconds, "database backed up");
+            Ok(Json(BackupDoc {
+                path,
+                bytes,
+                seconds,
+            }))
+        }
+        Err((status, text)) => {
+            metrics::counter!("certeasy_backups_total", "outcome" => "failed").increment(1);
+            if status == StatusCode::CONFLICT {
+                tracing::warn!(error = %text.trim_end(), "backup refused");
+            } else {
+                tracing::error!(error = %text.trim_end(), seconds, "backup failed");
+            }
+            Err((status, text))
+        }
+    }
+}
+
+/// The copy's path and size. Its name carries the UTC second it started; a name taken already
+/// (two backups in one second) gets the next suffix, and the storage refuses to overwrite, so
+/// two requests at once never write into one file.
+async fn write_backup(ctx: &AdminContext) -> Result<(PathBuf, u64), (StatusCode, String)> {
+    // Only SQLite is copied here: on PostgreSQL the storage's refusal is the answer, and no
+    // directory is left behind.
+    if ctx.storage.backend() == Backend::Sqlite {
+        crate::data_dir::create_private(&ctx.backups)
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")))?;
+    }
+    let stamp = backup_stamp(ctx.clock.now());
+    for n in 1..=BACKUP_NAMES_PER_SECOND {
+        let name = if n == 1 {
+            format!("certeasy-{stamp}.db")
+        } else {
+            format!("certeasy-{stamp}-{n}.db")
+        };
+        let path = ctx.backups.join(name);
+        match ctx.storage.backup_into(&path).await {
+            Ok(bytes) => return Ok((path, bytes)),
+            Err(storage::error::Error::File { source, .. })
+                if source.kind() == ErrorKind::AlreadyExists => {}
+            Err(e @ storage::error::Error::Unsupported(_)) => {
+                return Err((StatusCode::CONFLICT, format!("{e}\n")));
+            }
+            Err(e) => return Err((StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))),
+        }
+    }
+    Err((
+        StatusCode::CONFLICT,
+        format!(
+            "{BACKUP_NAMES_PER_SECOND} backups named certeasy-{stamp}… exist in {} already; try again in a second\n",
+            ctx.backups.display()
+        ),
+    ))
+}
+
+/// `YYYYMMDDTHHMMSSZ` in UTC: sorts by time, and holds no character a shell or another file
+/// system would quote.
+fn backup_stamp(now: time::OffsetDateTime) -> String {
+    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let utc = now.to_offset(time::UtcOffset::UTC);
+    // Cannot fail: an `OffsetDateTime` has every component the format names. The Unix time
+    // would still name the second.
+    utc.format(&format)
+        .unwrap_or_else(|_| format!("{}Z", utc.unix_timestamp()))
+}
+
 // ---- accounts and certificates: parse, call `ra::operator`, render `admin_wire` ----
 
 /// What a handler answers: a JSON document, or a status with a line of text.
@@ -615,4 +721,15 @@ async fn revoke_batch(
             .collect(),
         next_before: outcome.next.map(|id| id.0),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backup_stamp;
+
+    #[test]
+    fn backup_names_carry_the_utc_second() {
+        let t = time::macros::datetime!(2026-03-04 05:06:07.89 +02:00);
+        assert_eq!(backup_stamp(t), "20260304T030607Z");
+    }
 }

@@ -1,9 +1,11 @@
-//! `certeasy admin accounts …` and `certeasy admin certificates …`: the commands, and the client
-//! side of their admin API (`admin.rs`). The server answers with the documents of
-//! `admin_wire.rs`; `--json` prints them, otherwise they become tables and labelled lines.
+//! `certeasy admin accounts …`, `certeasy admin certificates …` and `certeasy admin backup`: the
+//! commands, and the client side of their admin API (`admin.rs`). The server answers with the
+//! documents of `admin_wire.rs`; `--json` prints them, otherwise they become tables and labelled
+//! lines.
 
 use std::io::IsTerminal;
 use std::io::Write;
+use std::time::Duration;
 
 use clap::Args;
 use clap::Subcommand;
@@ -12,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
+use crate::admin_wire::BackupDoc;
 use crate::admin_wire::BatchDoc;
 use crate::admin_wire::BulkRevokeBody;
 use crate::admin_wire::CertificateDoc;
@@ -22,6 +25,10 @@ use crate::admin_wire::RevokeBody;
 use crate::admin_wire::parse_reason;
 use ra::operator::DEFAULT_LIST_LIMIT;
 use ra::operator::DEFAULT_REVOKE_BATCH;
+
+/// How long `certeasy admin backup` waits for the server's answer, which comes when the copy is
+/// complete: minutes for a large database, so the admin client's usual limit does not apply.
+const BACKUP_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 const ACCOUNTS_LIST_HELP: &str = "\
 Filters (combined with AND):
@@ -756,4 +763,35 @@ fn encode_serial(serial: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Runs `certeasy admin backup`: one request, answered when the server has written the copy, with
+/// a spinner on a terminal meanwhile. `Ok(false)` when the server refused (printed).
+pub async fn backup(client: &reqwest::Client, base: &str, json: bool) -> anyhow::Result<bool> {
+    let spinner = if std::io::stderr().is_terminal() {
+        let spinner = indicatif::ProgressBar::new_spinner();
+        spinner.set_message("backing up the database (the server goes on serving)");
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        spinner
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let sent = client
+        .post(format!("{base}/admin/backup"))
+        .timeout(BACKUP_TIMEOUT)
+        .send()
+        .await;
+    spinner.finish_and_clear();
+    let Some(done) = doc(Api::reply::<BackupDoc>(sent?).await?) else {
+        return Ok(false);
+    };
+    if json {
+        print_json(&done)?;
+    } else {
+        println!(
+            "database backed up to {} ({} bytes in {:.1} s)",
+            done.path, done.bytes, done.seconds
+        );
+    }
+    Ok(true)
 }

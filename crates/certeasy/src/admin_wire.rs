@@ -156,6 +156,17 @@ pub struct BatchDoc {
     pub next_before: Option<i64>,
 }
 
+/// A copy of the SQLite database the server wrote (`POST /admin/backup`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackupDoc {
+    /// Where the copy is, on the server's machine (`<data-dir>/backups/certeasy-….db`).
+    pub path: String,
+    /// The copy's size.
+    pub bytes: u64,
+    /// How long the copy took.
+    pub seconds: f64,
+}
+
 /// The certificate filters as the query string (listing, count) or body (bulk revocation)
 /// carries them, as operators type them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

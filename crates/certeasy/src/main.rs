@@ -165,6 +165,27 @@ enum AdminCommand {
     /// Reload rate limits and overrides from the configuration file, and the listener's
     /// certificate files (same as SIGHUP). An invalid file is refused and what is in force stays.
     Reload,
+    /// Copy the SQLite database into a backup file, while the server runs.
+    ///
+    /// The server writes <data-dir>/backups/certeasy-<UTC time YYYYMMDDTHHMMSSZ>.db on its own
+    /// machine (the directory is created 0700; a second backup within the same second gets a
+    /// suffix) and prints the file's path, size and how long the copy took. The file is a
+    /// complete SQLite database, consistent although the server goes on serving while it is
+    /// written, compacted, and created with mode 0600: it holds account and EAB keys. The running
+    /// server holds its database exclusively, so this is the way to back it up online. The CA
+    /// files, admin.token and unpause.key are not in it: back them up beside it
+    /// (docs/operations.md).
+    ///
+    /// A PostgreSQL database is backed up with pg_dump instead: the server refuses this command
+    /// there.
+    #[command(
+        after_long_help = "Examples:\n  certeasy admin backup\n  certeasy admin backup --json"
+    )]
+    Backup {
+        /// Print one JSON document ({"path", "bytes", "seconds"}) instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspect or reset rate-limit buckets.
     Ratelimit {
         #[command(subcommand)]
@@ -635,6 +656,9 @@ async fn admin_command(
     let simple = |method: &str, path: String| (method.to_owned(), path);
     let (method, path) = match command {
         AdminCommand::Reload => simple("POST", "/admin/reload".to_owned()),
+        AdminCommand::Backup { json } => {
+            return certeasy::admin_cli::backup(&client, base, json).await;
+        }
         AdminCommand::Accounts { command } => {
             return certeasy::admin_cli::accounts(&client, base, command).await;
         }

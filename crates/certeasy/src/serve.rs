@@ -299,6 +299,7 @@ pub async fn start(
         clock: Arc::clone(&clock),
         reloader: reloader.clone(),
         token: admin_token,
+        backups: data_dir.join("backups"),
     });
     if let Some(handle) = crate::admin::prometheus() {
         // Histogram samples wait in the recorder until upkeep folds them into buckets. A scrape
