@@ -2,28 +2,16 @@
 
 use std::path::Path;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use x509_parser::pem::Pem;
 
 use crate::error::Error;
 
-/// PEM text of one DER object, 64 characters a line as RFC 7468 asks.
+/// PEM text of one DER object, 64 characters a line as RFC 7468 asks, LF line ends.
 pub(crate) fn encode(label: &str, der: &[u8]) -> String {
-    let body = STANDARD.encode(der);
-    let mut out = String::with_capacity(body.len() + body.len() / 64 + 2 * label.len() + 40);
-    out.push_str("-----BEGIN ");
-    out.push_str(label);
-    out.push_str("-----\n");
-    for line in body.as_bytes().chunks(64) {
-        // Base64 output is ASCII, so every chunk is valid UTF-8.
-        out.push_str(&String::from_utf8_lossy(line));
-        out.push('\n');
-    }
-    out.push_str("-----END ");
-    out.push_str(label);
-    out.push_str("-----\n");
-    out
+    pem::encode_config(
+        &pem::Pem::new(label, der),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
 }
 
 /// PEM text of a certificate.
