@@ -5,7 +5,7 @@
 //! Writes `CERTEASY_DB_SIZE_N` (default 5,000) full issuance footprints through the storage API,
 //! as the server does: an order for one name, its authorization with three challenges, the
 //! validation job claimed and completed, the CSR stored, the finalization job claimed and
-//! completed, the certificate (DER and PEM chain of realistic ECDSA sizes) stored; one account per
+//! completed, the certificate (DER of a realistic ECDSA size, with one shared issuer chain) stored; one account per
 //! 100 issuances. Then as many failed orders (validation refused, with its problem detail): what
 //! zombie clients leave behind. It measures after each phase, prunes as the server would once
 //! everything has been expired longer than the default retention, and measures again. Sizes are
@@ -42,12 +42,13 @@ use time::Duration;
 use time::OffsetDateTime;
 
 const ISSUANCES_PER_ACCOUNT: u64 = 100;
-/// A P-256 leaf with one SAN is about 700 bytes of DER; its PEM with an intermediate about 1,900.
+/// A P-256 leaf with one SAN is about 700 bytes of DER; the PEM of a P-256 intermediate about
+/// 1,000 characters. Every certificate has the same intermediate, stored once (migration 0012).
 const LEAF_DER_BYTES: usize = 700;
-const CHAIN_PEM_CHARS: usize = 1_900;
+const ISSUER_CHAIN_PEM_CHARS: usize = 1_000;
 /// A P-256 CSR with one SAN.
 const CSR_BYTES: usize = 300;
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "accounts",
     "orders",
     "authorizations",
@@ -55,6 +56,7 @@ const TABLES: [&str; 7] = [
     "challenges",
     "jobs",
     "certificates",
+    "issuer_chains",
 ];
 
 fn main() {
@@ -94,9 +96,14 @@ fn main() {
 
 async fn measure(label: &str, url: &str, n: u64) {
     let s = Storage::connect(url).await.unwrap();
-    let mut conn = AnyConnection::connect(url).await.unwrap();
+    // A running server holds its SQLite database alone: its size is measured on the copy it
+    // writes (`backup_into`), PostgreSQL's on the database.
+    let mut pg = match s.backend() {
+        Backend::Postgres => Some(AnyConnection::connect(url).await.unwrap()),
+        Backend::Sqlite => None,
+    };
     let scratch = tempfile::tempdir().unwrap();
-    let empty = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    let empty = live_bytes(&s, pg.as_mut(), scratch.path()).await;
     let t0 = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
     let started = std::time::Instant::now();
     let mut account = AccountId(0);
@@ -108,12 +115,12 @@ async fn measure(label: &str, url: &str, n: u64) {
         issue(&s, account, i, now).await;
     }
     let wrote = started.elapsed();
-    let issued = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    let issued = live_bytes(&s, pg.as_mut(), scratch.path()).await;
     for i in 0..n {
         let now = t0 + Duration::seconds(i64::try_from(i).unwrap());
         fail(&s, account, n + i, now).await;
     }
-    let failed = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    let failed = live_bytes(&s, pg.as_mut(), scratch.path()).await;
     // Everything expired (valid authorizations live 30 days) longer than the default retention ago.
     let late = t0 + Duration::days(30) + storage::DEFAULT_PRUNE_AFTER + Duration::days(2);
     let pruned_at = std::time::Instant::now();
@@ -126,7 +133,7 @@ async fn measure(label: &str, url: &str, n: u64) {
         .await
         .unwrap();
     let pruning = pruned_at.elapsed();
-    let kept = live_bytes(&mut conn, s.backend(), scratch.path()).await;
+    let kept = live_bytes(&s, pg.as_mut(), scratch.path()).await;
     let per = |bytes: u64| bytes as f64 / n as f64;
     let gb_per_million = |bytes: u64| per(bytes) * 1_000_000.0 / 1e9;
     println!(
@@ -151,6 +158,15 @@ async fn measure(label: &str, url: &str, n: u64) {
         per(kept.saturating_sub(empty)),
         gb_per_million(kept.saturating_sub(empty))
     );
+    let mut conn = match pg {
+        Some(conn) => conn,
+        None => AnyConnection::connect(&format!(
+            "sqlite://{}",
+            compact_copy(scratch.path()).display()
+        ))
+        .await
+        .unwrap(),
+    };
     for table in TABLES {
         let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
             .fetch_one(&mut conn)
@@ -162,25 +178,23 @@ async fn measure(label: &str, url: &str, n: u64) {
     s.close().await;
 }
 
-/// Bytes the data takes once compacted, so that sizes compare whatever the free space: SQLite's
-/// `VACUUM INTO` a scratch file (WAL checkpointed first), PostgreSQL's relations (tables,
-/// indexes, TOAST) after `VACUUM FULL` rewrote them without dead tuples.
-async fn live_bytes(conn: &mut AnyConnection, backend: Backend, scratch: &Path) -> u64 {
-    match backend {
-        Backend::Sqlite => {
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            let copy = scratch.join("compact.db");
+/// Where [`live_bytes`] puts the compacted copy of a SQLite database.
+fn compact_copy(scratch: &Path) -> std::path::PathBuf {
+    scratch.join("compact.db")
+}
+
+/// Bytes the data takes once compacted, so that sizes compare whatever the free space: for
+/// SQLite the copy the storage writes with `VACUUM INTO` (`Storage::backup_into`), for
+/// PostgreSQL (`pg` given) its relations (tables, indexes, TOAST) after `VACUUM FULL` rewrote
+/// them without dead tuples.
+async fn live_bytes(s: &Storage, pg: Option<&mut AnyConnection>, scratch: &Path) -> u64 {
+    match pg {
+        None => {
+            let copy = compact_copy(scratch);
             let _ = std::fs::remove_file(&copy);
-            sqlx::query(AssertSqlSafe(format!("VACUUM INTO '{}'", copy.display())))
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            std::fs::metadata(&copy).unwrap().len()
+            s.backup_into(&copy).await.unwrap()
         }
-        Backend::Postgres => {
+        Some(conn) => {
             sqlx::query("VACUUM FULL")
                 .execute(&mut *conn)
                 .await
@@ -327,14 +341,13 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     let mut serial = vec![0x01];
     serial.extend_from_slice(&i.to_be_bytes());
     serial.extend_from_slice(&filler(i.wrapping_add(1 << 41), 7));
-    let chain = base64_text(i.wrapping_add(1 << 40), CHAIN_PEM_CHARS);
     let completion = s
         .complete_order(
             order.id,
             NewCertificate {
                 serial: Serial::from_bytes(serial),
                 der: filler(i, LEAF_DER_BYTES),
-                chain_pem: chain,
+                issuer_chain_pem: base64_text(1 << 40, ISSUER_CHAIN_PEM_CHARS),
                 not_before: now,
                 not_after: now + Duration::days(90),
                 crl_shard: None,

@@ -108,6 +108,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
         valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
         young_tables: std::sync::Arc::default(),
         accounts: (backend == Backend::Sqlite).then(std::sync::Arc::default),
+        issuer_chains: std::sync::Arc::default(),
     })
 }
 

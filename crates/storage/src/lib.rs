@@ -15,6 +15,7 @@ mod connect;
 pub mod crls;
 mod eab;
 pub mod error;
+mod issuer_chains;
 mod jobs;
 pub mod model;
 mod orders;
@@ -108,6 +109,8 @@ pub struct Storage {
     young_tables: std::sync::Arc<statistics::YoungTables>,
     /// SQLite only: the accounts read, kept while nothing changes them (`account_cache.rs`).
     accounts: Option<std::sync::Arc<account_cache::AccountCache>>,
+    /// The ids of the issuer chains stored or found (`issuer_chains.rs`).
+    issuer_chains: std::sync::Arc<issuer_chains::IssuerChains>,
 }
 
 impl Storage {

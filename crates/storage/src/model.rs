@@ -218,7 +218,9 @@ pub struct Certificate {
 pub struct NewCertificate {
     pub serial: Serial,
     pub der: Vec<u8>,
-    pub chain_pem: String,
+    /// The CA certificates that follow the leaf in its download (without the root), PEM. Stored
+    /// once per distinct chain; [`Certificate::chain_pem`] is the leaf's PEM followed by it.
+    pub issuer_chain_pem: String,
     pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
     /// The CRL shard the certificate's distribution point names; `None` without CRLs.

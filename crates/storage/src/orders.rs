@@ -16,6 +16,7 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::issuer_chains;
 use crate::model::Certificate;
 use crate::model::Completion;
 use crate::model::DuplicateUsage;
@@ -478,6 +479,7 @@ pub(crate) async fn issue_ready(
     now: OffsetDateTime,
 ) -> Result<IssuedAtOnce> {
     let now_s = codec::unix(now);
+    let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
     let mut tx = s.begin_write().await?;
     let account_status = account_of_order(s, &mut tx, id).await?;
     if account_status != AccountStatus::Valid {
@@ -489,7 +491,13 @@ pub(crate) async fn issue_ready(
         tx.commit().await?;
         return Err(refusal);
     };
-    let certificate = store_certificate(&mut tx, id, account_id, &set_hash, cert, now_s).await?;
+    let stored = Stored {
+        account_id,
+        set_hash: &set_hash,
+        chain_id,
+        now_s,
+    };
+    let certificate = store_certificate(&mut tx, id, stored, cert).await?;
     let order = rows::load_order(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
@@ -523,27 +531,41 @@ async fn account_of_order(s: &Storage, conn: &mut Conn, id: OrderId) -> Result<A
     )
 }
 
+/// What a certificate row takes besides the certificate.
+struct Stored<'a> {
+    account_id: i64,
+    set_hash: &'a str,
+    /// The row of `cert.issuer_chain_pem` ([`issuer_chains::id_of`]).
+    chain_id: i64,
+    now_s: i64,
+}
+
 /// Stores the certificate of order `id` and makes the order valid with it. RETURNING the whole
-/// row: the caller gets the stored certificate without reading it back.
+/// row: the caller gets the stored certificate without reading it back. The row's `chain_pem`
+/// stays empty: the download is assembled from the leaf and the issuer chain (migration 0012).
 async fn store_certificate(
     conn: &mut Conn,
     id: OrderId,
-    account_id: i64,
-    set_hash: &str,
+    stored: Stored<'_>,
     cert: NewCertificate,
-    now_s: i64,
 ) -> Result<Certificate> {
-    let stored = sql::query(concat!(
-        "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, set_hash, \
-         not_before, not_after, issued_at, crl_shard) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
+    let Stored {
+        account_id,
+        set_hash,
+        chain_id,
+        now_s,
+    } = stored;
+    let row = sql::query(concat!(
+        "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, issuer_chain_id, \
+         set_hash, not_before, not_after, issued_at, crl_shard) \
+         VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10) RETURNING ",
         rows::certificate_cols!()
     ))
     .bind(account_id)
     .bind(id.0)
     .bind(cert.serial.to_hex())
     .bind(cert.der)
-    .bind(cert.chain_pem)
+    .bind(chain_id)
     .bind(set_hash)
     .bind(codec::unix(cert.not_before))
     .bind(codec::unix(cert.not_after))
@@ -551,7 +573,7 @@ async fn store_certificate(
     .bind(cert.crl_shard.map(i64::from))
     .fetch_one(&mut *conn)
     .await?;
-    let certificate = rows::certificate(&stored)?;
+    let certificate = rows::certificate_stored(&row, Some(&cert.issuer_chain_pem))?;
     sql::query(
         "UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1",
     )
@@ -581,6 +603,7 @@ pub(crate) async fn complete(
     settle: Option<&Job>,
 ) -> Result<Completion> {
     let now_s = codec::unix(now);
+    let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
     let mut tx = s.begin_write().await?;
     let account_status = account_of_order(s, &mut tx, id).await?;
     let read = match s.backend {
@@ -615,7 +638,13 @@ pub(crate) async fn complete(
         OrderStatus::Processing => {
             let account_id: i64 = row.try_get("account_id")?;
             let set_hash: String = row.try_get("set_hash")?;
-            store_certificate(&mut tx, id, account_id, &set_hash, cert, now_s).await?
+            let stored = Stored {
+                account_id,
+                set_hash: &set_hash,
+                chain_id,
+                now_s,
+            };
+            store_certificate(&mut tx, id, stored, cert).await?
         }
         other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
     };

@@ -29,12 +29,24 @@ macro_rules! account_cols {
 }
 pub(crate) use account_cols;
 
+/// A certificate row as an INSERT returns it; [`certificate_stored`] decodes it.
 macro_rules! certificate_cols {
     () => {
         "id, account_id, order_id, serial, der, chain_pem, set_hash, not_before, not_after, issued_at, revoked_at, revocation_reason, renew_early_at"
     };
 }
 pub(crate) use certificate_cols;
+
+/// A certificate row with the text of its issuer chain (`certificates c`, `issuer_chains ic`);
+/// [`certificate`] decodes it.
+macro_rules! certificate_select {
+    () => {
+        "SELECT c.id, c.account_id, c.order_id, c.serial, c.der, c.chain_pem, c.set_hash, \
+         c.not_before, c.not_after, c.issued_at, c.revoked_at, c.revocation_reason, \
+         c.renew_early_at, ic.pem AS issuer_chain_pem \
+         FROM certificates c LEFT JOIN issuer_chains ic ON ic.id = c.issuer_chain_id"
+    };
+}
 
 macro_rules! challenge_cols {
     () => {
@@ -223,14 +235,27 @@ pub(crate) fn revocation_reason_column(row: &Row) -> Result<Option<RevocationRea
         .transpose()
 }
 
+/// A row of [`certificate_select`].
 pub(crate) fn certificate(row: &Row) -> Result<Certificate> {
+    let issuer_chain: Option<String> = row.try_get("issuer_chain_pem")?;
+    certificate_stored(row, issuer_chain.as_deref())
+}
+
+/// A row of [`certificate_cols`], stored with `issuer_chain` (migration 0012) or, before it,
+/// with its whole chain in `chain_pem`.
+pub(crate) fn certificate_stored(row: &Row, issuer_chain: Option<&str>) -> Result<Certificate> {
+    let der: Vec<u8> = row.try_get("der")?;
+    let chain_pem = match issuer_chain {
+        Some(issuer_chain) => crate::issuer_chains::full_chain(&der, issuer_chain),
+        None => row.try_get("chain_pem")?,
+    };
     Ok(Certificate {
         id: CertificateId(row.try_get("id")?),
         account_id: AccountId(row.try_get("account_id")?),
         order_id: OrderId(row.try_get("order_id")?),
         serial: serial_column(row)?,
-        der: row.try_get("der")?,
-        chain_pem: row.try_get("chain_pem")?,
+        der,
+        chain_pem,
         set_hash: row.try_get("set_hash")?,
         not_before: codec::time_from_unix(row.try_get("not_before")?)?,
         not_after: codec::time_from_unix(row.try_get("not_after")?)?,
@@ -245,14 +270,10 @@ pub(crate) async fn load_certificate(
     conn: &mut Conn,
     id: CertificateId,
 ) -> Result<Option<Certificate>> {
-    let row = sql::query(concat!(
-        "SELECT ",
-        certificate_cols!(),
-        " FROM certificates WHERE id = $1"
-    ))
-    .bind(id.0)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = sql::query(concat!(certificate_select!(), " WHERE c.id = $1"))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?;
     row.as_ref().map(certificate).transpose()
 }
 
@@ -260,13 +281,9 @@ pub(crate) async fn load_certificate_by_serial(
     conn: &mut Conn,
     serial: &Serial,
 ) -> Result<Option<Certificate>> {
-    let row = sql::query(concat!(
-        "SELECT ",
-        certificate_cols!(),
-        " FROM certificates WHERE serial = $1"
-    ))
-    .bind(serial.to_hex())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = sql::query(concat!(certificate_select!(), " WHERE c.serial = $1"))
+        .bind(serial.to_hex())
+        .fetch_optional(&mut *conn)
+        .await?;
     row.as_ref().map(certificate).transpose()
 }

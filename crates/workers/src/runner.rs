@@ -798,7 +798,7 @@ fn sign(
     Ok(NewCertificate {
         serial: issued.serial,
         der: issued.der,
-        chain_pem: issued.chain_pem,
+        issuer_chain_pem: inner.ca.chain_pem().to_owned(),
         not_before: issued.not_before,
         not_after: issued.not_after,
         crl_shard: issued.crl_shard,

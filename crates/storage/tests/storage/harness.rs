@@ -298,11 +298,23 @@ pub(crate) fn new_cert(serial: u8, now: OffsetDateTime) -> NewCertificate {
     NewCertificate {
         serial: Serial::from_bytes(vec![0x00, 0x7f, serial, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06]),
         der: vec![0x30, 0x82, serial],
-        chain_pem: format!("-----BEGIN CERTIFICATE-----\n{serial}\n-----END CERTIFICATE-----\n"),
+        // One CA's chain for every certificate, as a server has.
+        issuer_chain_pem:
+            "-----BEGIN CERTIFICATE-----\naW50ZXJtZWRpYXRl\n-----END CERTIFICATE-----\n".to_owned(),
         not_before: now,
         not_after: now + Duration::days(90),
         crl_shard: None,
     }
+}
+
+/// The download of `cert` once stored: its leaf as PEM (64 characters a line, LF), then its
+/// issuer chain.
+pub(crate) fn download_of(cert: &NewCertificate) -> String {
+    let leaf = pem::encode_config(
+        &pem::Pem::new("CERTIFICATE", cert.der.clone()),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    );
+    format!("{leaf}{}", cert.issuer_chain_pem)
 }
 
 /// Takes a fresh order for `names` all the way to an issued certificate at `now`.

@@ -18,6 +18,7 @@ mod deactivated;
 mod eab;
 mod exclusive;
 mod guards;
+mod issuer_chains;
 mod jobs;
 mod orders;
 mod pauses;
