@@ -271,6 +271,37 @@ async fn a_deactivated_account_is_unauthorized_everywhere(db: Db) {
     storage.close().await;
 }
 
+// ---- §7.3.1: a registered key gets its account, whatever else newAccount says ----
+
+/// The server looks for the key's account only once the new-account checks refuse or the insert
+/// finds the key (`ra::accounts`): every refusal must still end in the account.
+#[tokio::test]
+async fn a_registered_key_gets_its_account_whatever_the_body_says() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let kid = raw.kid.take().unwrap();
+    let url = raw.url("/acme/new-account");
+    for payload in [
+        // Passes every check: the insert finds the key.
+        json!({"termsOfServiceAgreed": true}),
+        // A contact the server refuses, terms not agreed, both: refusals that find the key.
+        json!({"termsOfServiceAgreed": true, "contact": ["tel:+15551234"]}),
+        json!({"contact": ["mailto:other@example.com"]}),
+        json!({"termsOfServiceAgreed": false, "contact": ["mailto:a@localhost"]}),
+    ] {
+        let r = raw.post(&url, Some(&payload)).await;
+        assert_eq!(r.status, 200, "{payload}: {r:?}");
+        assert_eq!(r.location(), kid, "{payload}");
+        assert_eq!(
+            r.body["contact"],
+            json!(["mailto:raw@example.com"]),
+            "{payload}: the account is unchanged"
+        );
+    }
+}
+
 // ---- §6.2: badSignatureAlgorithm lists the supported algorithms ----
 
 #[tokio::test]
