@@ -18,7 +18,6 @@ use storage::model::Certificate;
 use storage::model::IssuedAtOnce;
 use storage::model::JobKind;
 use storage::model::Order;
-use storage::model::OrderGuards;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -355,20 +354,18 @@ async fn a_challenge_that_left_pending_is_returned_unchanged(s: &Storage) {
 async fn an_expired_authorization_is_refused_and_its_expiry_persisted(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
-    let order = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["a.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(1),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["a.example.com"],
+            now + Duration::days(7),
+            now + Duration::hours(1),
+            false,
+        ),
+        now,
+    )
+    .await;
     let chal = challenge_of(s, &order, 0, 0, now).await;
 
     let at = now + Duration::hours(1);
@@ -794,20 +791,18 @@ async fn an_expired_order_is_refused_and_invalidated(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     // The order expires in an hour, long before its authorization (valid for 30 days).
-    let order = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["a.example.com"],
-                now + Duration::hours(1),
-                now + Duration::days(7),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["a.example.com"],
+            now + Duration::hours(1),
+            now + Duration::days(7),
+            false,
+        ),
+        now,
+    )
+    .await;
     let chal = challenge_of(s, &order, 0, 0, now).await;
     s.record_valid_at_once(chal, now).await.unwrap();
     let ready = s.order(order.id, now).await.unwrap().unwrap();

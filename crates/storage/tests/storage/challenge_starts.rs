@@ -10,7 +10,6 @@ use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::Order;
-use storage::model::OrderGuards;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -26,7 +25,8 @@ crate::both_backends!(
 
 /// An order for one name whose authorization expires an hour after `now`, the order a week after.
 async fn order_with_short_authz(s: &Storage, account: AccountId, now: OffsetDateTime) -> Order {
-    s.create_order(
+    harness::created_order(
+        s,
         harness::new_order_expiring(
             account,
             &["a.example.com"],
@@ -34,11 +34,9 @@ async fn order_with_short_authz(s: &Storage, account: AccountId, now: OffsetDate
             now + Duration::hours(1),
             false,
         ),
-        &OrderGuards::default(),
         now,
     )
     .await
-    .unwrap()
 }
 
 async fn one_validation_per_authorization(s: &Storage) {

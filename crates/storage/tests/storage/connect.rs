@@ -156,30 +156,9 @@ async fn postgres_young_tables_are_analyzed_early() {
 /// (WITHOUT ROWID): a database written before it keeps every row, readable through the API.
 #[tokio::test]
 async fn sqlite_lean_writes_migration_keeps_existing_rows() {
-    // This test opens a connection before any `Storage` does, which would install them.
-    sqlx::any::install_default_drivers();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
-
     // The schema as the releases before 0005 left it.
-    let old = dir.path().join("migrations");
-    std::fs::create_dir(&old).unwrap();
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
-    for entry in std::fs::read_dir(&shipped).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name().into_string().unwrap();
-        if name.as_str() < "0005" {
-            std::fs::copy(entry.path(), old.join(&name)).unwrap();
-        }
-    }
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    sqlx::migrate::Migrator::new(old.as_path())
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (url, mut conn) = harness::sqlite_migrated_before(dir.path(), "0005").await;
     for statement in [
         "INSERT INTO accounts (id, thumbprint, jwk, status, created_at) \
          VALUES (1, 'tp', '{}', 'valid', 1700000000)",

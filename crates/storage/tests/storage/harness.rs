@@ -224,6 +224,43 @@ pub(crate) fn new_order(
     )
 }
 
+/// A SQLite database in `dir` with the shipped migrations before `first_left_out` (a file-name
+/// prefix such as `"0012"`) applied, as a release before that migration left it: its URL and a
+/// connection to write old rows with. [`Storage::connect`] on the URL then applies the rest.
+pub(crate) async fn sqlite_migrated_before(
+    dir: &std::path::Path,
+    first_left_out: &str,
+) -> (String, AnyConnection) {
+    // A connection opened before any `Storage` needs the drivers installed.
+    sqlx::any::install_default_drivers();
+    let url = format!("sqlite://{}?mode=rwc", dir.join("old.db").display());
+    let old = dir.join("migrations");
+    std::fs::create_dir(&old).unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name.as_str() < first_left_out {
+            std::fs::copy(entry.path(), old.join(&name)).unwrap();
+        }
+    }
+    let mut conn = AnyConnection::connect(&url).await.unwrap();
+    sqlx::migrate::Migrator::new(old.as_path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    (url, conn)
+}
+
+/// Creates `new` with no guards; it must succeed.
+pub(crate) async fn created_order(s: &Storage, new: NewOrder, now: OffsetDateTime) -> Order {
+    s.create_order(new, &OrderGuards::default(), now)
+        .await
+        .unwrap()
+}
+
 pub(crate) fn new_order_expiring(
     account: AccountId,
     names: &[&str],

@@ -110,28 +110,8 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
 /// was stored once the migration has run.
 #[tokio::test]
 async fn sqlite_a_certificate_stored_before_the_migration_keeps_its_chain() {
-    sqlx::any::install_default_drivers();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
-
-    let old = dir.path().join("migrations");
-    std::fs::create_dir(&old).unwrap();
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
-    for entry in std::fs::read_dir(&shipped).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name().into_string().unwrap();
-        if name.as_str() < "0012" {
-            std::fs::copy(entry.path(), old.join(&name)).unwrap();
-        }
-    }
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    sqlx::migrate::Migrator::new(old.as_path())
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
+    let (url, mut conn) = harness::sqlite_migrated_before(dir.path(), "0012").await;
     let whole_chain = "-----BEGIN CERTIFICATE-----\nbGVhZg==\n-----END CERTIFICATE-----\n\
                        -----BEGIN CERTIFICATE-----\naW50ZXJtZWRpYXRl\n-----END CERTIFICATE-----\n";
     for statement in [

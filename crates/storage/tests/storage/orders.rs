@@ -395,20 +395,18 @@ async fn order_and_authz_expiry(s: &Storage) {
     let acct = harness::account(s, now).await;
 
     // Order expiry.
-    let short = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["a.example.com"],
-                now + Duration::hours(1),
-                now + Duration::days(7),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let short = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["a.example.com"],
+            now + Duration::hours(1),
+            now + Duration::days(7),
+            false,
+        ),
+        now,
+    )
+    .await;
     let before = now + Duration::hours(1) - Duration::seconds(1);
     assert_eq!(
         s.order(short.id, before).await.unwrap().unwrap().status,
@@ -439,20 +437,18 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // Pending authorization expiry invalidates its order.
-    let order = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["b.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(2),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let order = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["b.example.com"],
+            now + Duration::days(7),
+            now + Duration::hours(2),
+            false,
+        ),
+        now,
+    )
+    .await;
     let authz_id = order.authz_ids[0];
     let chal = s
         .authorization(authz_id, now)
@@ -485,20 +481,18 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // A valid authorization expires through a plain read; its ready order becomes invalid.
-    let ready = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["c.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(3),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let ready = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["c.example.com"],
+            now + Duration::days(7),
+            now + Duration::hours(3),
+            false,
+        ),
+        now,
+    )
+    .await;
     let authz = s
         .authorization(ready.authz_ids[0], now)
         .await
@@ -528,20 +522,18 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // A validation that finishes after its authorization expired keeps the authorization expired.
-    let late = s
-        .create_order(
-            harness::new_order_expiring(
-                acct.id,
-                &["d.example.com"],
-                now + Duration::days(7),
-                now + Duration::hours(4),
-                false,
-            ),
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
+    let late = harness::created_order(
+        s,
+        harness::new_order_expiring(
+            acct.id,
+            &["d.example.com"],
+            now + Duration::days(7),
+            now + Duration::hours(4),
+            false,
+        ),
+        now,
+    )
+    .await;
     let authz = s
         .authorization(late.authz_ids[0], now)
         .await
