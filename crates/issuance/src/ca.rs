@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use acme_core::identifier::Identifier;
 use acme_core::ids::Serial;
@@ -47,7 +48,8 @@ pub struct Ca {
     issuing_ski: Option<Vec<u8>>,
     issuing_not_after: OffsetDateTime,
     chain_der: Vec<Vec<u8>>,
-    chain_pem: String,
+    /// Shared with every [`IssuedCertificate`], which names it instead of copying it.
+    chain_pem: Arc<str>,
     root_pem: String,
     root_path: Option<PathBuf>,
     may_sign_crls: bool,
@@ -61,10 +63,8 @@ pub struct IssuedCertificate {
     pub serial: Serial,
     /// The leaf certificate, DER.
     pub der: Vec<u8>,
-    /// The leaf certificate, PEM.
-    pub pem: String,
-    /// Leaf followed by the CA chain (without the root): the ACME certificate download.
-    pub chain_pem: String,
+    /// The CA certificates that follow the leaf in its download (without the root), PEM.
+    pub issuer_chain_pem: Arc<str>,
     /// Validity start as written (whole seconds).
     pub not_before: OffsetDateTime,
     /// Validity end as written (whole seconds).
@@ -72,6 +72,18 @@ pub struct IssuedCertificate {
     /// The CRL shard named in the certificate's distribution point; `None` when no CRLs are
     /// published (the certificate then names none).
     pub crl_shard: Option<u16>,
+}
+
+impl IssuedCertificate {
+    /// The leaf certificate, PEM.
+    pub fn pem(&self) -> String {
+        pem::encode_certificate(&self.der)
+    }
+
+    /// The leaf followed by the CA chain (without the root): the ACME certificate download.
+    pub fn chain_pem(&self) -> String {
+        format!("{}{}", self.pem(), self.issuer_chain_pem)
+    }
 }
 
 /// Certificate and key for Certeasy's own HTTPS listener.
@@ -148,7 +160,7 @@ impl Ca {
     }
 
     fn from_loaded(loaded: LoadedCa) -> Self {
-        let chain_pem = loaded
+        let chain_pem: String = loaded
             .chain_der
             .iter()
             .map(|der| pem::encode_certificate(der))
@@ -158,7 +170,7 @@ impl Ca {
             issuing_ski: loaded.issuing_ski,
             issuing_not_after: loaded.issuing_not_after,
             chain_der: loaded.chain_der,
-            chain_pem,
+            chain_pem: chain_pem.into(),
             root_pem: pem::encode_certificate(&loaded.root_der),
             root_path: loaded.root_path,
             may_sign_crls: loaded.may_sign_crls,
@@ -272,14 +284,12 @@ impl Ca {
         let cert = params
             .signed_by(&csr.key, &self.issuer)
             .map_err(Error::signing)?;
-        let der = cert.der().to_vec();
-        let pem = pem::encode_certificate(&der);
-        let chain_pem = format!("{pem}{}", self.chain_pem);
+        // The PEM texts are made when asked for (`IssuedCertificate::pem`): the server stores
+        // the DER and the chain, and assembles the download when it is read.
         Ok(IssuedCertificate {
             serial,
-            der,
-            pem,
-            chain_pem,
+            der: cert.der().to_vec(),
+            issuer_chain_pem: Arc::clone(&self.chain_pem),
             not_before,
             not_after,
             crl_shard,

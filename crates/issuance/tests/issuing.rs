@@ -118,9 +118,9 @@ fn leaves_for_ec_and_rsa_keys_follow_the_profile() {
         assert_eq!((issued.not_before, issued.not_after), (NOW, not_after));
         assert_eq!(issued.serial.as_bytes(), leaf.raw_serial());
         assert_eq!(leaf.subject().to_string(), "CN=b.example.com");
-        assert_eq!(pem_certs(&issued.pem), vec![issued.der.clone()]);
+        assert_eq!(pem_certs(&issued.pem()), vec![issued.der.clone()]);
         assert_eq!(
-            pem_certs(&issued.chain_pem),
+            pem_certs(&issued.chain_pem()),
             vec![issued.der.clone(), intermediate(&ca)]
         );
     }

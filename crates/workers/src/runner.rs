@@ -57,9 +57,6 @@ pub enum Error {
 /// place) reads everything from the database instead.
 #[derive(Debug)]
 pub enum Prepared {
-    /// The challenge as `start_challenge` left it (`processing`), and what the validation needs
-    /// of its authorization and account.
-    Validate(ValidationTarget),
     /// The order as `begin_finalize` left it (`processing`), of an account that was valid when
     /// the request was authenticated, and its CSR, checked against the order. The account is
     /// checked again in the transaction that stores the certificate.
@@ -106,7 +103,7 @@ pub struct Workers {
     inner: Arc<Inner>,
     cancel: CancellationToken,
     tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
-    /// Jobs started by requests (`run_claimed`), so that shutdown waits for them too.
+    /// Work started by requests (at once, or `run_claimed`), so that shutdown waits for it too.
     direct: TaskTracker,
 }
 
@@ -154,11 +151,10 @@ impl Workers {
         }
     }
 
-    /// Reserves a place to run a job at once, if one is free now. The caller then creates the job
-    /// already claimed (`Storage::start_challenge_claimed`, `Storage::begin_finalize_claimed`)
-    /// and hands it to [`Workers::run_claimed`]: no queue round trip (a claim commit, a worker
-    /// wake-up, a deletion commit) and no wait for a worker. `None` when every place is taken;
-    /// the job then goes through the queue as before.
+    /// Reserves a place to run work at once, if one is free now: a request hands it to
+    /// [`JobRunner::validate_at_once`] or [`JobRunner::finalize_at_once`] (or a job it created
+    /// already claimed to [`Workers::run_claimed`]), with no queue round trip and no wait for a
+    /// worker. `None` when every place is taken; the work then goes through the queue.
     pub fn try_slot(&self) -> Option<Slot> {
         if self.cancel.is_cancelled() {
             return None;
@@ -357,7 +353,7 @@ async fn run_job(inner: &Inner, job: Job, prepared: Option<Prepared>) {
     }
     let work = async {
         match job.kind {
-            JobKind::Validate(id) => validate(inner, &job, id, prepared).await,
+            JobKind::Validate(id) => validate(inner, &job, id).await,
             JobKind::Finalize(id) => finalize(inner, &job, id, prepared).await,
         }
     };
@@ -496,18 +492,11 @@ async fn give_up(inner: &Inner, job: &Job, cause: &str) {
     }
 }
 
-async fn validate(
-    inner: &Inner,
-    job: &Job,
-    id: ChallengeId,
-    prepared: Option<Prepared>,
-) -> Result<Settled, Error> {
-    let target = match prepared {
-        Some(Prepared::Validate(target)) if target.challenge.id == id => target,
-        _ => match load_validation(inner, id).await? {
-            Some(target) => target,
-            None => return Ok(Settled::No),
-        },
+/// A validation job from the queue or one claimed by its request: what it needs is read again,
+/// since a request that validates at once does so without a job (`validate_at_once`).
+async fn validate(inner: &Inner, job: &Job, id: ChallengeId) -> Result<Settled, Error> {
+    let Some(target) = load_validation(inner, id).await? else {
+        return Ok(Settled::No);
     };
     let span = validation_span(&target);
     let outcome = attempt_validation(inner, &target, &span).await;
@@ -798,7 +787,7 @@ fn sign(
     Ok(NewCertificate {
         serial: issued.serial,
         der: issued.der,
-        issuer_chain_pem: inner.ca.chain_pem().to_owned(),
+        issuer_chain_pem: issued.issuer_chain_pem.to_string(),
         not_before: issued.not_before,
         not_after: issued.not_after,
         crl_shard: issued.crl_shard,
@@ -934,8 +923,10 @@ async fn validate_at_once(
         () = tokio::time::sleep(wait) => None,
     };
     if let Some(Ok(())) = early {
-        span.in_scope(|| tracing::info!(attempt = 1, "validation succeeded"));
-        metrics::counter!("certeasy_validations_total", "type" => target.challenge.kind.as_str(), "outcome" => "valid").increment(1);
+        // The hook runs before the write, as the trait promises for every verdict. Should the
+        // write then find the challenge started by another instance, or refuse it (its
+        // authorization expired meanwhile), the client still answered a real validation, which
+        // is all a valid verdict tells the hook (the zombie count resets on it).
         let verdict = ValidationRecorded {
             account_id: target.account_id,
             authz_id: target.authz_id,
@@ -949,6 +940,11 @@ async fn validate_at_once(
             .record_valid_at_once(id, inner.clock.now())
             .await;
         drop(held);
+        // Logged and counted once recorded: a refused write is no verdict of this request.
+        if recorded.is_ok() {
+            span.in_scope(|| tracing::info!(attempt = 1, "validation succeeded"));
+            metrics::counter!("certeasy_validations_total", "type" => target.challenge.kind.as_str(), "outcome" => "valid").increment(1);
+        }
         let _ = reply.send(recorded);
         return;
     }
