@@ -11,6 +11,11 @@
 //! A read that started before a write committed could otherwise put the old row back after the
 //! write forgot it; so every forgetting advances a generation, and a read keeps what it found
 //! only if no account was forgotten since it began.
+//!
+//! The cache belongs to one [`crate::Storage::connect`] and its clones. The exclusive lock keeps
+//! other processes out, not a second `connect` to the same file in this process, which would
+//! keep accounts this one changed: the binary connects once (`serve`), and a tool that needs a
+//! second view of a running server's database asks the server.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -24,20 +24,11 @@ pub(crate) fn sqlite_path(url: &str) -> Option<PathBuf> {
 /// exists. `create_new` opens with O_EXCL and the mode is set at creation, so the file is never
 /// readable by others, not even for a moment.
 pub(crate) fn create_private(path: &Path) -> Result<()> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(source) => Err(Error::File {
-            path: path.display().to_string(),
-            source,
-        }),
+    match create_new_private(path) {
+        Err(Error::File { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(())
+        }
+        other => other,
     }
 }
 

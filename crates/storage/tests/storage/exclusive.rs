@@ -130,6 +130,17 @@ async fn a_backup_is_a_private_copy_that_opens_on_its_own() {
         std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777,
         0o600
     );
+    // Written under `<dest>.partial` and linked to `dest` once whole: nothing else is left.
+    let mut left: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.contains("backup"))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec![dest.file_name().unwrap().to_str().unwrap().to_owned()]
+    );
     // Written while the server goes on writing.
     let later = harness::account(&s, now).await;
 
