@@ -186,8 +186,7 @@ impl Ra {
             .map_err(|_| {
                 Refusal::problem(ProblemType::BadCsr, "\"csr\" is not base64url-encoded DER")
             })?;
-        let csr = csr.as_slice();
-        let checked = issuance::check_csr(csr, &order.identifiers).map_err(|e| match e {
+        let checked = issuance::check_csr(&csr, &order.identifiers).map_err(|e| match e {
             issuance::Error::BadCsr(detail) => {
                 Error::from(Refusal::problem(ProblemType::BadCsr, detail))
             }
@@ -209,18 +208,18 @@ impl Ra {
             Ok(held) => held,
             Err(busy) => {
                 busy.wait(ISSUE_WAIT * 2).await;
-                return self.finalize_queued(account, order.id, csr).await;
+                return self.finalize_queued(account, order.id, &csr).await;
             }
         };
         let jobs = &self.inner.jobs;
         let Some(slot) = jobs.try_slot() else {
-            let queued = self.finalize_queued(account, order.id, csr).await;
+            let queued = self.finalize_queued(account, order.id, &csr).await;
             drop(held);
             return queued;
         };
         let (account_id, order_id) = (account.id, order.id);
         let finalized = jobs
-            .finalize_at_once(slot, order, csr.to_vec(), checked, ISSUE_WAIT, held)
+            .finalize_at_once(slot, order, csr, checked, ISSUE_WAIT, held)
             .await
             .map_err(|_| {
                 Error::internal("finalization", &"the finalization ended without an answer")
