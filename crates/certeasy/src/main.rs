@@ -806,14 +806,16 @@ async fn eab(client: &reqwest::Client, base: &str, command: EabCommand) -> anyho
             let field = |name: &str| key.get(name).and_then(|v| v.as_str()).unwrap_or("");
             println!("Key ID:   {}", field("kid"));
             println!("HMAC key: {}", field("hmac-key"));
+            // The `=` form: a base64url key may start with '-', which argument parsers would
+            // otherwise take for an option.
             println!("The HMAC key is shown only now. Give both to the ACME client, e.g.");
             println!(
-                "  certbot --eab-kid {} --eab-hmac-key {}",
+                "  certbot --eab-kid={} --eab-hmac-key={}",
                 field("kid"),
                 field("hmac-key")
             );
             println!(
-                "  lego --eab --kid {} --hmac {}",
+                "  lego --eab --kid={} --hmac={}",
                 field("kid"),
                 field("hmac-key")
             );

@@ -358,7 +358,12 @@ async fn lego_registers_and_issues_with_a_key() {
     assert!(!ok && requires_eab(&out), "{out}");
 
     let mut cmd = lego(&env, &path, port, &name);
-    cmd.args(["--eab", "--kid", &kid, "--hmac", &hmac, "run"]);
+    cmd.args([
+        "--eab",
+        &format!("--kid={kid}"),
+        &format!("--hmac={hmac}"),
+        "run",
+    ]);
     let (ok, out) = run(cmd, TIMEOUT).await;
     assert!(
         ok,
@@ -371,7 +376,12 @@ async fn lego_registers_and_issues_with_a_key() {
     // The same account (lego keeps it under --path) is refused outside the key's domain.
     let outside = format!("outside-{}.certeasy.test", env.suffix);
     let mut cmd = lego(&env, &path, port, &outside);
-    cmd.args(["--eab", "--kid", &kid, "--hmac", &hmac, "run"]);
+    cmd.args([
+        "--eab",
+        &format!("--kid={kid}"),
+        &format!("--hmac={hmac}"),
+        "run",
+    ]);
     let (ok, out) = run(cmd, TIMEOUT).await;
     assert!(!ok && out.contains("rejectedIdentifier"), "{out}");
 }
@@ -410,7 +420,8 @@ async fn certbot_registers_and_issues_with_a_key_on_postgres() {
     assert!(!ok && requires_eab(&out), "{out}");
 
     let mut cmd = certbot(&env, &dir, port, &name);
-    cmd.args(["--eab-kid", &kid, "--eab-hmac-key", &hmac]);
+    // `=`: a key that starts with '-' would otherwise be taken for an option.
+    cmd.args([format!("--eab-kid={kid}"), format!("--eab-hmac-key={hmac}")]);
     let (ok, out) = run(cmd, TIMEOUT).await;
     assert!(
         ok,
