@@ -292,10 +292,15 @@ fn run_prepared(
             .collect()
     };
     let width = stmt.column_count();
+    // A statement that writes runs to its end even when only its first row is wanted (an
+    // `INSERT … RETURNING`): outside a transaction SQLite commits it when it is reset, but calls
+    // the WAL hook, which checkpoints, only when a statement finishes. Reset early, a stream of
+    // such inserts (new-account) never checkpointed, and the WAL grew by some 3 MB a second.
+    let writes = !stmt.readonly();
     let mut rows = stmt.raw_query();
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
-        if want == Want::Done {
+        if want == Want::Done || (want == Want::First && !out.is_empty()) {
             continue;
         }
         let mut values = Vec::with_capacity(width);
@@ -306,7 +311,7 @@ fn run_prepared(
             names: Arc::clone(&names),
             values,
         }));
-        if want == Want::First {
+        if want == Want::First && !writes {
             break;
         }
     }

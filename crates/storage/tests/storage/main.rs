@@ -12,6 +12,7 @@ mod at_once;
 mod authz_lifetimes;
 mod certificates;
 mod challenge_starts;
+mod checkpoints;
 mod connect;
 mod crls;
 mod deactivated;
