@@ -1,5 +1,7 @@
 //! SQLite's WAL stays near the checkpoint interval however many commits come, whatever kind of
-//! statement makes them, and every commit is in the database when it is opened again.
+//! statement makes them, and every commit is in the database when it is opened again. The
+//! checkpoints run beside the writer (`Checkpointer` in `sql/lite.rs`); were they not started,
+//! the WAL would grow to the backstop of 10 intervals at which the writer checkpoints itself.
 
 use storage::Storage;
 use storage::model::NewAccount;
