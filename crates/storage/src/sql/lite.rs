@@ -192,8 +192,12 @@ impl Checkpointer {
         let this = Arc::clone(self);
         let writer = Arc::clone(writer);
         runtime.spawn(async move {
-            if let Err(e) = Arc::clone(&this).run(&writer).await {
-                tracing::warn!(error = %e, "WAL checkpoint failed; the next commit tries again");
+            match Arc::clone(&this).run(&writer).await {
+                // The database closed meanwhile; closing checkpoints what is left.
+                Ok(()) | Err(Error::Closed) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; the next commit tries again");
+                }
             }
             this.running.store(false, Ordering::Release);
         });
