@@ -6,6 +6,7 @@ mod account_keys;
 mod auth;
 mod client_ip;
 pub mod crl;
+mod directory_object;
 mod handlers;
 mod headers;
 mod limit_headers;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use axum::body::Bytes;
 use axum::http::HeaderValue;
 use ipnet::IpNet;
 use issuance::Ca;
@@ -38,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) index_link: Option<HeaderValue>,
     /// `settings.trusted_proxies`, normalised once.
     pub(crate) trusted_proxies: Vec<IpNet>,
+    /// The directory object, serialised once (`directory_object.rs`).
+    pub(crate) directory: Bytes,
 }
 
 impl ApiState {
@@ -53,11 +56,13 @@ impl ApiState {
         let urls = Urls::new(&settings.base_url);
         let index_link =
             HeaderValue::from_str(&format!("<{}>;rel=\"index\"", urls.directory())).ok();
+        let directory = crate::directory_object::render(&settings, ra.settings(), &urls);
         Self {
             inner: Arc::new(Inner {
                 urls,
                 index_link,
                 trusted_proxies: crate::client_ip::canonical_nets(settings.trusted_proxies.clone()),
+                directory,
                 settings,
                 ra,
                 storage,

@@ -11,6 +11,9 @@ use acme_core::ids::CertificateId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 
+/// Where the directory's `renewalInfo` points; a certificate's identifier follows it.
+pub(crate) const RENEWAL_INFO_PATH: &str = "/acme/renewal-info";
+
 /// The external base URL (`server.external-url`) and the resource paths under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Urls {

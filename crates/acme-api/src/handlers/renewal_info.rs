@@ -14,9 +14,6 @@ use crate::response::Resource;
 use crate::state::ApiState;
 use crate::wire::rfc3339;
 
-/// Where the directory's `renewalInfo` points; a certificate's identifier follows it.
-pub(crate) const RENEWAL_INFO_PATH: &str = "/acme/renewal-info";
-
 pub(crate) async fn renewal_info(
     State(state): State<ApiState>,
     Path(cert_id): Path<String>,
