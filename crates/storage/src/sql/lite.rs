@@ -148,8 +148,9 @@ fn note_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
     if pages >= CHECKPOINT_BACKSTOP_PAGES {
         // As SQLite's own hook does, a failed checkpoint is not the commit's failure: the commit
         // is done, and an error here would make COMMIT report one.
-        if let Err(e) = wal.checkpoint() {
-            tracing::warn!(error = %e, pages, "checkpoint in the commit failed");
+        match wal.checkpoint() {
+            Ok(()) => count_checkpoint("commit"),
+            Err(e) => tracing::warn!(error = %e, pages, "checkpoint in the commit failed"),
         }
     }
     Ok(())
@@ -215,7 +216,9 @@ impl Checkpointer {
             }
         }
         let lease = writer.lease().await?;
-        checkpoint(lease.conn()?)
+        checkpoint(lease.conn()?)?;
+        count_checkpoint("beside");
+        Ok(())
     }
 
     /// The pages the WAL holds now; commits go on meanwhile.
@@ -227,6 +230,13 @@ impl Checkpointer {
             None => Ok(()),
         }
     }
+}
+
+/// `certeasy_sqlite_checkpoints_total{where}`: `beside` the writer, as they should be, or in a
+/// `commit` at the backstop, which says the checkpoints beside it fell behind the writes (a
+/// disk slower than the commits).
+fn count_checkpoint(place: &'static str) {
+    metrics::counter!("certeasy_sqlite_checkpoints_total", "where" => place).increment(1);
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what no reader still needs from the WAL, without

@@ -3,6 +3,8 @@
 //! checkpoints run beside the writer (`Checkpointer` in `sql/lite.rs`); were they not started,
 //! the WAL would grow to the backstop of 10 intervals at which the writer checkpoints itself.
 
+use metrics_util::debugging::DebugValue;
+use metrics_util::debugging::DebuggingRecorder;
 use storage::Storage;
 use storage::model::NewAccount;
 
@@ -20,8 +22,33 @@ async fn sqlite_in(dir: &tempfile::TempDir) -> Storage {
 /// 1,000 pages, SQLite's interval and ours, of 1 KiB each with their 24-byte frame headers.
 const INTERVAL_BYTES: u64 = 1000 * (1024 + 24);
 
+/// `certeasy_sqlite_checkpoints_total` by its `where` label.
+fn checkpoints(snapshotter: &metrics_util::debugging::Snapshotter, place: &str) -> u64 {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == "certeasy_sqlite_checkpoints_total"
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "where" && l.value() == place)
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            other => panic!("not a counter: {other:?}"),
+        })
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_near_the_interval_while_commits_go_on() {
+    // The one test of this binary that installs a recorder (nextest runs each test in a
+    // process of its own; under `cargo test` others' checkpoints could only add to `beside`).
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let s = sqlite_in(&dir).await;
     // Each `INSERT … RETURNING` commits on its own; some 4.7 pages per account (its row of half
@@ -49,6 +76,11 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
         wal < 5 * INTERVAL_BYTES,
         "the WAL grew to {wal} bytes: it was not checkpointed as commits came"
     );
+    // Some 28 intervals were written: nearly all of them checkpointed beside the writer (one
+    // starts only when the last is done, so a few intervals may share one), none in a commit.
+    let beside = checkpoints(&snapshotter, "beside");
+    assert!(beside >= 5, "{beside} checkpoints beside the writer");
+    assert_eq!(checkpoints(&snapshotter, "commit"), 0);
     s.close().await;
 
     let s = sqlite_in(&dir).await;
