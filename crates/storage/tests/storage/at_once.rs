@@ -354,15 +354,12 @@ async fn a_challenge_that_left_pending_is_returned_unchanged(s: &Storage) {
 async fn an_expired_authorization_is_refused_and_its_expiry_persisted(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
-    let order = harness::created_order(
+    let order = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["a.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(1),
-            false,
-        ),
+        acct.id,
+        &["a.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(1),
         now,
     )
     .await;
@@ -791,15 +788,12 @@ async fn an_expired_order_is_refused_and_invalidated(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     // The order expires in an hour, long before its authorization (valid for 30 days).
-    let order = harness::created_order(
+    let order = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["a.example.com"],
-            now + Duration::hours(1),
-            now + Duration::days(7),
-            false,
-        ),
+        acct.id,
+        &["a.example.com"],
+        now + Duration::hours(1),
+        now + Duration::days(7),
         now,
     )
     .await;

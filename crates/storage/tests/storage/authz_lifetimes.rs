@@ -95,29 +95,23 @@ async fn an_order_never_outlives_its_authorizations(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     // Pending authorizations that expire before the order: the order is cut to them.
-    let order = harness::created_order(
+    let order = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["a.example.com", "b.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(1),
-            false,
-        ),
+        acct.id,
+        &["a.example.com", "b.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(1),
         now,
     )
     .await;
     assert_eq!(order.expires_at, now + Duration::hours(1));
     // Authorizations that outlive the order leave the order's own expiry alone.
-    let order = harness::created_order(
+    let order = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["c.example.com"],
-            now + Duration::hours(3),
-            now + Duration::days(7),
-            false,
-        ),
+        acct.id,
+        &["c.example.com"],
+        now + Duration::hours(3),
+        now + Duration::days(7),
         now,
     )
     .await;

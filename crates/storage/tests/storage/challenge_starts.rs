@@ -25,15 +25,12 @@ crate::both_backends!(
 
 /// An order for one name whose authorization expires an hour after `now`, the order a week after.
 async fn order_with_short_authz(s: &Storage, account: AccountId, now: OffsetDateTime) -> Order {
-    harness::created_order(
+    harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            account,
-            &["a.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(1),
-            false,
-        ),
+        account,
+        &["a.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(1),
         now,
     )
     .await

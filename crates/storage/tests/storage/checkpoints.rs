@@ -5,19 +5,10 @@
 
 use metrics_util::debugging::DebugValue;
 use metrics_util::debugging::DebuggingRecorder;
-use storage::Storage;
 use storage::model::NewAccount;
 
+use crate::harness;
 use crate::harness::t0;
-
-async fn sqlite_in(dir: &tempfile::TempDir) -> Storage {
-    Storage::connect(&format!(
-        "sqlite://{}",
-        dir.path().join("certeasy.db").display()
-    ))
-    .await
-    .unwrap()
-}
 
 /// 1,000 pages, SQLite's interval and ours, of 1 KiB each with their 24-byte frame headers.
 const INTERVAL_BYTES: u64 = 1000 * (1024 + 24);
@@ -50,7 +41,7 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
     let snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let s = sqlite_in(&dir).await;
+    let s = harness::sqlite_in(&dir).await;
     // Each `INSERT … RETURNING` commits on its own; some 4.7 pages per account (its row of half
     // a page, an index entry on a random leaf, the splits), 28 intervals in all.
     let accounts = 6_000;
@@ -83,7 +74,7 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
     assert_eq!(checkpoints(&snapshotter, "commit"), 0);
     s.close().await;
 
-    let s = sqlite_in(&dir).await;
+    let s = harness::sqlite_in(&dir).await;
     for i in 0..accounts {
         let account = s
             .account_by_thumbprint(&format!("thumbprint-{i}"))

@@ -13,21 +13,12 @@ use time::Duration;
 use crate::harness;
 use crate::harness::t0;
 
-async fn sqlite_in(dir: &tempfile::TempDir) -> Storage {
-    Storage::connect(&format!(
-        "sqlite://{}",
-        dir.path().join("certeasy.db").display()
-    ))
-    .await
-    .unwrap()
-}
-
 /// Every write to an account is seen by the next read, however often the account was read
 /// before (the kept copy is forgotten when the write commits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_account_follows_every_write() {
     let dir = tempfile::tempdir().unwrap();
-    let s = sqlite_in(&dir).await;
+    let s = harness::sqlite_in(&dir).await;
     let now = t0();
     let account = harness::account(&s, now).await;
     for _ in 0..3 {
@@ -84,7 +75,7 @@ async fn a_kept_account_follows_every_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_a_deactivation_never_bring_the_old_account_back() {
     let dir = tempfile::tempdir().unwrap();
-    let s = sqlite_in(&dir).await;
+    let s = harness::sqlite_in(&dir).await;
     let now = t0();
     for round in 0..20 {
         let account = harness::account(&s, now).await;
@@ -116,7 +107,7 @@ async fn reads_racing_a_deactivation_never_bring_the_old_account_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_is_a_private_copy_that_opens_on_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let s = sqlite_in(&dir).await;
+    let s = harness::sqlite_in(&dir).await;
     let now = t0();
     let accounts = [
         harness::account(&s, now).await,

@@ -73,11 +73,19 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let dir = tempfile::tempdir().unwrap();
-    // The file does not exist yet: connect must create it.
-    let url = format!("sqlite://{}", dir.path().join("certeasy.db").display());
-    let storage = Storage::connect(&url).await.unwrap();
+    let storage = sqlite_in(&dir).await;
     assert_eq!(storage.backend(), storage::Backend::Sqlite);
     reraise(run_guarded(storage, scenario).await);
+}
+
+/// The database `certeasy.db` in `dir`, created by `connect` when it does not exist yet.
+pub(crate) async fn sqlite_in(dir: &tempfile::TempDir) -> Storage {
+    Storage::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("certeasy.db").display()
+    ))
+    .await
+    .unwrap()
 }
 
 pub(crate) async fn postgres<F, Fut>(scenario: F)
@@ -259,6 +267,19 @@ pub(crate) async fn created_order(s: &Storage, new: NewOrder, now: OffsetDateTim
     s.create_order(new, &OrderGuards::default(), now)
         .await
         .unwrap()
+}
+
+/// A created order for `names` whose order and authorizations expire when given.
+pub(crate) async fn order_expiring(
+    s: &Storage,
+    account: AccountId,
+    names: &[&str],
+    order_expires: OffsetDateTime,
+    authz_expires: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Order {
+    let new = new_order_expiring(account, names, order_expires, authz_expires, false);
+    created_order(s, new, now).await
 }
 
 pub(crate) fn new_order_expiring(

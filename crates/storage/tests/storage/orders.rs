@@ -395,15 +395,12 @@ async fn order_and_authz_expiry(s: &Storage) {
     let acct = harness::account(s, now).await;
 
     // Order expiry.
-    let short = harness::created_order(
+    let short = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["a.example.com"],
-            now + Duration::hours(1),
-            now + Duration::days(7),
-            false,
-        ),
+        acct.id,
+        &["a.example.com"],
+        now + Duration::hours(1),
+        now + Duration::days(7),
         now,
     )
     .await;
@@ -437,15 +434,12 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // Pending authorization expiry invalidates its order.
-    let order = harness::created_order(
+    let order = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["b.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(2),
-            false,
-        ),
+        acct.id,
+        &["b.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(2),
         now,
     )
     .await;
@@ -481,15 +475,12 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // A valid authorization expires through a plain read; its ready order becomes invalid.
-    let ready = harness::created_order(
+    let ready = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["c.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(3),
-            false,
-        ),
+        acct.id,
+        &["c.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(3),
         now,
     )
     .await;
@@ -522,15 +513,12 @@ async fn order_and_authz_expiry(s: &Storage) {
     );
 
     // A validation that finishes after its authorization expired keeps the authorization expired.
-    let late = harness::created_order(
+    let late = harness::order_expiring(
         s,
-        harness::new_order_expiring(
-            acct.id,
-            &["d.example.com"],
-            now + Duration::days(7),
-            now + Duration::hours(4),
-            false,
-        ),
+        acct.id,
+        &["d.example.com"],
+        now + Duration::days(7),
+        now + Duration::hours(4),
         now,
     )
     .await;
