@@ -27,13 +27,16 @@
 #   BENCH_FLAME [1]             profile Certeasy's full issuance (perf) after the rounds
 #   BENCH_FLAME_SECS [10]       length of the profiled run
 #   BENCH_PERF_CALLGRAPH [dwarf,16384]  perf record --call-graph mode
-#   BENCH_PORT_BASE [18400]     first of the loopback ports used (BASE to BASE+16)
+#   BENCH_PORT_BASE [18400]     first of the loopback ports used (BASE to BASE+17)
 #   BENCH_SETTLE_LOAD [0.5], BENCH_SETTLE_SECS [90]  before the first round, wait (at most that
 #                               long) for the 1-minute load average to fall below that
 #   BENCH_UPDATE_DOCS [1]       write the table into docs/performance.md and the images to docs/img
 #   BENCH_SCALE_ACCOUNTS [10000], BENCH_SCALE_ORDERS [100000], BENCH_SCALE_CONCURRENCY [16]
 #   BENCH_CLUSTER_ROUNDS [BENCH_ROUNDS], BENCH_CLUSTER_DURATION [BENCH_DURATION],
 #   BENCH_CLUSTER_SCENARIOS ["full:32 new-order:32"]
+#   BENCH_CLUSTER_DB_DELAY_US [0]  (cluster) hold PostgreSQL's traffic this many microseconds
+#                               each way (the load generator's proxy), for a database on a
+#                               host of its own: 250 is a round trip of about 0.5 ms
 #   BENCH_TESTMODE_CONCURRENCY [32], BENCH_TESTMODE_DURATION [BENCH_DURATION] (testmode)
 #   CERTEASY_TEST_POSTGRES_URL [postgres://postgres@127.0.0.1:5432/postgres] (cluster)
 #   BENCH_REDIS_URL [redis://127.0.0.1:6379] (cluster; keys under a fresh per-run prefix)
@@ -61,6 +64,7 @@ dns_port=$((base + 5))
 proxy_port=$((base + 6))
 acme2_port=$((base + 7))
 admin2_port=$((base + 8))
+db_proxy_port=$((base + 17))
 font=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 
 out="$CARGO_TARGET_DIR/bench-$part"
@@ -382,10 +386,13 @@ cluster() {
       done
     done
   done
+  local network=""
+  [ "${BENCH_CLUSTER_DB_DELAY_US:-0}" != 0 ] &&
+    network=", PostgreSQL reached through a proxy delaying each direction ${BENCH_CLUSTER_DB_DELAY_US} µs"
   report cluster certeasy-1 certeasy-2 \
-    "$rounds rounds of $duration s per scenario; PostgreSQL + Redis, one instance vs two behind one TCP round-robin proxy"
+    "$rounds rounds of $duration s per scenario; PostgreSQL + Redis, one instance vs two behind one TCP round-robin proxy$network"
   report postgres-vs-sqlite certeasy-sqlite certeasy-1 \
-    "$rounds rounds of $duration s per scenario, behind the same proxy; one instance on the embedded SQLite default vs one on PostgreSQL + Redis"
+    "$rounds rounds of $duration s per scenario, behind the same proxy; one instance on the embedded SQLite default vs one on PostgreSQL + Redis$network"
 }
 
 cluster_run() {
@@ -396,10 +403,22 @@ cluster_run() {
   local db_url redis_arg
   if [ "$instances" = sqlite ]; then instances=1 db_url="" redis_arg=""; fi
   local prefix="certeasy-loadgen-$$-$RANDOM:" base_url=${admin_url%/*}
+  local db_delay="${BENCH_CLUSTER_DB_DELAY_US:-0}" db_proxy_pid=""
   log "round $round: $label, $scenario x$concurrency (load average $(cut -d' ' -f1 /proc/loadavg))"
   if [ "$label" != certeasy-sqlite ]; then
     psql "$admin_url" -v ON_ERROR_STOP=1 -qc "CREATE DATABASE $db" >/dev/null
     db_url="$base_url/$db" redis_arg="$redis_url"
+    if [ "$db_delay" != 0 ]; then
+      # The instances reach PostgreSQL through a proxy that delays each direction, as a
+      # database on another host would answer; the URL's user and host:port are kept apart.
+      local authority=${base_url#*://} user=""
+      case "$authority" in *@*) user="${authority%%@*}@" authority=${authority#*@} ;; esac
+      "$loadgen" proxy --listen "127.0.0.1:$db_proxy_port" --backend "$authority" \
+        --delay-us "$db_delay" 2>/dev/null &
+      db_proxy_pid=$!
+      wait_port "$db_proxy_port" "$db_proxy_pid"
+      db_url="${base_url%%://*}://${user}127.0.0.1:$db_proxy_port/$db"
+    fi
   fi
   server_dir=$(mktemp -d "$out/run.$label.XXXX")
   local pids=() backends=() i port admin config
@@ -425,6 +444,7 @@ cluster_run() {
     --label "$label" --round "$round" --output "$out/raw/$label-$scenario-c$concurrency-r$round.json" >&2 ||
     { tail -20 "$server_dir"/server-*.log >&2; stop "$proxy_pid" "${pids[@]}"; return 1; }
   stop "$proxy_pid" "${pids[@]}"
+  [ -n "$db_proxy_pid" ] && stop "$db_proxy_pid"
   [ -n "$db_url" ] && { psql "$admin_url" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true; }
   # Only this run's keys (never a flush: the Redis instance is shared).
   redis-cli -u "$redis_url" --scan --pattern "$prefix*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true

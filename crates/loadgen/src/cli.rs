@@ -152,6 +152,11 @@ pub(crate) struct ProxyArgs {
     /// Backend address; repeat for each backend.
     #[arg(long = "backend", required = true)]
     pub(crate) backends: Vec<SocketAddr>,
+    /// Hold every chunk this many microseconds before passing it on, in each direction: a
+    /// network between the two sides, e.g. a database on a host of its own (250 makes a round
+    /// trip of about 0.5 ms plus the timer's slack). 0 passes data through at once.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) delay_us: u64,
 }
 
 #[derive(Debug, Args)]
