@@ -330,6 +330,7 @@ report() {
   local args=(--results "$out/raw" --baseline "$baseline" --subject "$subject"
     --preamble "$out/preamble.md" --markdown "$out/table.md" --font "$font")
   [ "$marker" != scale ] && args+=(--chart "$out/$marker.png")
+  [ -d "$out/stalled" ] && args+=(--stalled "$out/stalled")
   if [ "${BENCH_UPDATE_DOCS:-1}" = 1 ]; then
     args+=(--insert-into docs/performance.md --marker "$marker")
     mkdir -p docs/img

@@ -164,6 +164,10 @@ pub(crate) struct ReportArgs {
     /// Directory holding the JSON results (`run --output`), any file name ending in `.json`.
     #[arg(long)]
     pub(crate) results: PathBuf,
+    /// Directory holding the runs set aside because a flow stalled: for a case with no clean
+    /// run of a server, the report gives that server's rate until its first stall instead.
+    #[arg(long)]
+    pub(crate) stalled: Option<PathBuf>,
     /// Label of the baseline server (the ratio's denominator).
     #[arg(long, default_value = "pebble")]
     pub(crate) baseline: String,

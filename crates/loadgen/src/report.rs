@@ -130,6 +130,55 @@ pub(crate) fn comparison_table(grouped: &Grouped, baseline: &str, subject: &str)
     md
 }
 
+/// For each case in which a server has no clean run but runs set aside: its rate until the first
+/// stall (medians over those runs), against the other servers' clean flows/s. `None` when no
+/// such case exists.
+pub(crate) fn before_stall_table(clean: &Grouped, stalled: &Grouped) -> Option<String> {
+    let mut md = String::new();
+    for (case, by_label) in stalled {
+        for (label, runs) in by_label {
+            if clean
+                .get(case)
+                .is_some_and(|c| c.get(label).is_some_and(|r| !r.is_empty()))
+            {
+                continue;
+            }
+            let Some(before) = spread(Some(runs), |r| {
+                r.before_stall.as_ref().map(|b| b.flows_per_s)
+            }) else {
+                continue;
+            };
+            let seconds = spread(Some(runs), |r| r.before_stall.as_ref().map(|b| b.seconds));
+            for (other, other_runs) in clean.get(case).into_iter().flatten() {
+                if other == label {
+                    continue;
+                }
+                let theirs = spread(Some(other_runs), |r| Some(r.flows_per_s));
+                let _ = writeln!(
+                    md,
+                    "| {} | {} until its first stall ({} set-aside runs; {} s each) | {} | {} | {} |",
+                    case.title(),
+                    display(label),
+                    runs.len(),
+                    cell(seconds, 1),
+                    cell(Some(before), 1),
+                    cell(theirs, 1),
+                    ratio(theirs, Some(before)),
+                );
+            }
+        }
+    }
+    (!md.is_empty()).then(|| {
+        format!(
+            "A server with no clean run of a case, measured until its first stall instead (the flows that \
+             ended before the first stalled flow began, the ramp-up to the first end left out): \
+             its rate while it still answered, an upper bound of its figure for the case.\n\n\
+             | scenario | measured | flows/s | other server's clean flows/s | other / this |\n\
+             |---|---|---:|---:|---:|\n{md}"
+        )
+    })
+}
+
 /// Per-phase latency of the full issuance: medians over rounds of each round's p50/p90/p99.
 pub(crate) fn phase_table(grouped: &Grouped, baseline: &str, subject: &str) -> String {
     let mut md = String::new();
@@ -244,6 +293,13 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
             md.push_str(&phase_table(&grouped, &args.baseline, &args.subject));
         }
     }
+    if let Some(dir) = args.stalled.as_deref().filter(|d| d.is_dir()) {
+        let stalled = load(dir)?;
+        if let Some(table) = before_stall_table(&grouped, &stalled) {
+            md.push('\n');
+            md.push_str(&table);
+        }
+    }
     if let Some(scale) = scale_table(&grouped) {
         if !md.is_empty() && !md.ends_with("\n\n") {
             md.push('\n');
@@ -270,10 +326,12 @@ mod tests {
     use super::Case;
     use super::Grouped;
     use super::ScenarioOrder;
+    use super::before_stall_table;
     use super::cell;
     use super::comparison_table;
     use super::insert_between_markers;
     use crate::cli::Scenario;
+    use crate::run::BeforeStall;
     use crate::run::RunResult;
     use crate::stats::Latency;
     use crate::stats::Spread;
@@ -299,6 +357,7 @@ mod tests {
             phases_ms: BTreeMap::new(),
             server: None,
             scale: None,
+            before_stall: None,
         }
     }
 
@@ -336,6 +395,51 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| p50 ms | 2.0 (2.0–2.0) |"), "{md}");
+    }
+
+    /// A server whose every run of a case stalled is measured against its rate until the first
+    /// stall; a server with a clean run of a case is not, whatever its set-aside runs.
+    #[test]
+    fn a_case_with_only_stalled_runs_is_compared_with_its_rate_before_the_stall() {
+        let case = Case {
+            scenario: ScenarioOrder::NewAccount,
+            concurrency: 32,
+        };
+        let stalled_run = |label: &str, round, rate| RunResult {
+            stalls: 5,
+            before_stall: Some(BeforeStall {
+                flows: 300,
+                seconds: 1.5,
+                flows_per_s: rate,
+            }),
+            ..result(label, round, 40.0)
+        };
+        let mut clean = Grouped::new();
+        clean.entry(case).or_default().insert(
+            "certeasy".to_owned(),
+            vec![result("certeasy", 1, 600.0), result("certeasy", 2, 640.0)],
+        );
+        let mut stalled = Grouped::new();
+        let set_aside = stalled.entry(case).or_default();
+        set_aside.insert(
+            "pebble".to_owned(),
+            vec![
+                stalled_run("pebble", 1, 300.0),
+                stalled_run("pebble", 1, 200.0),
+                stalled_run("pebble", 2, 250.0),
+            ],
+        );
+        let md = before_stall_table(&clean, &stalled).unwrap();
+        assert!(
+            md.contains("| new-account, 32 concurrent | Pebble until its first stall (3 set-aside runs; 1.5 (1.5–1.5) s each) | 250.0 (200.0–300.0) | 620.0 (600.0–640.0) | **2.48** |"),
+            "{md}"
+        );
+        // Once the server has a clean run, its set-aside runs say nothing more.
+        clean
+            .get_mut(&case)
+            .unwrap()
+            .insert("pebble".to_owned(), vec![result("pebble", 3, 310.0)]);
+        assert!(before_stall_table(&clean, &stalled).is_none());
     }
 
     #[test]

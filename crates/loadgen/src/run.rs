@@ -47,6 +47,10 @@ struct Outcomes {
     timings: Vec<Timings>,
     /// Whole-flow latency of each successful flow, ms.
     totals: Vec<f64>,
+    /// When each successful flow ended, seconds after the lanes started.
+    ended_s: Vec<f64>,
+    /// When the first flow that stalled began, seconds after the lanes started.
+    first_stall_began_s: Option<f64>,
     errors: u64,
     stalls: u64,
     error_samples: Vec<String>,
@@ -57,6 +61,11 @@ impl Outcomes {
     fn merge(&mut self, other: Self) {
         self.timings.extend(other.timings);
         self.totals.extend(other.totals);
+        self.ended_s.extend(other.ended_s);
+        self.first_stall_began_s = match (self.first_stall_began_s, other.first_stall_began_s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.errors += other.errors;
         self.stalls += other.stalls;
         for sample in other.error_samples {
@@ -69,6 +78,31 @@ impl Outcomes {
     fn flows(&self) -> u64 {
         self.totals.len() as u64
     }
+
+    /// The rate while the server still answered, for a run in which a flow stalled: the flows
+    /// that ended between the first flow's end and the start of the first flow that stalled,
+    /// over that time. A server that deadlocks (Pebble 2.4 under concurrent finalizations) has
+    /// no figure over the whole run, but this one is a fair upper bound of its rate: every
+    /// flow counted ended before the deadlock, and the ramp-up before the first end is left out.
+    fn before_stall(&self) -> Option<BeforeStall> {
+        let stall = self.first_stall_began_s?;
+        let first = self.ended_s.iter().copied().fold(f64::INFINITY, f64::min);
+        let flows = self.ended_s.iter().filter(|&&t| t <= stall).count();
+        let seconds = stall - first;
+        (flows >= 2 && seconds > 0.0).then(|| BeforeStall {
+            flows: flows as u64,
+            seconds,
+            flows_per_s: (flows - 1) as f64 / seconds,
+        })
+    }
+}
+
+/// [`Outcomes::before_stall`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct BeforeStall {
+    pub(crate) flows: u64,
+    pub(crate) seconds: f64,
+    pub(crate) flows_per_s: f64,
 }
 
 /// The server processes' figures over the timed part.
@@ -113,6 +147,9 @@ pub(crate) struct RunResult {
     pub(crate) phases_ms: BTreeMap<String, Latency>,
     pub(crate) server: Option<ServerFigures>,
     pub(crate) scale: Option<ScaleFigures>,
+    /// Only for a run in which a flow stalled; absent from results written before it existed.
+    #[serde(default)]
+    pub(crate) before_stall: Option<BeforeStall>,
 }
 
 /// Runs lanes that each call `flow(lane, sequence)` until `stop`; a flow running longer than
@@ -145,6 +182,7 @@ where
                         outcomes
                             .totals
                             .push(flow_started.elapsed().as_secs_f64() * 1e3);
+                        outcomes.ended_s.push(started.elapsed().as_secs_f64());
                         outcomes.timings.push(timings);
                     }
                     Ok(Err(error)) => {
@@ -153,7 +191,16 @@ where
                             outcomes.error_samples.push(format!("{error:#}"));
                         }
                     }
-                    Err(_) => outcomes.stalls += 1,
+                    Err(_) => {
+                        outcomes.stalls += 1;
+                        let began = (flow_started - started).as_secs_f64();
+                        if outcomes
+                            .first_stall_began_s
+                            .is_none_or(|first| began < first)
+                        {
+                            outcomes.first_stall_began_s = Some(began);
+                        }
+                    }
                 }
             }
             outcomes
@@ -383,6 +430,7 @@ fn summarise(
     scale: Option<ScaleFigures>,
 ) -> RunResult {
     let flows = outcomes.flows();
+    let before_stall = outcomes.before_stall();
     let mut by_phase: BTreeMap<Phase, Vec<f64>> = BTreeMap::new();
     let mut polls = 0;
     for timings in &outcomes.timings {
@@ -414,6 +462,7 @@ fn summarise(
             .collect(),
         server,
         scale,
+        before_stall,
     }
 }
 
@@ -456,6 +505,13 @@ fn print_summary(result: &RunResult) {
             server.vmrss_kib as f64 / 1024.0
         );
     }
+    if let Some(before) = &result.before_stall {
+        let _ = writeln!(
+            out,
+            "  before the first stall: {} flows in {:.2} s = {:.1} flows/s",
+            before.flows, before.seconds, before.flows_per_s
+        );
+    }
     if let Some(scale) = &result.scale {
         let _ = writeln!(
             out,
@@ -465,5 +521,43 @@ fn print_summary(result: &RunResult) {
     }
     for sample in &result.error_samples {
         let _ = writeln!(out, "  error: {sample}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcomes;
+
+    /// The rate counts the flows that ended by the time the first stalled flow began, from the
+    /// first end on; a run without a stall has none.
+    #[test]
+    fn the_rate_before_a_stall_leaves_out_the_ramp_up_and_what_ended_after_it() {
+        let mut outcomes = Outcomes {
+            ended_s: vec![0.5, 0.7, 1.0, 1.5, 2.5, 3.0],
+            ..Outcomes::default()
+        };
+        assert!(outcomes.before_stall().is_none());
+        outcomes.first_stall_began_s = Some(1.5);
+        let before = outcomes.before_stall().unwrap();
+        assert_eq!(before.flows, 4);
+        assert!((before.seconds - 1.0).abs() < 1e-9);
+        // Three flows ended in the second after the first end.
+        assert!((before.flows_per_s - 3.0).abs() < 1e-9);
+        // A stall before the second end leaves nothing to measure.
+        outcomes.first_stall_began_s = Some(0.6);
+        assert!(outcomes.before_stall().is_none());
+    }
+
+    /// Lanes merge to the earliest stall of any of them.
+    #[test]
+    fn merged_lanes_keep_the_earliest_stall() {
+        let mut all = Outcomes::default();
+        for began in [Some(2.0), None, Some(1.25)] {
+            all.merge(Outcomes {
+                first_stall_began_s: began,
+                ..Outcomes::default()
+            });
+        }
+        assert_eq!(all.first_stall_began_s, Some(1.25));
     }
 }
