@@ -57,6 +57,9 @@ BEGIN
         END IF;
     END IF;
     SELECT * INTO v_ch FROM challenges c WHERE c.id = p_challenge;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
     IF v_ch.status <> 'pending' THEN
         outcome := 'left';
     ELSIF v_status <> 'pending' THEN
@@ -223,7 +226,8 @@ BEGIN
                     expires_at, created_at)
                 VALUES (p_account, v_types[i], v_values[i], 'pending', v_expires[i], p_now)
                 RETURNING authorizations.id INTO v_id;
-            -- In the order given: challenge ids are the order an authorization lists them in.
+            -- In the order given: challenge ids are the order an authorization lists them in
+            -- (identity values follow the sorted rows; the storage tests check the order).
             INSERT INTO challenges (authz_id, type, token, status)
                 SELECT v_id, split_part(line, ' ', 2), split_part(line, ' ', 3), 'pending'
                 FROM unnest(v_challenges) WITH ORDINALITY AS lines (line, k)

@@ -25,6 +25,7 @@ crate::both_backends!(
     authz_deactivation,
     concurrent_finalize_has_one_winner,
     fail_order_and_account_listing,
+    authorizations_and_challenges_keep_their_order,
 );
 
 async fn valid_path_to_certificate(s: &Storage) {
@@ -682,4 +683,48 @@ async fn fail_order_and_account_listing(s: &Storage) {
         s.account_orders(acct.id, Some(ids[3]), 2).await.unwrap(),
         Vec::<OrderId>::new()
     );
+}
+
+/// An order's authorizations come back in the order of its identifiers and each one's challenges
+/// in the order offered, whether the order was written on its own or after reads under the
+/// account's lock (a guard): on PostgreSQL these are the two ways of calling
+/// `certeasy_create_order`.
+async fn authorizations_and_challenges_keep_their_order(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    let guarded = OrderGuards {
+        max_pending_authz: Some(100),
+        ..OrderGuards::default()
+    };
+    for guards in [OrderGuards::default(), guarded] {
+        let names = ["z", "a", "m"]
+            .map(|first| format!("{first}{}.example.com", harness::unique().replace('_', "-")));
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut new = harness::new_order(acct.id, &names, now, false);
+        let offered = [
+            ChallengeType::TlsAlpn01,
+            ChallengeType::Http01,
+            ChallengeType::Dns01,
+        ];
+        for authz in &mut new.authorizations {
+            authz.challenges = offered
+                .iter()
+                .map(|kind| (*kind, format!("tok-{}", harness::unique())))
+                .collect();
+        }
+        let order = s.create_order(new.clone(), &guards, now).await.unwrap();
+        assert_eq!(order.authz_ids.len(), 3);
+        assert_eq!(s.order(order.id, now).await.unwrap(), Some(order.clone()));
+        for (id, wanted) in order.authz_ids.iter().zip(&new.authorizations) {
+            let authz = s.authorization(*id, now).await.unwrap().unwrap();
+            assert_eq!(authz.identifier, wanted.identifier);
+            assert_eq!(authz.status, AuthzStatus::Pending);
+            let kinds: Vec<ChallengeType> = authz.challenges.iter().map(|c| c.kind).collect();
+            assert_eq!(kinds, offered);
+            let tokens: Vec<&str> = authz.challenges.iter().map(|c| c.token.as_str()).collect();
+            let wanted_tokens: Vec<&str> =
+                wanted.challenges.iter().map(|(_, t)| t.as_str()).collect();
+            assert_eq!(tokens, wanted_tokens);
+        }
+    }
 }
