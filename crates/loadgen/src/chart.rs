@@ -58,8 +58,53 @@ fn median_flows(grouped: &Grouped, case: Case, label: &str) -> Option<f64> {
         .map(|s| s.median)
 }
 
+/// One bar: the median of the clean runs, or else the median rate until the first stall of the
+/// runs set aside (drawn paler, as the report's table gives it), or nothing.
+#[derive(Debug, Clone, Copy)]
+enum Bar {
+    Clean(f64),
+    UntilStall(f64),
+    Missing,
+}
+
+impl Bar {
+    fn of(grouped: &Grouped, stalled: Option<&Grouped>, case: Case, label: &str) -> Self {
+        if let Some(v) = median_flows(grouped, case, label) {
+            return Bar::Clean(v);
+        }
+        stalled
+            .and_then(|s| s.get(&case))
+            .and_then(|labels| labels.get(label))
+            .and_then(|runs| {
+                let rates: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.before_stall.as_ref().map(|b| b.flows_per_s))
+                    .collect();
+                Spread::of(&rates)
+            })
+            .map_or(Bar::Missing, |s| Bar::UntilStall(s.median))
+    }
+
+    fn height(self) -> f64 {
+        match self {
+            Bar::Clean(v) | Bar::UntilStall(v) => v,
+            Bar::Missing => 0.0,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Bar::Clean(v) => format!("{v:.1}"),
+            Bar::UntilStall(v) => format!("{v:.1}*"),
+            Bar::Missing => "no figure".to_owned(),
+        }
+    }
+}
+
+/// `stalled`: the runs set aside, for the cases in which a server has no clean run.
 pub(crate) fn draw(
     grouped: &Grouped,
+    stalled: Option<&Grouped>,
     baseline: &str,
     subject: &str,
     font: &Path,
@@ -74,19 +119,18 @@ pub(crate) fn draw(
     if cases.is_empty() {
         return Ok(());
     }
-    let bars: Vec<(Option<f64>, Option<f64>)> = cases
+    let bars: Vec<(Bar, Bar)> = cases
         .iter()
         .map(|&c| {
             (
-                median_flows(grouped, c, baseline),
-                median_flows(grouped, c, subject),
+                Bar::of(grouped, stalled, c, baseline),
+                Bar::of(grouped, stalled, c, subject),
             )
         })
         .collect();
     let top = bars
         .iter()
-        .flat_map(|&(b, s)| [b, s])
-        .flatten()
+        .flat_map(|&(b, s)| [b.height(), s.height()])
         .fold(1.0, f64::max)
         * 1.2;
 
@@ -126,12 +170,13 @@ pub(crate) fn draw(
     {
         let offset = if series == 0 { 0.12 } else { 0.5 };
         let rectangles = bars.iter().enumerate().map(|(i, &(b, s))| {
-            let value = if series == 0 { b } else { s };
+            let bar = if series == 0 { b } else { s };
             let x = i as f64 + offset;
-            Rectangle::new(
-                [(x, 0.0), (x + 0.38, value.unwrap_or(0.0))],
-                colour.filled(),
-            )
+            let fill = match bar {
+                Bar::UntilStall(_) => colour.mix(0.4).filled(),
+                _ => colour.filled(),
+            };
+            Rectangle::new([(x, 0.0), (x + 0.38, bar.height())], fill)
         });
         chart
             .draw_series(rectangles)
@@ -139,10 +184,10 @@ pub(crate) fn draw(
             .label(display(label))
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], colour.filled()));
         let values = bars.iter().enumerate().map(|(i, &(b, s))| {
-            let value = if series == 0 { b } else { s };
+            let bar = if series == 0 { b } else { s };
             Text::new(
-                value.map_or_else(|| "no figure".to_owned(), |v| format!("{v:.1}")),
-                (i as f64 + offset + 0.19, value.unwrap_or(0.0)),
+                bar.text(),
+                (i as f64 + offset + 0.19, bar.height()),
                 value_style.clone(),
             )
         });
@@ -156,6 +201,21 @@ pub(crate) fn draw(
         .label_font((FAMILY, 15).into_font())
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
+
+    if bars
+        .iter()
+        .any(|&(b, s)| matches!(b, Bar::UntilStall(_)) || matches!(s, Bar::UntilStall(_)))
+    {
+        let note_style =
+            TextStyle::from((FAMILY, 14).into_font()).pos(Pos::new(HPos::Right, VPos::Top));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                "* paler bar: no clean run; the rate until the first stall",
+                (cases.len() as f64 - 0.05, top * 0.98),
+                note_style,
+            )))
+            .map_err(|e| anyhow!("{e}"))?;
+    }
 
     // Case names under the axis, centred on each group (the x axis has no numeric labels).
     let name_style =

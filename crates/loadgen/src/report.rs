@@ -293,12 +293,16 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
             md.push_str(&phase_table(&grouped, &args.baseline, &args.subject));
         }
     }
-    if let Some(dir) = args.stalled.as_deref().filter(|d| d.is_dir()) {
-        let stalled = load(dir)?;
-        if let Some(table) = before_stall_table(&grouped, &stalled) {
-            md.push('\n');
-            md.push_str(&table);
-        }
+    let stalled = match args.stalled.as_deref().filter(|d| d.is_dir()) {
+        Some(dir) => Some(load(dir)?),
+        None => None,
+    };
+    if let Some(table) = stalled
+        .as_ref()
+        .and_then(|stalled| before_stall_table(&grouped, stalled))
+    {
+        md.push('\n');
+        md.push_str(&table);
     }
     if let Some(scale) = scale_table(&grouped) {
         if !md.is_empty() && !md.ends_with("\n\n") {
@@ -309,7 +313,14 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<()> {
     std::fs::write(&args.markdown, &md)
         .with_context(|| format!("writing {}", args.markdown.display()))?;
     if let Some(path) = &args.chart {
-        chart::draw(&grouped, &args.baseline, &args.subject, &args.font, path)?;
+        chart::draw(
+            &grouped,
+            stalled.as_ref(),
+            &args.baseline,
+            &args.subject,
+            &args.font,
+            path,
+        )?;
     }
     if let Some(doc) = &args.insert_into {
         let text = std::fs::read_to_string(doc)?;
