@@ -159,22 +159,19 @@ async fn insert(
     reused: &[Reused],
     now_s: i64,
 ) -> Result<Written> {
-    let order_id: i64 = sql::query_scalar(
-        "INSERT INTO orders (account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
-         created_at, updated_at, replaces, profile) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING id",
+    let order_id: i64 = bind_order(
+        sql::query(
+            "INSERT INTO orders (account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
+             created_at, updated_at, replaces, profile) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING id",
+        ),
+        new,
+        status,
+        expires_at,
+        now_s,
     )
-    .bind(new.account_id.0)
-    .bind(status.as_str())
-    .bind(codec::encode_identifiers(&new.identifiers))
-    .bind(&new.set_hash)
-    .bind(new.not_before.map(codec::unix))
-    .bind(new.not_after.map(codec::unix))
-    .bind(expires_at)
-    .bind(now_s)
-    .bind(new.replaces.as_deref())
-    .bind(&new.profile)
     .fetch_one(&mut *conn)
-    .await?;
+    .await?
+    .try_get("id")?;
 
     let mut authz_ids = Vec::with_capacity(new.authorizations.len());
     for (position, (authz, existing)) in new.authorizations.iter().zip(reused).enumerate() {
@@ -198,6 +195,28 @@ async fn insert(
     Ok((OrderId(order_id), authz_ids))
 }
 
+/// Binds the order's own columns as `$1` to `$10`, in the order both [`insert`] and
+/// `certeasy_create_order` take them (`$8` is both its creation and its last update).
+fn bind_order(
+    query: sql::Query,
+    new: &NewOrder,
+    status: OrderStatus,
+    expires_at: i64,
+    now_s: i64,
+) -> sql::Query {
+    query
+        .bind(new.account_id.0)
+        .bind(status.as_str())
+        .bind(codec::encode_identifiers(&new.identifiers))
+        .bind(&new.set_hash)
+        .bind(new.not_before.map(codec::unix))
+        .bind(new.not_after.map(codec::unix))
+        .bind(expires_at)
+        .bind(now_s)
+        .bind(new.replaces.as_deref())
+        .bind(&new.profile)
+}
+
 /// [`insert`] on PostgreSQL, with the account's check that precedes it: the function
 /// `certeasy_create_order` (migration 0013), one round trip instead of three per authorization
 /// and two more, whether on its own or inside the caller's transaction.
@@ -210,19 +229,15 @@ async fn insert_pg(
     now_s: i64,
 ) -> Result<Written> {
     let lists = AuthzLists::of(new, reused)?;
-    let row = sql::query(
-        "SELECT * FROM certeasy_create_order($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    let row = bind_order(
+        sql::query(
+            "SELECT * FROM certeasy_create_order($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        ),
+        new,
+        status,
+        expires_at,
+        now_s,
     )
-    .bind(new.account_id.0)
-    .bind(status.as_str())
-    .bind(codec::encode_identifiers(&new.identifiers))
-    .bind(&new.set_hash)
-    .bind(new.not_before.map(codec::unix))
-    .bind(new.not_after.map(codec::unix))
-    .bind(expires_at)
-    .bind(now_s)
-    .bind(new.replaces.as_deref())
-    .bind(&new.profile)
     .bind(lists.types)
     .bind(lists.values)
     .bind(lists.expires)
