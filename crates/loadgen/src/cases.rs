@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::cli::Scenario;
 use crate::run::RunResult;
+use crate::stats::Spread;
 
 /// One measured configuration: a scenario at a concurrency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,4 +57,18 @@ pub(crate) fn display(label: &str) -> String {
         .next()
         .map(|first| first.to_uppercase().chain(chars).collect())
         .unwrap_or_default()
+}
+
+/// The spread of one figure over a server's runs of a case; `None` without runs or values.
+pub(crate) fn spread(
+    runs: Option<&Vec<RunResult>>,
+    figure: impl Fn(&RunResult) -> Option<f64>,
+) -> Option<Spread> {
+    let values: Vec<f64> = runs?.iter().filter_map(figure).collect();
+    Spread::of(&values)
+}
+
+/// A run's rate until its first stall, for the runs set aside.
+pub(crate) fn before_stall_rate(run: &RunResult) -> Option<f64> {
+    run.before_stall.as_ref().map(|b| b.flows_per_s)
 }

@@ -27,8 +27,10 @@ use plotters::style::text_anchor::VPos;
 use crate::cases::Case;
 use crate::cases::Grouped;
 use crate::cases::ScenarioOrder;
+use crate::cases::before_stall_rate;
 use crate::cases::display;
-use crate::stats::Spread;
+use crate::cases::spread;
+use crate::run::RunResult;
 
 const FAMILY: &str = "sans-serif";
 const BASELINE_COLOUR: RGBColor = RGBColor(0x8c, 0x8c, 0x8c);
@@ -49,13 +51,8 @@ fn register(font: &Path) -> anyhow::Result<()> {
         .map_err(|_| anyhow!("{} is not a usable TrueType font", font.display()))
 }
 
-/// `None` when the server has no run of the case (e.g. every run stalled and was set aside).
-fn median_flows(grouped: &Grouped, case: Case, label: &str) -> Option<f64> {
-    grouped
-        .get(&case)
-        .and_then(|labels| labels.get(label))
-        .and_then(|runs| Spread::of(&runs.iter().map(|r| r.flows_per_s).collect::<Vec<_>>()))
-        .map(|s| s.median)
+fn runs_of<'g>(grouped: &'g Grouped, case: Case, label: &str) -> Option<&'g Vec<RunResult>> {
+    grouped.get(&case).and_then(|labels| labels.get(label))
 }
 
 /// One bar: the median of the clean runs, or else the median rate until the first stall of the
@@ -69,19 +66,11 @@ enum Bar {
 
 impl Bar {
     fn of(grouped: &Grouped, stalled: Option<&Grouped>, case: Case, label: &str) -> Self {
-        if let Some(v) = median_flows(grouped, case, label) {
-            return Bar::Clean(v);
+        if let Some(clean) = spread(runs_of(grouped, case, label), |r| Some(r.flows_per_s)) {
+            return Bar::Clean(clean.median);
         }
         stalled
-            .and_then(|s| s.get(&case))
-            .and_then(|labels| labels.get(label))
-            .and_then(|runs| {
-                let rates: Vec<f64> = runs
-                    .iter()
-                    .filter_map(|r| r.before_stall.as_ref().map(|b| b.flows_per_s))
-                    .collect();
-                Spread::of(&rates)
-            })
+            .and_then(|s| spread(runs_of(s, case, label), before_stall_rate))
             .map_or(Bar::Missing, |s| Bar::UntilStall(s.median))
     }
 

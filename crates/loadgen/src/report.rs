@@ -15,7 +15,9 @@ use crate::stats::Spread;
 use crate::cases::Case;
 use crate::cases::Grouped;
 use crate::cases::ScenarioOrder;
+use crate::cases::before_stall_rate;
 use crate::cases::display;
+use crate::cases::spread;
 
 /// Reads every `*.json` of `dir`.
 pub(crate) fn load(dir: &Path) -> anyhow::Result<Grouped> {
@@ -40,15 +42,6 @@ pub(crate) fn load(dir: &Path) -> anyhow::Result<Grouped> {
             .push(result);
     }
     Ok(grouped)
-}
-
-/// The spread of one figure over a server's rounds.
-fn spread(
-    runs: Option<&Vec<RunResult>>,
-    figure: impl Fn(&RunResult) -> Option<f64>,
-) -> Option<Spread> {
-    let values: Vec<f64> = runs?.iter().filter_map(figure).collect();
-    Spread::of(&values)
 }
 
 /// `median (min–max)`, or `median` alone for one round; `–` when absent.
@@ -143,9 +136,7 @@ pub(crate) fn before_stall_table(clean: &Grouped, stalled: &Grouped) -> Option<S
             {
                 continue;
             }
-            let Some(before) = spread(Some(runs), |r| {
-                r.before_stall.as_ref().map(|b| b.flows_per_s)
-            }) else {
+            let Some(before) = spread(Some(runs), before_stall_rate) else {
                 continue;
             };
             let seconds = spread(Some(runs), |r| r.before_stall.as_ref().map(|b| b.seconds));
