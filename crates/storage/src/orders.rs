@@ -46,14 +46,12 @@ pub(crate) async fn create(
     if s.backend == Backend::Postgres && !reads_under_lock {
         // Nothing to read under the account's lock: the function takes it, checks the account
         // and writes the order, one statement and so one transaction of its own.
-        let reused = vec![None; new.authorizations.len()];
-        let (status, expires_at) = status_and_expiry(&new, &reused);
+        let plan = Plan::of(&new, vec![None; new.authorizations.len()]);
         let mut conn = s.db.acquire().await?;
-        let written = insert_pg(&mut conn, &new, status, expires_at, &reused, now_s).await?;
+        let written = insert_pg(&mut conn, &new, &plan, now_s).await?;
         drop(conn);
         s.young_tables.order_created(&s.db);
-        let order = created(new, status, expires_at, now_s, written)?;
-        return Ok((order, GuardUsage::default()));
+        return Ok((created(new, &plan, now_s, written)?, GuardUsage::default()));
     }
     let mut tx = s.begin_write().await?;
     // The account row lock serialises the guards of one account on PostgreSQL; on SQLite the
@@ -110,16 +108,16 @@ pub(crate) async fn create(
         duplicates: check_duplicates(&mut tx, &new, guards, now).await?,
     };
 
-    let (status, expires_at) = status_and_expiry(&new, &reused);
+    let plan = Plan::of(&new, reused);
     let written = match s.backend {
-        Backend::Postgres => insert_pg(&mut tx, &new, status, expires_at, &reused, now_s).await?,
-        Backend::Sqlite => insert(&mut tx, &new, status, expires_at, &reused, now_s).await?,
+        Backend::Postgres => insert_pg(&mut tx, &new, &plan, now_s).await?,
+        Backend::Sqlite => insert(&mut tx, &new, &plan, now_s).await?,
     };
     tx.commit().await?;
     if s.backend == Backend::Postgres {
         s.young_tables.order_created(&s.db);
     }
-    Ok((created(new, status, expires_at, now_s, written)?, usage))
+    Ok((created(new, &plan, now_s, written)?, usage))
 }
 
 /// An authorization an order reuses: its id and expiry.
@@ -128,45 +126,51 @@ type Reused = Option<(i64, i64)>;
 /// The ids of a new order and of its authorizations, in position order.
 type Written = (OrderId, Vec<AuthzId>);
 
-/// The new order's status (ready when it reuses every authorization) and expiry: no later than
-/// any of its authorizations (RFC 8555 §7.1.6: an order whose authorization expires becomes
-/// invalid, so a later `expires` would be untrue).
-fn status_and_expiry(new: &NewOrder, reused: &[Reused]) -> (OrderStatus, i64) {
-    let expires_at = new
-        .authorizations
-        .iter()
-        .zip(reused)
-        .map(|(authz, reused)| match reused {
-            Some((_, expiry)) => *expiry,
-            None => codec::unix(authz.expires_at),
-        })
-        .fold(codec::unix(new.expires_at), i64::min);
-    let status = if !new.authorizations.is_empty() && reused.iter().all(Option::is_some) {
-        OrderStatus::Ready
-    } else {
-        OrderStatus::Pending
-    };
-    (status, expires_at)
+/// What a new order is written as, decided before the write and the same on both backends.
+struct Plan {
+    /// Ready when the order reuses every authorization, pending otherwise.
+    status: OrderStatus,
+    /// No later than any of its authorizations (RFC 8555 §7.1.6: an order whose authorization
+    /// expires becomes invalid, so a later `expires` would be untrue).
+    expires_at: i64,
+    /// Per authorization, in position order: the stored one it reuses, if any.
+    reused: Vec<Reused>,
+}
+
+impl Plan {
+    fn of(new: &NewOrder, reused: Vec<Reused>) -> Self {
+        let expires_at = new
+            .authorizations
+            .iter()
+            .zip(&reused)
+            .map(|(authz, reused)| match reused {
+                Some((_, expiry)) => *expiry,
+                None => codec::unix(authz.expires_at),
+            })
+            .fold(codec::unix(new.expires_at), i64::min);
+        let status = if !new.authorizations.is_empty() && reused.iter().all(Option::is_some) {
+            OrderStatus::Ready
+        } else {
+            OrderStatus::Pending
+        };
+        Self {
+            status,
+            expires_at,
+            reused,
+        }
+    }
 }
 
 /// Writes the order, the authorizations it does not reuse with their challenges, and its links to
 /// its authorizations.
-async fn insert(
-    conn: &mut Conn,
-    new: &NewOrder,
-    status: OrderStatus,
-    expires_at: i64,
-    reused: &[Reused],
-    now_s: i64,
-) -> Result<Written> {
+async fn insert(conn: &mut Conn, new: &NewOrder, plan: &Plan, now_s: i64) -> Result<Written> {
     let order_id: i64 = bind_order(
         sql::query(
             "INSERT INTO orders (account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
              created_at, updated_at, replaces, profile) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING id",
         ),
         new,
-        status,
-        expires_at,
+        plan,
         now_s,
     )
     .fetch_one(&mut *conn)
@@ -174,7 +178,7 @@ async fn insert(
     .try_get("id")?;
 
     let mut authz_ids = Vec::with_capacity(new.authorizations.len());
-    for (position, (authz, existing)) in new.authorizations.iter().zip(reused).enumerate() {
+    for (position, (authz, existing)) in new.authorizations.iter().zip(&plan.reused).enumerate() {
         let authz_id = match existing {
             Some((id, _)) => *id,
             None => insert_authz(&mut *conn, new.account_id, authz, now_s).await?,
@@ -197,21 +201,15 @@ async fn insert(
 
 /// Binds the order's own columns as `$1` to `$10`, in the order both [`insert`] and
 /// `certeasy_create_order` take them (`$8` is both its creation and its last update).
-fn bind_order(
-    query: sql::Query,
-    new: &NewOrder,
-    status: OrderStatus,
-    expires_at: i64,
-    now_s: i64,
-) -> sql::Query {
+fn bind_order(query: sql::Query, new: &NewOrder, plan: &Plan, now_s: i64) -> sql::Query {
     query
         .bind(new.account_id.0)
-        .bind(status.as_str())
+        .bind(plan.status.as_str())
         .bind(codec::encode_identifiers(&new.identifiers))
         .bind(&new.set_hash)
         .bind(new.not_before.map(codec::unix))
         .bind(new.not_after.map(codec::unix))
-        .bind(expires_at)
+        .bind(plan.expires_at)
         .bind(now_s)
         .bind(new.replaces.as_deref())
         .bind(&new.profile)
@@ -220,22 +218,14 @@ fn bind_order(
 /// [`insert`] on PostgreSQL, with the account's check that precedes it: the function
 /// `certeasy_create_order` (migration 0013), one round trip instead of three per authorization
 /// and two more, whether on its own or inside the caller's transaction.
-async fn insert_pg(
-    conn: &mut Conn,
-    new: &NewOrder,
-    status: OrderStatus,
-    expires_at: i64,
-    reused: &[Reused],
-    now_s: i64,
-) -> Result<Written> {
-    let lists = AuthzLists::of(new, reused)?;
+async fn insert_pg(conn: &mut Conn, new: &NewOrder, plan: &Plan, now_s: i64) -> Result<Written> {
+    let lists = AuthzLists::of(new, &plan.reused)?;
     let row = bind_order(
         sql::query(
             "SELECT * FROM certeasy_create_order($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         ),
         new,
-        status,
-        expires_at,
+        plan,
         now_s,
     )
     .bind(lists.types)
@@ -331,22 +321,16 @@ impl AuthzLists {
 
 /// The order just written, built from what was written rather than read back: the same values,
 /// in the stored whole seconds, without another statement.
-fn created(
-    new: NewOrder,
-    status: OrderStatus,
-    expires_at: i64,
-    now_s: i64,
-    (id, authz_ids): Written,
-) -> Result<Order> {
+fn created(new: NewOrder, plan: &Plan, now_s: i64, (id, authz_ids): Written) -> Result<Order> {
     Ok(Order {
         id,
         account_id: new.account_id,
-        status,
+        status: plan.status,
         identifiers: new.identifiers,
         set_hash: new.set_hash,
         not_before: new.not_before.map(stored_time).transpose()?,
         not_after: new.not_after.map(stored_time).transpose()?,
-        expires_at: codec::time_from_unix(expires_at)?,
+        expires_at: codec::time_from_unix(plan.expires_at)?,
         error: None,
         certificate_id: None,
         replaces: new.replaces,
