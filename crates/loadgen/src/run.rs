@@ -62,10 +62,9 @@ impl Outcomes {
         self.timings.extend(other.timings);
         self.totals.extend(other.totals);
         self.ended_s.extend(other.ended_s);
-        self.first_stall_began_s = match (self.first_stall_began_s, other.first_stall_began_s) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        if let Some(began) = other.first_stall_began_s {
+            self.stalled(began);
+        }
         self.errors += other.errors;
         self.stalls += other.stalls;
         for sample in other.error_samples {
@@ -77,6 +76,11 @@ impl Outcomes {
 
     fn flows(&self) -> u64 {
         self.totals.len() as u64
+    }
+
+    /// Notes a stalled flow that began `began` seconds after the lanes started.
+    fn stalled(&mut self, began: f64) {
+        self.first_stall_began_s = Some(self.first_stall_began_s.map_or(began, |f| f.min(began)));
     }
 
     /// The rate while the server still answered, for a run in which a flow stalled: the flows
@@ -193,13 +197,7 @@ where
                     }
                     Err(_) => {
                         outcomes.stalls += 1;
-                        let began = (flow_started - started).as_secs_f64();
-                        if outcomes
-                            .first_stall_began_s
-                            .is_none_or(|first| began < first)
-                        {
-                            outcomes.first_stall_began_s = Some(began);
-                        }
+                        outcomes.stalled((flow_started - started).as_secs_f64());
                     }
                 }
             }
