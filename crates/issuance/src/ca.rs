@@ -11,6 +11,8 @@ use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
 use rcgen::CertificateRevocationListParams;
 use rcgen::CrlDistributionPoint;
+use rcgen::CrlIssuingDistributionPoint;
+use rcgen::CrlScope;
 use rcgen::Issuer;
 use rcgen::KeyIdMethod;
 use rcgen::KeyPair;
@@ -343,18 +345,31 @@ impl Ca {
         })
     }
 
-    /// A DER CRL (RFC 5280 §5) signed by the issuing CA listing `revoked`.
+    /// A DER CRL (RFC 5280 §5) of shard `shard`, signed by the issuing CA, listing `revoked`.
     ///
     /// `number` must grow with every CRL the caller publishes. The authority key identifier is
     /// the issuing certificate's own subject key identifier, so clients match CRL to CA even
     /// for an operator CA whose identifiers were made with another method.
+    ///
+    /// The CRL carries a critical issuing distribution point (RFC 5280 §5.2.5) naming exactly
+    /// the URL the shard's certificates name in their CRL distribution point, and limiting it to
+    /// end-entity certificates. Without it each shard would claim to be the issuer's complete
+    /// CRL, and a relying party that caches CRLs per issuer could check a revoked certificate
+    /// against another shard and accept it. Refused when no CRL distribution is configured
+    /// ([`Ca::with_crl_distribution`]): there would be no URL to name.
     pub fn crl(
         &self,
+        shard: u16,
         revoked: &[RevokedEntry],
         number: u64,
         now: OffsetDateTime,
         next_update: OffsetDateTime,
     ) -> Result<Vec<u8>, Error> {
+        let Some(distribution) = &self.crl else {
+            return Err(Error::InvalidRequest(
+                "CRLs are not published: there is no distribution point to name".to_owned(),
+            ));
+        };
         let this_update = whole_seconds(now);
         let next_update = whole_seconds(next_update);
         if next_update <= this_update {
@@ -371,7 +386,13 @@ impl Ca {
             this_update,
             next_update,
             crl_number: SerialNumber::from_slice(&number_bytes[first..]),
-            issuing_distribution_point: None,
+            // rcgen writes this extension critical, as RFC 5280 §5.2.5 requires.
+            issuing_distribution_point: Some(CrlIssuingDistributionPoint {
+                distribution_point: CrlDistributionPoint {
+                    uris: vec![distribution.url(shard)],
+                },
+                scope: Some(CrlScope::UserCertsOnly),
+            }),
             revoked_certs: revoked.iter().map(revoked_params).collect(),
             key_identifier_method: match &self.issuing_ski {
                 Some(ski) => KeyIdMethod::PreSpecified(ski.clone()),

@@ -460,6 +460,17 @@ fn server_tls_identity_chains_and_matches_its_key() {
 #[test]
 fn crl_lists_revoked_serials_and_verifies() {
     let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    assert!(
+        matches!(
+            ca.crl(0, &[], 1, NOW, NOW + Duration::days(1)),
+            Err(Error::InvalidRequest(_))
+        ),
+        "a CRL without a distribution point to name is refused"
+    );
+    let ca = ca.with_crl_distribution(issuance::CrlDistribution {
+        base_url: "http://crl.example:14002/crl".to_owned(),
+        shards: 4,
+    });
     let revoked = [
         RevokedEntry {
             serial: Serial::from_hex("7f0102030405060708090a0b0c0d0e0f").unwrap(),
@@ -472,7 +483,9 @@ fn crl_lists_revoked_serials_and_verifies() {
             reason: RevocationReason::Unspecified,
         },
     ];
-    let der = ca.crl(&revoked, 300, NOW, NOW + Duration::days(7)).unwrap();
+    let der = ca
+        .crl(3, &revoked, 300, NOW, NOW + Duration::days(7))
+        .unwrap();
     let (rest, crl) = CertificateRevocationList::from_der(&der).unwrap();
     assert!(rest.is_empty());
     let int_der = intermediate(&ca);
@@ -505,12 +518,35 @@ fn crl_lists_revoked_serials_and_verifies() {
             _ => None,
         });
     assert_eq!(crl_aki, ski(&int));
+    // A critical issuing distribution point naming exactly shard 3's URL, user certificates only.
+    let idp = crl
+        .extensions()
+        .iter()
+        .find(|e| e.oid == x509_parser::oid_registry::OID_X509_EXT_ISSUER_DISTRIBUTION_POINT)
+        .expect("an issuing distribution point");
+    assert!(idp.critical, "RFC 5280 §5.2.5: the IDP is critical");
+    let ParsedExtension::IssuingDistributionPoint(point) = idp.parsed_extension() else {
+        panic!("unparsed IDP: {:?}", idp.parsed_extension());
+    };
+    let Some(x509_parser::extensions::DistributionPointName::FullName(names)) =
+        &point.distribution_point
+    else {
+        panic!("no fullName: {point:?}");
+    };
+    assert_eq!(
+        names,
+        &vec![x509_parser::extensions::GeneralName::URI(
+            "http://crl.example:14002/crl/3.crl"
+        )]
+    );
+    assert!(point.only_contains_user_certs);
+    assert!(!point.only_contains_ca_certs);
 
-    let empty = ca.crl(&[], 1, NOW, NOW + Duration::days(1)).unwrap();
+    let empty = ca.crl(0, &[], 1, NOW, NOW + Duration::days(1)).unwrap();
     let (_, empty) = CertificateRevocationList::from_der(&empty).unwrap();
     assert_eq!(empty.iter_revoked_certificates().count(), 0);
     assert!(matches!(
-        ca.crl(&[], 2, NOW, NOW),
+        ca.crl(0, &[], 2, NOW, NOW),
         Err(Error::InvalidRequest(_))
     ));
 }

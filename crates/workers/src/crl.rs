@@ -145,7 +145,7 @@ async fn publish(
         .collect();
     let lifetime = time::Duration::try_from(settings.lifetime).unwrap_or(time::Duration::WEEK);
     let number = state.number + 1;
-    let der = ca.crl(&entries, number, now, now + lifetime)?;
+    let der = ca.crl(state.shard, &entries, number, now, now + lifetime)?;
     let crl = PublishedCrl {
         number,
         der,
