@@ -2,7 +2,7 @@
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
 # certbot, redis-server, PostgreSQL, chromium and chromedriver, nginx and openssl for the
 # scripts/cluster.sh test), makes sure PostgreSQL and Redis answer on loopback, then
-# checks formatting, lints, the crypto-provider guard, runs every test, then fuzzes each parser
+# checks formatting, lints, the dependency policy (deny.toml), runs every test, then fuzzes each parser
 # for a short time (scripts/fuzz.sh, FUZZ_SECONDS per target).
 #
 # Under CI=true a service that cannot be reached fails the run; it is never skipped.
@@ -65,13 +65,14 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-log "single crypto provider guard (no ring, no OpenSSL)"
-if cargo tree --workspace -e normal -i ring --locked 2>/dev/null | grep -q ring; then
-  echo "FATAL: ring is in the normal dependency tree"; exit 1
+# deny.toml: one crypto provider (ring and OpenSSL banned), licenses on the allow-list, crates.io
+# only. cargo-deny is built from crates.io when missing (a few minutes, once per machine).
+log "dependency policy (cargo deny: bans, licenses, sources)"
+if ! cargo deny --version >/dev/null 2>&1; then
+  log "installing cargo-deny"
+  cargo install --locked --quiet cargo-deny --version '~0.20'
 fi
-if cargo tree --workspace -i openssl-sys --locked 2>/dev/null | grep -q openssl; then
-  echo "FATAL: OpenSSL is in the dependency tree"; exit 1
-fi
+cargo deny --locked check bans licenses sources
 
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
