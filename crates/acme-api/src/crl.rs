@@ -4,13 +4,26 @@
 //! Served on a listener of its own (`crl.listen`), because relying parties fetch CRLs over
 //! HTTP (fetching a CRL over HTTPS would need the revocation status of the server's own
 //! certificate first), and also on the ACME listener for clients that only reach that one.
-//! Every instance serves the bytes stored in the shared database, so a shard's CRL is the same
-//! whichever instance answers.
+//!
+//! A GET is answered from memory ([`PublishedCrls`]), never from the database: the CRL listener
+//! is public, and a GET that read a blob from the database would let anyone turn requests into
+//! database load. [`PublishedCrls::keep_fresh`] checks the shards' CRL numbers (one small query)
+//! every [`REFRESH_INTERVAL`] and loads a shard's bytes only when its number grew, whichever
+//! instance published it; so every instance serves the same bytes per number, and a new CRL is
+//! served within about a second of being published.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::PoisonError;
+use std::sync::RwLock;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use acme_core::clock::SharedClock;
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::Path;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -21,24 +34,120 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
 use storage::Storage;
+use storage::crls::PublishedCrl;
 use time::OffsetDateTime;
 use time::macros::format_description;
 
 /// How long a relying party may cache a CRL without asking again. Short, because a revocation is
 /// published within seconds and a cached CRL hides it; a conditional request (`If-None-Match`)
-/// costs the server one indexed read and no body.
+/// costs the server a lookup in memory and no body.
 pub const CACHE_MAX_AGE: Duration = Duration::from_secs(300);
+
+/// How often [`PublishedCrls::keep_fresh`] checks the shards' CRL numbers in the database.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// One shard's CRL as served: its bytes are shared by every response, never copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedCrl {
+    pub number: u64,
+    pub der: Bytes,
+    pub this_update: OffsetDateTime,
+    pub next_update: OffsetDateTime,
+}
+
+impl From<PublishedCrl> for ServedCrl {
+    fn from(crl: PublishedCrl) -> Self {
+        Self {
+            number: crl.number,
+            der: Bytes::from(crl.der),
+            this_update: crl.this_update,
+            next_update: crl.next_update,
+        }
+    }
+}
+
+/// The CRLs this instance serves: each shard's last published CRL, held in memory.
+#[derive(Debug, Default)]
+pub struct PublishedCrls {
+    shards: RwLock<BTreeMap<u16, Arc<ServedCrl>>>,
+    /// Whether a refresh has succeeded: until then a missing shard may merely be unread.
+    loaded: AtomicBool,
+}
+
+impl PublishedCrls {
+    /// Shard `shard`'s CRL as last loaded.
+    pub fn get(&self, shard: u16) -> Option<Arc<ServedCrl>> {
+        self.shards
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&shard)
+            .cloned()
+    }
+
+    fn number_of(&self, shard: u16) -> u64 {
+        self.get(shard).map_or(0, |crl| crl.number)
+    }
+
+    /// Reads the shards' CRL numbers and loads the CRL of every shard whose number grew since
+    /// the last refresh; returns how many were loaded. Only the changed shards' bytes are read.
+    pub async fn refresh(&self, storage: &Storage) -> Result<usize, storage::error::Error> {
+        let mut loaded = 0;
+        for state in storage.crl_shard_states().await? {
+            if state.number <= self.number_of(state.shard) {
+                continue;
+            }
+            let Some(crl) = storage.published_crl(state.shard).await? else {
+                continue;
+            };
+            let mut shards = self.shards.write().unwrap_or_else(PoisonError::into_inner);
+            // Another refresh may have loaded a later number meanwhile: numbers never go back.
+            if shards
+                .get(&state.shard)
+                .is_none_or(|held| held.number < crl.number)
+            {
+                tracing::debug!(shard = state.shard, number = crl.number, "CRL loaded");
+                shards.insert(state.shard, Arc::new(ServedCrl::from(crl)));
+                loaded += 1;
+            }
+        }
+        self.loaded.store(true, Ordering::Release);
+        Ok(loaded)
+    }
+
+    /// Refreshes every [`REFRESH_INTERVAL`] (the first time at once) until `shutdown` completes.
+    /// While the database does not answer, the CRLs already loaded go on being served.
+    pub async fn keep_fresh(&self, storage: &Storage, shutdown: impl Future<Output = ()>) {
+        let mut ticker = tokio::time::interval(REFRESH_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = &mut shutdown => return,
+            }
+            if let Err(e) = self.refresh(storage).await {
+                metrics::counter!("certeasy_crl_refresh_failures_total").increment(1);
+                tracing::warn!(error = %e, "loading published CRLs");
+            }
+        }
+    }
+
+    fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+}
 
 /// What the CRL routes need.
 #[derive(Clone)]
 pub struct CrlState {
-    storage: Storage,
+    crls: Arc<PublishedCrls>,
     clock: SharedClock,
 }
 
 impl CrlState {
-    pub fn new(storage: Storage, clock: SharedClock) -> Self {
-        Self { storage, clock }
+    /// Serves the CRLs held by `crls` (kept fresh by [`PublishedCrls::keep_fresh`]).
+    pub fn new(crls: Arc<PublishedCrls>, clock: SharedClock) -> Self {
+        Self { crls, clock }
     }
 }
 
@@ -60,17 +169,17 @@ async fn crl(
     else {
         return (StatusCode::NOT_FOUND, "no such CRL\n").into_response();
     };
-    let published = match state.storage.published_crl(shard).await {
-        Ok(Some(published)) => published,
-        Ok(None) => return (StatusCode::NOT_FOUND, "no such CRL\n").into_response(),
-        Err(e) => {
-            tracing::warn!(shard, error = %e, "reading a CRL");
+    let Some(published) = state.crls.get(shard) else {
+        if !state.crls.is_loaded() {
+            // Only just started, or the database has not answered yet.
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the CRL cannot be read now\n",
+                [(header::RETRY_AFTER, "1")],
+                "the CRLs are not loaded yet\n",
             )
                 .into_response();
         }
+        return (StatusCode::NOT_FOUND, "no such CRL\n").into_response();
     };
     let now = state.clock.now();
     // Never cached past nextUpdate: a relying party must fetch the next CRL then.
@@ -107,7 +216,7 @@ async fn crl(
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
     insert(&mut headers, header::CONTENT_TYPE, "application/pkix-crl");
-    (StatusCode::OK, headers, published.der).into_response()
+    (StatusCode::OK, headers, published.der.clone()).into_response()
 }
 
 fn insert(headers: &mut HeaderMap, name: header::HeaderName, value: &str) {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use acme_api::ApiState;
 use acme_api::crl::CrlState;
+use acme_api::crl::PublishedCrls;
 use acme_api::nonce::NonceRejection;
 use acme_api::nonce::NonceService;
 use acme_api::nonce::redis::RedisNonceLedger;
@@ -112,6 +113,11 @@ pub async fn start(
     config_path: Option<&std::path::Path>,
     clock: SharedClock,
 ) -> anyhow::Result<RunningServer> {
+    // Test mode's refusals come before anything is opened: `main.rs` has checked them already,
+    // and a caller of this library function gets the same line.
+    if let Some(refusal) = config.test_mode_refusals().into_iter().next() {
+        anyhow::bail!("{}: {}", refusal.key, refusal.reason);
+    }
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
@@ -213,7 +219,11 @@ pub async fn start(
         Arc::clone(&clock),
         nonces,
     );
-    let crl_router = acme_api::crl::router(CrlState::new(storage.clone(), Arc::clone(&clock)));
+    let published_crls = Arc::new(PublishedCrls::default());
+    let crl_router = acme_api::crl::router(CrlState::new(
+        Arc::clone(&published_crls),
+        Arc::clone(&clock),
+    ));
     let mut router = acme_api::router(state);
     if config.crl.enabled {
         router = router.merge(crl_router.clone());
@@ -280,6 +290,13 @@ pub async fn start(
             crl_settings(config),
             shutdown.clone(),
         ));
+        // GETs are answered from memory; this loads each CRL once, when its number grows.
+        let (crl_storage, crl_shutdown) = (storage.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            published_crls
+                .keep_fresh(&crl_storage, crl_shutdown.cancelled())
+                .await;
+        });
         tasks.spawn(serve_plain_http(
             crl_listener,
             crl_router.layer(TraceLayer::new_for_http()),
@@ -408,6 +425,7 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         tls_alpn_port: v.tls_alpn_port,
         allow_loopback: v.allow_loopback,
         deny_target_cidrs: v.deny_target_cidrs.clone(),
+        allow_private_redirects: v.allow_private_redirects,
         timeout: v.timeout.std(),
         caa_identities: config.acme.caa_identities.clone(),
         // Redirects and body size are not configurable: the validator's own limits.
@@ -426,6 +444,7 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         caa_recheck_after: config.validation.caa_recheck_after.time(),
         validation_retries: config.validation.retries,
         retry_backoff: config.validation.retry_backoff.time(),
+        retry_window: config.validation.retry_window.time(),
         always_valid: config.test_mode.enabled && config.test_mode.always_valid,
         ..WorkerSettings::default()
     }
