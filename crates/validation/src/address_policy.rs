@@ -16,17 +16,51 @@
 //! IPv4-compatible (`::a.b.c.d`) forms reach it through the local dual-stack socket, the NAT64
 //! well-known prefix (`64:ff9b::/96`, RFC 6052) through a NAT64 gateway, and 6to4
 //! (`2002:aabb:ccdd::/48`, RFC 3056) through a 6to4 relay.
+//!
+//! Private networks ([`private_network`]: RFC 1918, the RFC 6598 shared address space, IPv6
+//! unique local addresses) are allowed as targets of names and IP identifiers, but http-01 only
+//! follows a redirect into them when the identifier itself is or resolved to a private address
+//! (or `allow-private-redirects` is set): otherwise a subscriber's redirect could make the CA
+//! probe the networks it sits in.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use acme_core::problem::{Problem, ProblemType};
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 /// AWS, GCP, Azure and most other clouds serve instance metadata (credentials) here.
 const METADATA_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 /// The IPv6 instance-metadata address of AWS (Nitro).
 const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+
+/// The private networks a redirect may lead into only from a private identifier: RFC 1918,
+/// RFC 6598 (carrier-grade NAT shared space) and RFC 4193 unique local addresses.
+const PRIVATE_NETWORKS: [IpNet; 5] = [
+    IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(10, 0, 0, 0), 8)),
+    IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(172, 16, 0, 0), 12)),
+    IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(192, 168, 0, 0), 16)),
+    IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(100, 64, 0, 0), 10)),
+    IpNet::V6(Ipv6Net::new_assert(
+        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+        7,
+    )),
+];
+
+/// The private network `ip` lies in, if any; an IPv6 address carrying an IPv4 one (mapped,
+/// compatible, NAT64, 6to4) is judged as that IPv4 address too, as the address policy does.
+pub(crate) fn private_network(ip: IpAddr) -> Option<IpNet> {
+    let within = |ip: IpAddr| {
+        PRIVATE_NETWORKS
+            .iter()
+            .find(|net| net.contains(&ip))
+            .copied()
+    };
+    within(ip).or_else(|| match ip {
+        IpAddr::V6(v6) => carried_v4(v6).and_then(|(_, v4)| within(IpAddr::V4(v4))),
+        IpAddr::V4(_) => None,
+    })
+}
 
 /// What the validator may connect to. Built once from the settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -317,6 +351,47 @@ mod tests {
         // allow-loopback never opens the other classes.
         for ip in ["0.0.0.0", "::", "169.254.169.254", "::ffff:169.254.169.254"] {
             assert!(refused(&lab, ip).is_some(), "{ip}");
+        }
+    }
+
+    #[test]
+    fn private_networks_are_rfc1918_shared_space_and_ula_in_every_form() {
+        let cases = [
+            ("10.0.0.1", "10.0.0.0/8"),
+            ("10.255.255.255", "10.0.0.0/8"),
+            ("172.16.0.1", "172.16.0.0/12"),
+            ("172.31.255.254", "172.16.0.0/12"),
+            ("192.168.1.1", "192.168.0.0/16"),
+            ("100.64.0.1", "100.64.0.0/10"),
+            ("100.127.255.254", "100.64.0.0/10"),
+            ("fc00::1", "fc00::/7"),
+            ("fd12:3456::1", "fc00::/7"),
+            ("::ffff:10.1.2.3", "10.0.0.0/8"),
+            ("::192.168.0.9", "192.168.0.0/16"),
+            ("64:ff9b::ac10:1", "172.16.0.0/12"),
+            ("2002:6440:1::1", "100.64.0.0/10"),
+        ];
+        for (ip, net) in cases {
+            let found = private_network(ip.parse().unwrap());
+            assert_eq!(found, Some(net.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "9.255.255.255",
+            "11.0.0.1",
+            "172.15.255.255",
+            "172.32.0.1",
+            "192.167.255.255",
+            "192.169.0.1",
+            "100.63.255.255",
+            "100.128.0.1",
+            "127.0.0.1",
+            "192.0.2.1",
+            "fe00::1",
+            "2001:db8::1",
+            "::1",
+            "::ffff:192.0.2.1",
+        ] {
+            assert_eq!(private_network(ip.parse().unwrap()), None, "{ip}");
         }
     }
 

@@ -1,18 +1,31 @@
 //! http-01 (RFC 8555 §8.3): fetch the key authorization over plain HTTP.
+//!
+//! Redirects are followed within limits (`RedirectRules`), and two rules keep a subscriber from
+//! using the CA to map the networks it sits in:
+//! - a redirect leads into a private network (`address_policy::private_network`) only when the
+//!   identifier itself is or resolved to a private address, or the operator set
+//!   `allow_private_redirects`; an IP literal is refused by the redirect rules, a name by
+//!   `RedirectResolver`, both before connecting;
+//! - once a redirect has left the identifier's host, nothing that happens there is reported:
+//!   not a status, not a connection error, not a DNS answer, not content. Every such failure is
+//!   the same definite `incorrectResponse` (`at_another_host`), so neither the detail, the type
+//!   nor a retry tells whether the other host refused, timed out, answered 500 or served a page.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use acme_core::identifier::{Identifier, IdentifierKind};
 use acme_core::problem::{Problem, ProblemType};
+use reqwest::dns::{Name, Resolve, Resolving};
 use reqwest::redirect;
-use url::Host;
+use url::{Host, Url};
 
-use crate::address_policy::AddressPolicy;
+use crate::address_policy::{AddressPolicy, private_network};
 use crate::failure::Failure;
 use crate::quote::quote_prefix;
 use crate::resolver::{PolicyResolver, ResolveProblem};
@@ -25,13 +38,13 @@ pub(crate) async fn validate(
     key_authorization: &str,
 ) -> Result<(), Failure> {
     let settings = &inner.settings;
-    let (host, pinned) = match identifier.kind() {
+    let (host, pinned, addresses) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
             let ips = inner.dns.lookup_ips(name).await.map_err(|f| {
                 f.map_problem(|p| prefix(p, &url_for(name, settings.http_port, token)))
             })?;
-            (name.to_owned(), Some(ips))
+            (name.to_owned(), Some(ips.clone()), ips)
         }
         IdentifierKind::Ip => {
             let ip = ip_of(identifier)?;
@@ -40,25 +53,41 @@ pub(crate) async fn validate(
                 IpAddr::V4(v4) => v4.to_string(),
                 IpAddr::V6(v6) => format!("[{v6}]"),
             };
-            (host, None)
+            (host, None, vec![ip])
         }
     };
     let url = url_for(&host, settings.http_port, token);
+    let origin = Url::parse(&url).map_err(|e| {
+        Problem::new(
+            ProblemType::ServerInternal,
+            format!("the http-01 URL {url:?} does not parse: {e}"),
+        )
+    })?;
     let connect_budget = settings.connect_budget();
+    let private_redirects = private_redirects_allowed(settings.allow_private_redirects, &addresses);
+    let trail = Arc::new(Trail::new(&origin));
 
     // No overall reqwest timeout: the caller bounds the whole attempt. The connect timeout is
     // shared among a name's addresses (hyper gives each an equal part), so a silent first address
     // leaves time for the next.
     let mut builder = reqwest::Client::builder()
         .no_proxy()
-        .redirect(redirect_policy(inner, identifier.kind()))
+        .redirect(redirect_policy(
+            inner,
+            identifier.kind(),
+            private_redirects,
+            Arc::clone(&trail),
+        ))
         .connect_timeout(connect_budget)
         .tls_danger_accept_invalid_certs(true)
         .user_agent(concat!("Certeasy-validation/", env!("CARGO_PKG_VERSION")))
-        .dns_resolver(PolicyResolver::new(inner.dns.clone()));
+        .dns_resolver(Arc::new(RedirectResolver {
+            names: PolicyResolver::new(inner.dns.clone()),
+            private_allowed: private_redirects,
+        }));
     if let Some(ips) = pinned {
-        // The first request uses exactly the addresses just resolved; redirects resolve afresh
-        // through the same policy.
+        // The first request, and any redirect back to the same name, uses exactly the addresses
+        // just resolved; other names in redirects are resolved through `RedirectResolver`.
         let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
         builder = builder.resolve_to_addrs(&host, &addrs);
     }
@@ -69,15 +98,26 @@ pub(crate) async fn validate(
         )
     })?;
 
-    let mut response = client
-        .get(&url)
-        .send()
-        .await
-        .map_err(|e| request_problem(&url, &e, connect_budget))?;
-    let final_url = response.url().to_string();
-    // Content served by another host than the identifier's (after a redirect) is never quoted:
+    let sent = client.get(origin.clone()).send().await;
+    let mut response = match sent {
+        Ok(response) => response,
+        Err(_) if trail.elsewhere() => return Err(at_another_host(&url, key_authorization)),
+        Err(e) => return Err(request_problem(&url, &e, connect_budget)),
+    };
+    // Whatever another host than the identifier's (after a redirect) answers is never reported:
     // the redirect could have led anywhere the subscriber may not read.
-    let same_host = response.url().host_str() == Some(host.as_str());
+    if response.url().host() != origin.host() {
+        return match read_body(&mut response, settings.max_body_bytes).await {
+            Ok(body)
+                if response.status() == reqwest::StatusCode::OK
+                    && body.trim_ascii_end() == key_authorization.as_bytes() =>
+            {
+                Ok(())
+            }
+            _ => Err(at_another_host(&url, key_authorization)),
+        };
+    }
+    let final_url = response.url().to_string();
     let status = response.status();
     if status != reqwest::StatusCode::OK {
         let problem = Problem::new(
@@ -96,48 +136,155 @@ pub(crate) async fn validate(
         });
     }
     let limit = settings.max_body_bytes;
-    let too_large = || {
-        Problem::new(
-            ProblemType::IncorrectResponse,
-            format!(
-                "Fetching {final_url}: the response body is larger than {limit} bytes; it must hold only the key authorization"
-            ),
-        )
-    };
-    if response
-        .content_length()
-        .is_some_and(|len| len > limit as u64)
-    {
-        return Err(too_large().into());
-    }
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > limit {
-                    return Err(too_large().into());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(e) => return Err(request_problem(&final_url, &e, connect_budget)),
+    let body = match read_body(&mut response, limit).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return Err(Problem::new(
+                ProblemType::IncorrectResponse,
+                format!(
+                    "Fetching {final_url}: the response body is larger than {limit} bytes; it must hold only the key authorization"
+                ),
+            )
+            .into());
         }
-    }
+        Err(BodyError::Read(e)) => return Err(request_problem(&final_url, &e, connect_budget)),
+    };
     let trimmed = body.trim_ascii_end();
     if trimmed == key_authorization.as_bytes() {
         return Ok(());
     }
-    let got = if same_host {
-        format!("got {}", quote_prefix(trimmed))
-    } else {
-        "the response came from another host after a redirect, so it is not shown".to_owned()
-    };
     Err(Failure::definite(Problem::new(
         ProblemType::IncorrectResponse,
         format!(
-            "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, {got}"
+            "Fetching {final_url}: the key authorization file does not match this challenge: expected {key_authorization:?}, got {}",
+            quote_prefix(trimmed)
         ),
     )))
+}
+
+/// Whether redirects may lead into private networks: when the operator allows it, or when the
+/// identifier itself is or resolved to a private address (`addresses`: the IP identifier, or
+/// the addresses its name resolved to and the validator connects to), so that a private CA
+/// validating a private name may be redirected within that network. A public name never opens
+/// the private networks to its redirects.
+fn private_redirects_allowed(allow_setting: bool, addresses: &[IpAddr]) -> bool {
+    allow_setting || addresses.iter().any(|ip| private_network(*ip).is_some())
+}
+
+/// The failure of a fetch that a redirect took to another host: one detail, one type and one
+/// classification whatever happened there, so the subscriber learns nothing about that host.
+fn at_another_host(url: &str, key_authorization: &str) -> Failure {
+    Failure::definite(Problem::new(
+        ProblemType::IncorrectResponse,
+        format!(
+            "Fetching {url}: a redirect led to another host, which did not serve the key authorization {key_authorization:?}; what another host answers is never reported, fetch the URL yourself to see why"
+        ),
+    ))
+}
+
+/// Why a response body was not read whole.
+enum BodyError {
+    /// It is longer than the limit.
+    TooLarge,
+    /// Reading it failed.
+    Read(reqwest::Error),
+}
+
+/// Reads the body of `response`, at most `limit` bytes.
+async fn read_body(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, BodyError> {
+    if response
+        .content_length()
+        .is_some_and(|len| len > limit as u64)
+    {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Where the request in flight is: at the identifier's host or, after a redirect, at another.
+/// The redirect policy updates it when it follows a redirect, so a failure of the request it
+/// leads to (connecting, resolving the name) and a refusal of a redirect another host issued are
+/// both known to have happened elsewhere.
+#[derive(Debug)]
+struct Trail {
+    origin: Host<String>,
+    elsewhere: AtomicBool,
+}
+
+impl Trail {
+    fn new(origin: &Url) -> Self {
+        Self {
+            origin: origin
+                .host()
+                .map_or(Host::Domain(String::new()), |h| h.to_owned()),
+            elsewhere: AtomicBool::new(false),
+        }
+    }
+
+    /// Records that the next request goes to `next`.
+    fn follow(&self, next: &Url) {
+        let elsewhere = next.host().map(|h| h.to_owned()) != Some(self.origin.clone());
+        self.elsewhere.store(elsewhere, Ordering::SeqCst);
+    }
+
+    /// Whether the request in flight (or the one whose redirect was refused) is at another host.
+    fn elsewhere(&self) -> bool {
+        self.elsewhere.load(Ordering::SeqCst)
+    }
+}
+
+/// Resolves the names redirects lead to (the identifier's own name is pinned to the addresses
+/// resolved for it): the validator's resolver and address policy, then, unless private
+/// redirects are allowed for this attempt, without private addresses. A name left with none
+/// fails before anything is connected to.
+struct RedirectResolver {
+    names: Arc<PolicyResolver>,
+    private_allowed: bool,
+}
+
+/// A redirect target name resolved only to private addresses, which this attempt may not reach.
+#[derive(Debug)]
+struct PrivateOnly(String);
+
+impl fmt::Display for PrivateOnly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} resolves only to private addresses, which redirects from a public identifier do not lead to",
+            self.0
+        )
+    }
+}
+
+impl StdError for PrivateOnly {}
+
+impl Resolve for RedirectResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        let resolving = self.names.resolve(name);
+        let private_allowed = self.private_allowed;
+        Box::pin(async move {
+            let addrs = resolving.await?;
+            if private_allowed {
+                return Ok(addrs);
+            }
+            let public: Vec<SocketAddr> = addrs
+                .filter(|addr| private_network(addr.ip()).is_none())
+                .collect();
+            if public.is_empty() {
+                return Err(Box::new(PrivateOnly(host)) as Box<dyn StdError + Send + Sync>);
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
 }
 
 fn url_for(host: &str, port: u16, token: &str) -> String {
@@ -171,20 +318,30 @@ impl fmt::Display for RedirectRefused {
 impl StdError for RedirectRefused {}
 
 /// Follows at most `max_redirects` redirects, only over http/https to the configured ports, never
-/// to an address the policy refuses, and to IP literals only when validating an IP identifier.
-/// Names in redirects are held to the policy by the resolver.
-fn redirect_policy(inner: &Inner, kind: IdentifierKind) -> redirect::Policy {
+/// to an address the policy refuses nor, unless `private_allowed`, to a private one, and to IP
+/// literals only when validating an IP identifier. Names in redirects are held to the same rules
+/// by the resolver. Each followed redirect is recorded in `trail`.
+fn redirect_policy(
+    inner: &Inner,
+    kind: IdentifierKind,
+    private_allowed: bool,
+    trail: Arc<Trail>,
+) -> redirect::Policy {
     let rules = RedirectRules {
         max: inner.settings.max_redirects,
         http_port: inner.settings.http_port,
         https_port: inner.settings.tls_alpn_port,
         policy: Arc::clone(&inner.policy),
         kind,
+        private_allowed,
     };
     redirect::Policy::custom(move |attempt| {
         match rules.refusal(attempt.url(), attempt.previous().len()) {
             Some(why) => attempt.error(RedirectRefused(why)),
-            None => attempt.follow(),
+            None => {
+                trail.follow(attempt.url());
+                attempt.follow()
+            }
         }
     })
 }
@@ -196,6 +353,8 @@ struct RedirectRules {
     https_port: u16,
     policy: Arc<AddressPolicy>,
     kind: IdentifierKind,
+    /// Whether a redirect may lead to a private address ([`private_redirects_allowed`]).
+    private_allowed: bool,
 }
 
 impl RedirectRules {
@@ -203,7 +362,7 @@ impl RedirectRules {
     ///
     /// The address policy is checked before the port, so a redirect to a refused address is
     /// reported as such whatever port it names.
-    fn refusal(&self, url: &url::Url, previous: usize) -> Option<String> {
+    fn refusal(&self, url: &Url, previous: usize) -> Option<String> {
         let max = self.max;
         let (http_port, https_port) = (self.http_port, self.https_port);
         if previous > max {
@@ -230,6 +389,14 @@ impl RedirectRules {
             && let Some(why) = self.policy.refusal(ip)
         {
             return Some(format!("redirect to {url} refused: {ip} is {why}"));
+        }
+        if let Some(ip) = ip
+            && !self.private_allowed
+            && let Some(net) = private_network(ip)
+        {
+            return Some(format!(
+                "redirect to {url} refused: {ip} is in the private network {net}, and redirects lead into private networks only from an identifier that is or resolves to a private address"
+            ));
         }
         if url.port_or_known_default() != Some(expected_port) {
             return Some(format!(
@@ -300,6 +467,7 @@ mod tests {
             https_port: 443,
             policy: Arc::new(policy),
             kind,
+            private_allowed: false,
         }
     }
 
@@ -379,6 +547,87 @@ mod tests {
                 assert!(refused.contains(why), "{url}: {refused}");
             }
         }
+    }
+
+    #[test]
+    fn redirects_to_private_literals_need_a_private_identifier_or_the_setting() {
+        let strict = rules(IdentifierKind::Ip, AddressPolicy::new(false, Vec::new()));
+        let open = RedirectRules {
+            private_allowed: true,
+            ..rules(IdentifierKind::Ip, AddressPolicy::new(false, Vec::new()))
+        };
+        let cases = [
+            ("http://10.1.2.3/x", "10.0.0.0/8"),
+            ("http://172.20.0.1/x", "172.16.0.0/12"),
+            ("http://192.168.0.1/x", "192.168.0.0/16"),
+            ("http://100.64.1.1/x", "100.64.0.0/10"),
+            ("http://[fd00::1]/x", "fc00::/7"),
+            ("http://[::ffff:10.0.0.1]/x", "10.0.0.0/8"),
+            // Refused for the address before the port is looked at.
+            ("http://10.0.0.1:8080/x", "10.0.0.0/8"),
+        ];
+        for (url, net) in cases {
+            let why = strict
+                .refusal(&url.parse().unwrap(), 1)
+                .unwrap_or_else(|| panic!("{url} followed"));
+            assert!(
+                why.contains(&format!("is in the private network {net}")),
+                "{url}: {why}"
+            );
+        }
+        for (url, _) in &cases[..6] {
+            assert_eq!(open.refusal(&url.parse().unwrap(), 1), None, "{url}");
+        }
+        // Public literals are not affected; refused classes stay refused when private is open.
+        assert_eq!(
+            strict.refusal(&"http://192.0.2.1/x".parse().unwrap(), 1),
+            None
+        );
+        assert!(
+            open.refusal(&"http://169.254.169.254/".parse().unwrap(), 1)
+                .unwrap()
+                .contains("cloud metadata")
+        );
+    }
+
+    #[test]
+    fn only_a_private_identifier_or_the_setting_opens_private_redirects() {
+        let ips =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|ip| ip.parse().unwrap()).collect() };
+        assert!(!private_redirects_allowed(false, &ips(&["192.0.2.1"])));
+        assert!(!private_redirects_allowed(
+            false,
+            &ips(&["127.0.0.1", "::1"])
+        ));
+        assert!(!private_redirects_allowed(false, &[]));
+        assert!(private_redirects_allowed(false, &ips(&["10.0.0.5"])));
+        assert!(private_redirects_allowed(
+            false,
+            &ips(&["2001:db8::1", "192.168.1.2"])
+        ));
+        assert!(private_redirects_allowed(false, &ips(&["fd00::7"])));
+        assert!(private_redirects_allowed(true, &ips(&["192.0.2.1"])));
+    }
+
+    #[test]
+    fn the_trail_knows_when_a_redirect_left_the_identifiers_host() {
+        let trail = Trail::new(
+            &"http://a.test:80/.well-known/acme-challenge/t"
+                .parse()
+                .unwrap(),
+        );
+        assert!(!trail.elsewhere());
+        trail.follow(&"https://a.test/other".parse().unwrap());
+        assert!(!trail.elsewhere(), "the same host on another scheme");
+        trail.follow(&"http://b.test/".parse().unwrap());
+        assert!(trail.elsewhere());
+        trail.follow(&"http://A.TEST/back".parse().unwrap());
+        assert!(!trail.elsewhere(), "back on the identifier's host");
+        let v6 = Trail::new(&"http://[::1]:80/x".parse().unwrap());
+        v6.follow(&"http://[0:0::1]/y".parse().unwrap());
+        assert!(!v6.elsewhere());
+        v6.follow(&"http://127.0.0.1/y".parse().unwrap());
+        assert!(v6.elsewhere());
     }
 
     #[test]

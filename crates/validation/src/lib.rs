@@ -3,7 +3,7 @@
 //!
 //! One [`Validator`] performs single validation attempts; retries, scheduling and persistence of the
 //! outcome belong to the caller. [`Validator::attempt`] says, as a [`Failure`], whether a failed
-//! attempt may be repeated (transient) or not (definite); see `failure.rs` for the table. Every failure is an ACME [`Problem`](acme_core::problem::Problem)
+//! attempt may be repeated (a dns-01 record still propagating) or not; see `failure.rs` for the table. Every failure is an ACME [`Problem`](acme_core::problem::Problem)
 //! whose detail names what was fetched or queried and what was found, because that text is what the
 //! subscriber sees in their client's output.
 //!
@@ -33,5 +33,5 @@ mod validator;
 pub use error::Error;
 pub use failure::{Failure, Retry};
 pub use resolver::MAX_ADDRESSES_PER_NAME;
-pub use settings::ValidationSettings;
+pub use settings::{DEFAULT_ALLOW_PRIVATE_REDIRECTS, ValidationSettings};
 pub use validator::Validator;

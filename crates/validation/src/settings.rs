@@ -14,6 +14,12 @@ const ATTEMPT_GRACE: Duration = Duration::from_secs(2);
 /// for the second and still half of the attempt for the exchange itself.
 const CONNECT_SHARE_DIVISOR: u32 = 2;
 
+/// Whether an http-01 redirect may lead into a private network (RFC 1918, RFC 6598 shared
+/// address space, IPv6 unique local addresses) when the identifier itself did not resolve to one.
+/// Off: a subscriber must not be able to point the CA at the networks it sits in and map them.
+/// The one source of this default, for [`ValidationSettings`] and the configuration file.
+pub const DEFAULT_ALLOW_PRIVATE_REDIRECTS: bool = false;
+
 /// How validation attempts reach the outside world.
 ///
 /// The defaults are production values: ports 80 and 443, loopback refused. Tests point
@@ -33,6 +39,11 @@ pub struct ValidationSettings {
     /// multicast, …; see the crate docs). Judged also against the IPv4 address carried by an
     /// IPv4-mapped, IPv4-compatible, NAT64 or 6to4 IPv6 address.
     pub deny_target_cidrs: Vec<IpNet>,
+    /// Whether an http-01 redirect may lead to a private address (10/8, 172.16/12, 192.168/16,
+    /// 100.64/10, fc00::/7) although the identifier did not resolve to one. When `false`, such
+    /// redirects are refused before connecting, unless the identifier itself is or resolved to a
+    /// private address (a private CA validating a private name may be redirected within it).
+    pub allow_private_redirects: bool,
     /// Time limit of one whole attempt: every DNS query, address, redirect and the CAA check.
     /// Connecting gets a share of it (see [`ValidationSettings::connect_budget`]).
     pub timeout: Duration,
@@ -52,6 +63,7 @@ impl Default for ValidationSettings {
             tls_alpn_port: 443,
             allow_loopback: false,
             deny_target_cidrs: Vec::new(),
+            allow_private_redirects: DEFAULT_ALLOW_PRIVATE_REDIRECTS,
             timeout: Duration::from_secs(10),
             max_redirects: 10,
             max_body_bytes: 64 * 1024,

@@ -29,7 +29,7 @@ async fn bodies_served_by_another_host_after_a_redirect_are_never_quoted() {
     assert!(
         problem
             .detail
-            .contains("came from another host after a redirect, so it is not shown"),
+            .contains("a redirect led to another host, which did not serve the key authorization"),
         "{}",
         problem.detail
     );

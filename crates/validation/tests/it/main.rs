@@ -8,6 +8,7 @@ mod disclosure;
 mod dns01;
 mod hosts;
 mod http01;
+mod redirects;
 mod targets;
 mod tls_alpn01;
 mod transience;
