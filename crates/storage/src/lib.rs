@@ -9,6 +9,7 @@ mod account_cache;
 mod accounts;
 mod admin_queries;
 mod authz;
+pub mod blocked_keys;
 mod certificates;
 mod codec;
 mod connect;
