@@ -113,11 +113,6 @@ pub async fn start(
     config_path: Option<&std::path::Path>,
     clock: SharedClock,
 ) -> anyhow::Result<RunningServer> {
-    // Test mode's refusals come before anything is opened: `main.rs` has checked them already,
-    // and a caller of this library function gets the same line.
-    if let Some(refusal) = config.test_mode_refusals().into_iter().next() {
-        anyhow::bail!("{}: {}", refusal.key, refusal.reason);
-    }
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
@@ -425,7 +420,6 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         tls_alpn_port: v.tls_alpn_port,
         allow_loopback: v.allow_loopback,
         deny_target_cidrs: v.deny_target_cidrs.clone(),
-        allow_private_redirects: v.allow_private_redirects,
         timeout: v.timeout.std(),
         caa_identities: config.acme.caa_identities.clone(),
         // Redirects and body size are not configurable: the validator's own limits.
@@ -444,7 +438,6 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         caa_recheck_after: config.validation.caa_recheck_after.time(),
         validation_retries: config.validation.retries,
         retry_backoff: config.validation.retry_backoff.time(),
-        retry_window: config.validation.retry_window.time(),
         always_valid: config.test_mode.enabled && config.test_mode.always_valid,
         ..WorkerSettings::default()
     }
