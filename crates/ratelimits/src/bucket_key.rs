@@ -75,7 +75,8 @@ fn limit_of_code(code: &str) -> Option<LimitName> {
 }
 
 impl BucketKey {
-    fn from_parts(owner: CompactString, field: CompactString) -> Self {
+    /// The key of an owner's field, as the stores hold them.
+    pub(crate) fn from_parts(owner: CompactString, field: CompactString) -> Self {
         // Keep in step with `sibling`.
         let owner_hash = key_hash(&owner);
         Self {
@@ -169,6 +170,18 @@ impl BucketKey {
     /// The bucket within its owner: a limit code, and `:<identifier>` for per-identifier limits.
     pub fn field(&self) -> &str {
         &self.field
+    }
+
+    /// The limit a bucket belongs to, from its field's code; None for keys of no known limit.
+    pub fn limit_name(&self) -> Option<LimitName> {
+        if self.owner.starts_with(OTHER) {
+            return None;
+        }
+        let code = self
+            .field
+            .split_once(':')
+            .map_or(&*self.field, |(code, _)| code);
+        limit_of_code(code)
     }
 
     /// The identifier of a per-(account, identifier) bucket.

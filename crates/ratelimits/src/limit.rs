@@ -66,6 +66,23 @@ impl LimitName {
         }
     }
 
+    /// Whether the limit's buckets fall back to the instance's memory while a shared store
+    /// (Redis) is unreachable, instead of failing open with the others.
+    ///
+    /// These two exist to stop clients that fail validation over and over from costing
+    /// validation work without end; failing open would switch that protection off exactly when
+    /// an outage makes such clients most likely, and counting per instance is still a bound (at
+    /// most the limit per instance). The global, account-creation and order limits protect
+    /// capacity and fairness, where refusing every client or counting per instance during an
+    /// outage would do more harm than letting requests through.
+    pub const fn fails_safe(self) -> bool {
+        matches!(
+            self,
+            Self::FailedValidationPerAccountIdentifier
+                | Self::ConsecutiveFailuresPerAccountIdentifier
+        )
+    }
+
     /// What the limit's buckets are keyed by.
     pub const fn id_kind(self) -> IdKind {
         match self {

@@ -4,14 +4,20 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use metrics::Counter;
+use metrics::Gauge;
 use metrics::Histogram;
+use parking_lot::Mutex;
 use time::OffsetDateTime;
 
+use crate::batch::BatchOutcome;
 use crate::batch::Kind;
 use crate::batch::Transaction;
 use crate::batch::binding;
@@ -33,12 +39,22 @@ use crate::nanos::from_unix_nanos;
 use crate::nanos::unix_nanos;
 use crate::overrides::Overrides;
 use crate::overrides::ResolvedOverrides;
+use crate::store::Debt;
+use crate::store::MemoryStore;
 use crate::store::Store;
 
 /// Metric: decisions per limit and outcome (`allowed`, `denied`, `shadow_denied`, `fail_open`).
 pub const DECISIONS: &str = "certeasy_ratelimit_decisions_total";
 /// Metric: seconds spent in the store per batch.
 pub const LATENCY: &str = "certeasy_ratelimit_seconds";
+/// Metric (gauge, only with Redis): 1 for the store mode in force, 0 for the other; `mode` is
+/// `redis` or `memory_fallback`.
+pub const STORE_MODE: &str = "certeasy_ratelimit_store_mode";
+/// Metric: buckets the memory fallback handed to Redis when it answered again.
+pub const HANDED_OVER: &str = "certeasy_ratelimit_fallback_handed_over_total";
+/// While Redis is unreachable, it is asked again at most this often (by the next request); the
+/// requests in between do not wait for it.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub use crate::store::REDIS_ERRORS;
 
 /// One bucket a request wants to spend from (or check).
@@ -148,8 +164,13 @@ pub struct Verdict {
     /// its quotas (`RateLimit` headers list them all, not only the binding one). Empty when the
     /// store failed.
     pub applied: Vec<BindingLimit>,
-    /// The store failed and the request was allowed without counting.
+    /// The store failed and some bucket of the batch was not counted: the request was allowed
+    /// as far as those buckets go.
     pub fail_open: bool,
+    /// Decided by this instance's memory because Redis was unreachable: the buckets of limits
+    /// that fail safe ([`LimitName::fails_safe`]) were decided and counted there, and only those
+    /// appear in `binding` and `applied`.
+    pub fallback: bool,
 }
 
 impl Verdict {
@@ -160,6 +181,7 @@ impl Verdict {
             shadow_denials: Vec::new(),
             applied: Vec::new(),
             fail_open,
+            fallback: false,
         }
     }
 }
@@ -260,7 +282,77 @@ impl Policy {
 pub struct Limiter {
     policy: ArcSwap<Policy>,
     store: Arc<dyn Store>,
+    /// Only for a remote store (Redis).
+    fallback: Option<Fallback>,
     instruments: OnceLock<Instruments>,
+}
+
+/// Where the limits that fail safe are counted while Redis is unreachable: this instance's
+/// memory, with the same GCRA as every store.
+///
+/// The limiter switches to it on the first store failure (one warning) and asks Redis again at
+/// most once per [`PROBE_INTERVAL`]; requests in between are decided at once, without waiting
+/// for a dead server. The first probe that reaches Redis hands over what memory counted: each
+/// bucket's debt is added to its Redis bucket (capped at the burst), so the failures seen during
+/// the outage keep counting, now for every instance, and memory is emptied. Then Redis is used
+/// again (one info line).
+struct Fallback {
+    memory: MemoryStore,
+    active: AtomicBool,
+    /// When the next request may ask Redis while `active`.
+    next_probe: Mutex<Instant>,
+    /// Held for writing while memory's buckets are handed over, for reading while a request is
+    /// decided in memory, so no failure counted in memory is left behind by a hand-over.
+    gate: tokio::sync::RwLock<()>,
+}
+
+impl Fallback {
+    fn new() -> Self {
+        Self {
+            memory: MemoryStore::default(),
+            active: AtomicBool::new(false),
+            next_probe: Mutex::new(Instant::now()),
+            gate: tokio::sync::RwLock::new(()),
+        }
+    }
+
+    fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Whether this request is the one to ask Redis now. Another request holding the lock is
+    /// asking, or about to.
+    fn claim_probe(&self) -> bool {
+        let Some(mut next) = self.next_probe.try_lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        if now < *next {
+            return false;
+        }
+        *next = now + PROBE_INTERVAL;
+        true
+    }
+
+    /// A store call failed: switch to memory, warning once per outage.
+    fn lost(&self, err: &Error, instruments: &Instruments) {
+        *self.next_probe.lock() = Instant::now() + PROBE_INTERVAL;
+        if !self.active.swap(true, Ordering::AcqRel) {
+            instruments.mode(true);
+            tracing::warn!(
+                error = %err,
+                "rate-limit store unreachable: failed-validation and zombie-pausing limits are counted in this instance's memory, the other limits allow requests uncounted until it answers"
+            );
+        }
+    }
+
+    /// A store call succeeded: back to Redis if memory was in use.
+    fn reached(&self, instruments: &Instruments) {
+        if self.is_active() && self.active.swap(false, Ordering::AcqRel) {
+            instruments.mode(false);
+            tracing::info!("rate-limit store reachable again: every limit is counted in it");
+        }
+    }
 }
 
 /// What a decision counts as in [`DECISIONS`].
@@ -297,22 +389,41 @@ impl Outcome {
 struct Instruments {
     decisions: [[Counter; Outcome::ALL.len()]; LimitName::ALL.len()],
     latency: Histogram,
+    /// `[redis, memory_fallback]`, with a remote store only.
+    modes: Option<[Gauge; 2]>,
+    handed_over: Counter,
 }
 
 impl Instruments {
-    fn register() -> Self {
-        Self {
+    fn register(remote: bool) -> Self {
+        let instruments = Self {
             decisions: LimitName::ALL.map(|name| {
                 Outcome::ALL.map(|outcome| {
                     metrics::counter!(DECISIONS, "limit" => name.as_str(), "outcome" => outcome.label())
                 })
             }),
             latency: metrics::histogram!(LATENCY),
-        }
+            modes: remote.then(|| {
+                [
+                    metrics::gauge!(STORE_MODE, "mode" => "redis"),
+                    metrics::gauge!(STORE_MODE, "mode" => "memory_fallback"),
+                ]
+            }),
+            handed_over: metrics::counter!(HANDED_OVER),
+        };
+        instruments.mode(false);
+        instruments
     }
 
     fn count(&self, name: LimitName, outcome: Outcome) {
         self.decisions[name.index()][outcome as usize].increment(1);
+    }
+
+    fn mode(&self, fallback: bool) {
+        if let Some([redis, memory]) = &self.modes {
+            redis.set(if fallback { 0.0 } else { 1.0 });
+            memory.set(if fallback { 1.0 } else { 0.0 });
+        }
     }
 }
 
@@ -333,6 +444,7 @@ impl Limiter {
     ) -> Result<Self> {
         Ok(Self {
             policy: ArcSwap::from_pointee(Policy::build(config, overrides)?),
+            fallback: store.is_remote().then(Fallback::new),
             store,
             instruments: OnceLock::new(),
         })
@@ -390,6 +502,9 @@ impl Limiter {
             }
         }
         if !keys.is_empty() {
+            if let Some(fallback) = &self.fallback {
+                fallback.memory.reset(&keys).await?;
+            }
             self.store.reset(&keys).await?;
         }
         Ok(keys.len())
@@ -452,26 +567,52 @@ impl Limiter {
     ///
     /// Errors are programming errors only (an id of the wrong kind, a cost above the burst, a
     /// bucket twice). A store failure allows the request (fail open), is logged and counted: an
-    /// outage of the limiter should never become an outage of issuance.
+    /// outage of the limiter should never become an outage of issuance. With Redis, the limits
+    /// that fail safe are decided in this instance's memory instead ([`Fallback`]).
     pub async fn check(&self, now: OffsetDateTime, requests: &[Request]) -> Result<Verdict> {
         let mut batch = Batch::with_capacity(requests.len());
         self.transactions(requests, &mut batch)?;
         if batch.is_empty() {
             return Ok(Verdict::allow_all(false));
         }
-        let instruments = self.instruments.get_or_init(Instruments::register);
+        let instruments = self
+            .instruments
+            .get_or_init(|| Instruments::register(self.fallback.is_some()));
         // The TSC clock: two reads per request, where the system clock would cost a syscall's
         // worth on some virtual machines.
         let started = quanta::Instant::now();
         let now = unix_nanos(now);
+        if let Some(fallback) = &self.fallback
+            && fallback.is_active()
+            && !self.probe(fallback, now, instruments).await
+        {
+            let verdict = self
+                .decide_in_memory(fallback, now, &batch, instruments)
+                .await;
+            instruments.latency.record(started.elapsed().as_secs_f64());
+            return verdict;
+        }
         let result = match self.store.spend_batch_ready(now, &batch) {
             Some(ready) => ready,
             None => self.store.spend_batch(now, &batch).await,
         };
-        instruments.latency.record(started.elapsed().as_secs_f64());
         let outcome = match result {
-            Ok(outcome) => outcome,
+            Ok(outcome) => {
+                if let Some(fallback) = &self.fallback {
+                    fallback.reached(instruments);
+                }
+                outcome
+            }
             Err(err) if err.is_store_failure() => {
+                if let Some(fallback) = &self.fallback {
+                    fallback.lost(&err, instruments);
+                    let verdict = self
+                        .decide_in_memory(fallback, now, &batch, instruments)
+                        .await;
+                    instruments.latency.record(started.elapsed().as_secs_f64());
+                    return verdict;
+                }
+                instruments.latency.record(started.elapsed().as_secs_f64());
                 tracing::warn!(error = %err, "rate-limit store failed; allowing the request");
                 for tx in &batch {
                     instruments.count(tx.name(), Outcome::FailOpen);
@@ -480,6 +621,98 @@ impl Limiter {
             }
             Err(err) => return Err(err),
         };
+        instruments.latency.record(started.elapsed().as_secs_f64());
+        Ok(self.verdict(&batch, &outcome, instruments))
+    }
+
+    /// While memory is in use: true when this request should ask Redis. At most one request
+    /// per [`PROBE_INTERVAL`] does; before it asks, it hands memory's buckets over, and a
+    /// failed hand-over puts them back and answers false.
+    async fn probe(&self, fallback: &Fallback, now: i64, instruments: &Instruments) -> bool {
+        if !fallback.claim_probe() {
+            return false;
+        }
+        let _handing_over = fallback.gate.write().await;
+        let debts = self.debts(fallback, now);
+        if debts.is_empty() {
+            // Nothing to hand over: this request's own batch is the probe.
+            return true;
+        }
+        match self.store.absorb(now, &debts).await {
+            Ok(()) => {
+                instruments
+                    .handed_over
+                    .increment(u64::try_from(debts.len()).unwrap_or(u64::MAX));
+                tracing::info!(
+                    buckets = debts.len(),
+                    "rate-limit buckets counted in memory during the outage handed over to the store"
+                );
+                fallback.reached(instruments);
+                true
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "rate-limit store still unreachable");
+                fallback.memory.absorb_now(now, &debts);
+                false
+            }
+        }
+    }
+
+    /// Empties memory into debts, each with the limit in force for its bucket now. A bucket
+    /// whose limit was disabled since is dropped.
+    fn debts(&self, fallback: &Fallback, now: i64) -> Vec<Debt> {
+        let policy = self.policy.load();
+        fallback
+            .memory
+            .drain(now)
+            .into_iter()
+            .filter_map(|(key, nanos)| {
+                let name = key.limit_name()?;
+                let text = key.to_string();
+                let (_, id) = text.split_once(':')?;
+                let id = BucketId::parse(name, id).ok()?;
+                let (limit, _) = policy.resolve_lean(name, &id)?;
+                Some(Debt { key, limit, nanos })
+            })
+            .collect()
+    }
+
+    /// Decides the batch's buckets of limits that fail safe in memory; the others are allowed
+    /// uncounted (fail open), as without a fallback.
+    async fn decide_in_memory(
+        &self,
+        fallback: &Fallback,
+        now: i64,
+        batch: &[Transaction],
+        instruments: &Instruments,
+    ) -> Result<Verdict> {
+        let safe: Batch = batch
+            .iter()
+            .filter(|tx| tx.name().fails_safe())
+            .cloned()
+            .collect();
+        for tx in batch.iter().filter(|tx| !tx.name().fails_safe()) {
+            instruments.count(tx.name(), Outcome::FailOpen);
+        }
+        let fail_open = safe.len() < batch.len();
+        if safe.is_empty() {
+            return Ok(Verdict::allow_all(fail_open));
+        }
+        let _deciding = fallback.gate.read().await;
+        let outcome = fallback.memory.spend_batch_now(now, &safe)?;
+        let mut verdict = self.verdict(&safe, &outcome, instruments);
+        verdict.fail_open = fail_open;
+        verdict.fallback = true;
+        Ok(verdict)
+    }
+
+    /// The verdict for a batch the store decided, counted in [`DECISIONS`].
+    fn verdict(
+        &self,
+        batch: &[Transaction],
+        outcome: &BatchOutcome,
+        instruments: &Instruments,
+    ) -> Verdict {
         let mut shadow_denials = Vec::new();
         for (tx, d) in batch.iter().zip(&outcome.decisions) {
             let counted = if d.allowed {
@@ -497,20 +730,21 @@ impl Limiter {
             BindingLimit::new(tx, d, writes(tx, d, outcome.allowed))
         };
         let binding =
-            binding(&batch, &outcome.decisions).map(|i| report(&batch[i], &outcome.decisions[i]));
+            binding(batch, &outcome.decisions).map(|i| report(&batch[i], &outcome.decisions[i]));
         let applied = batch
             .iter()
             .zip(&outcome.decisions)
             .filter(|(tx, _)| tx.enforced())
             .map(|(tx, d)| report(tx, d))
             .collect();
-        Ok(Verdict {
+        Verdict {
             allowed: outcome.allowed,
             binding,
             shadow_denials,
             applied,
             fail_open: false,
-        })
+            fallback: false,
+        }
     }
 
     /// Gives back what [`check`](Self::check) spent when the request failed afterwards. Best
@@ -521,6 +755,14 @@ impl Limiter {
         check_unique(&batch)?;
         if batch.is_empty() {
             return Ok(());
+        }
+        if let Some(fallback) = &self.fallback
+            && fallback.is_active()
+        {
+            // What memory counted goes back to memory; nothing else was counted anywhere.
+            batch.retain(|tx| tx.name().fails_safe());
+            let _refunding = fallback.gate.read().await;
+            return fallback.memory.refund(unix_nanos(now), &batch).await;
         }
         if let Err(err) = self.store.refund(unix_nanos(now), &batch).await {
             if !err.is_store_failure() {
@@ -533,6 +775,8 @@ impl Limiter {
 
     /// Makes a bucket full (`certeasy admin ratelimit reset`, a successful validation resetting
     /// the zombie counter). Store errors are returned: an operator must know it did not happen.
+    /// The memory fallback's bucket is emptied too, whatever Redis answers, so a success resets
+    /// the zombie count during an outage as well.
     pub async fn reset(&self, limit: LimitName, id: &BucketId) -> Result<()> {
         let key = match id {
             BucketId::Ip(net) => {
@@ -540,7 +784,18 @@ impl Limiter {
             }
             _ => BucketKey::new(limit, id)?,
         };
-        self.store.reset(&[key]).await
+        let keys = [key];
+        if let Some(fallback) = &self.fallback {
+            let _resetting = fallback.gate.read().await;
+            fallback.memory.reset(&keys).await?;
+        }
+        self.store.reset(&keys).await
+    }
+
+    /// Whether the limits that fail safe are counted in this instance's memory now, because
+    /// Redis is unreachable.
+    pub fn in_fallback(&self) -> bool {
+        self.fallback.as_ref().is_some_and(Fallback::is_active)
     }
 
     /// A bucket's state without spending (`certeasy admin ratelimit show`). None when the limit is
@@ -557,7 +812,12 @@ impl Limiter {
         };
         let key = BucketKey::new(limit, &keyed)?;
         let now_ns = unix_nanos(now);
-        let d = self.store.peek(now_ns, &key, &resolved).await?;
+        let d = match &self.fallback {
+            Some(fallback) if fallback.is_active() && limit.fails_safe() => {
+                fallback.memory.peek(now_ns, &key, &resolved).await?
+            }
+            _ => self.store.peek(now_ns, &key, &resolved).await?,
+        };
         Ok(Some(BucketState {
             key: key.to_string(),
             limit: resolved,

@@ -19,6 +19,18 @@ use crate::error::Result;
 use crate::gcra::Decision;
 use crate::limit::Limit;
 
+/// Debt counted by one instance while the shared store was unreachable, handed to the store when it
+/// answers again (see [`Store::absorb`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Debt {
+    /// The bucket.
+    pub key: BucketKey,
+    /// The limit in force for it now: its burst caps what is absorbed.
+    pub limit: Limit,
+    /// How far ahead of `now` the instance's bucket was full again, in nanoseconds (above 0).
+    pub nanos: i64,
+}
+
 /// A boxed future, so the trait stays object safe and stores can be swapped behind `Arc<dyn Store>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
@@ -53,6 +65,18 @@ pub trait Store: Send + Sync {
         key: &'a BucketKey,
         limit: &'a Limit,
     ) -> StoreFuture<'a, Decision>;
+
+    /// Adds each debt to its bucket: the TAT moves `nanos` later (from `now` when the bucket is
+    /// full), never beyond `now` + the burst offset. Unlike a spend it never refuses: the
+    /// failures it stands for have already happened.
+    fn absorb<'a>(&'a self, now: i64, debts: &'a [Debt]) -> StoreFuture<'a, ()>;
+
+    /// Whether the store is reached over the network and shared by instances, so it can be
+    /// unreachable while this instance runs. The limiter then keeps a memory fallback for the
+    /// limits that fail safe ([`crate::limit::LimitName::fails_safe`]).
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// The store the configuration asks for: Redis if `redis:` is set, else memory. Must be called

@@ -11,6 +11,7 @@ use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 use tokio::task::JoinHandle;
 
+use super::Debt;
 use super::Store;
 use super::StoreFuture;
 use crate::batch::BatchOutcome;
@@ -533,6 +534,44 @@ impl MemoryStore {
         }
     }
 
+    /// Takes every bucket that is not full: its key and how far ahead of `now` it is full again.
+    /// The store is empty afterwards. The limiter's memory fallback hands its buckets to Redis
+    /// this way when Redis answers again.
+    pub fn drain(&self, now: i64) -> Vec<(BucketKey, i64)> {
+        let mut taken = Vec::new();
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            for owner in shard.owners.drain() {
+                for bucket in owner.buckets {
+                    if bucket.tat > now {
+                        taken.push((
+                            BucketKey::from_parts(owner.owner.clone(), bucket.field),
+                            bucket.tat - now,
+                        ));
+                    }
+                }
+            }
+            shard.buckets = 0;
+        }
+        taken
+    }
+
+    /// The synchronous core of [`Store::absorb`].
+    pub fn absorb_now(&self, now: i64, debts: &[Debt]) {
+        for debt in debts.iter().filter(|d| d.nanos > 0) {
+            let mut shard = self.shards[shard_of(debt.key.owner_hash())].lock();
+            let base = live(shard.tat(&debt.key), now).map_or(now, |tat| tat.max(now));
+            let ceiling = now.saturating_add(debt.limit.burst_offset());
+            let tat = base.saturating_add(debt.nanos).min(ceiling);
+            shard.apply(
+                &debt.key,
+                std::iter::once((debt.key.field(), Change::Set(tat))),
+                now,
+                self.max_per_shard,
+            );
+        }
+    }
+
     fn peek_now(&self, now: i64, key: &BucketKey, limit: &Limit) -> Decision {
         let stored = self.shards[shard_of(key.owner_hash())].lock().tat(key);
         gcra::decide(now, stored, limit, 0)
@@ -581,6 +620,11 @@ impl Store for MemoryStore {
         limit: &'a Limit,
     ) -> StoreFuture<'a, Decision> {
         Box::pin(std::future::ready(Ok(self.peek_now(now, key, limit))))
+    }
+
+    fn absorb<'a>(&'a self, now: i64, debts: &'a [Debt]) -> StoreFuture<'a, ()> {
+        self.absorb_now(now, debts);
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

@@ -14,6 +14,7 @@ use redis::Value;
 use redis::aio::ConnectionManager;
 use redis::aio::ConnectionManagerConfig;
 
+use super::Debt;
 use super::Store;
 use super::StoreFuture;
 use super::sharding::shard_of;
@@ -45,6 +46,7 @@ pub struct RedisStore {
     spend: Script,
     refund: Script,
     insert_guarded: Script,
+    absorb: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -99,6 +101,7 @@ impl RedisStore {
             spend: Script::new(include_str!("spend.lua")),
             refund: Script::new(include_str!("refund.lua")),
             insert_guarded: Script::new(include_str!("insert_guarded.lua")),
+            absorb: Script::new(include_str!("absorb.lua")),
         })
     }
 
@@ -220,9 +223,17 @@ impl RedisStore {
 
     /// Groups transaction indexes by shard, in shard order.
     fn by_shard(&self, batch: &[Transaction]) -> Vec<(usize, Vec<usize>)> {
+        self.keys_by_shard(batch.iter().map(Transaction::key))
+    }
+
+    /// Groups the indexes of keys by shard, in shard order.
+    fn keys_by_shard<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k BucketKey>,
+    ) -> Vec<(usize, Vec<usize>)> {
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (i, tx) in batch.iter().enumerate() {
-            let shard = self.shard_for(tx.key());
+        for (i, key) in keys.enumerate() {
+            let shard = self.shard_for(key);
             match groups.iter_mut().find(|(s, _)| *s == shard) {
                 Some((_, members)) => members.push(i),
                 None => groups.push((shard, vec![i])),
@@ -382,6 +393,35 @@ impl RedisStore {
         Ok(())
     }
 
+    /// One absorb script per shard, the shards in parallel. A shard that fails fails the call;
+    /// what the others absorbed stays absorbed (the caller then keeps counting in memory, which
+    /// errs on the strict side).
+    async fn absorb_inner(&self, now: i64, debts: &[Debt]) -> Result<()> {
+        let groups = self.keys_by_shard(debts.iter().map(|d| &d.key));
+        let results = join_all(groups.iter().map(|(shard, members)| async move {
+            let mut invocation = self.absorb.prepare_invoke();
+            let (now_s, now_n) = pair(now);
+            invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+            for &i in members {
+                let debt = &debts[i];
+                let (ceil_s, ceil_n) = pair(now.saturating_add(debt.limit.burst_offset()));
+                let (debt_s, debt_n) = pair(debt.nanos.max(0));
+                invocation.key(self.owner_key(&debt.key));
+                invocation
+                    .arg(debt.key.field())
+                    .arg(ceil_s)
+                    .arg(ceil_n)
+                    .arg(debt_s)
+                    .arg(debt_n);
+            }
+            let mut con = self.shards[*shard].clone();
+            let _: i64 = self.timed(invocation.invoke_async(&mut con)).await?;
+            Ok(())
+        }))
+        .await;
+        results.into_iter().collect()
+    }
+
     async fn peek_inner(&self, now: i64, key: &BucketKey, limit: &Limit) -> Result<Decision> {
         let mut con = self.shards[self.shard_for(key)].clone();
         let full_key = self.owner_key(key);
@@ -450,5 +490,13 @@ impl Store for RedisStore {
         limit: &'a Limit,
     ) -> StoreFuture<'a, Decision> {
         Box::pin(self.peek_inner(now, key, limit))
+    }
+
+    fn absorb<'a>(&'a self, now: i64, debts: &'a [Debt]) -> StoreFuture<'a, ()> {
+        Box::pin(self.absorb_inner(now, debts))
+    }
+
+    fn is_remote(&self) -> bool {
+        true
     }
 }
