@@ -7,6 +7,7 @@ use acme_core::problem::ProblemType;
 use axum::http::StatusCode;
 use axum::http::header;
 use ra::Refusal;
+use ra::keys::KeyUse;
 
 use crate::problem::ApiError;
 use crate::state::ApiState;
@@ -91,6 +92,14 @@ fn refusal_error(state: &ApiState, refusal: Refusal) -> ApiError {
                 .with_status(StatusCode::CONFLICT)
                 .with_header(header::LOCATION, &state.urls().account(other))
         }
+        // RFC 8555 keeps badPublicKey for JWS keys (§7.3, §7.3.5); a CSR's key is the CSR's.
+        Refusal::BadKey { key, detail } => ApiError::new(
+            match key {
+                KeyUse::Account => ProblemType::BadPublicKey,
+                KeyUse::Certificate => ProblemType::BadCsr,
+            },
+            detail,
+        ),
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use ra::keys::BlockedKeysFile;
 use ra::limits::RateLimits;
 use ratelimits::overrides::Overrides;
 
@@ -23,6 +24,8 @@ pub struct Reloader {
     /// In test mode, the `test-mode` settings in force (flags included): a reload keeps the
     /// test rate limits rather than taking the file's `rate-limiting:` block.
     test_mode: Option<TestModeConfig>,
+    /// `acme.blocked-keys-file`, read again from the path it was loaded from.
+    blocked_keys: BlockedKeysFile,
 }
 
 impl Reloader {
@@ -37,7 +40,15 @@ impl Reloader {
             listener_cert,
             config_path,
             test_mode,
+            blocked_keys: BlockedKeysFile::default(),
         }
+    }
+
+    /// Reloads `file` too (it shares its list with the policy layer's copy).
+    #[must_use]
+    pub fn with_blocked_keys(mut self, file: BlockedKeysFile) -> Self {
+        self.blocked_keys = file;
+        self
     }
 
     /// Reloads every part, even when an earlier one fails, so a broken limits file cannot hold
@@ -54,10 +65,26 @@ impl Reloader {
             tracing::error!(error = %format!("{e:#}"), "listener certificate reload refused; the previous certificate stays in use");
             e.context("listener certificate: the previous certificate stays in use")
         });
-        match (limits, certificate) {
-            (Ok(()), Ok(())) => Ok(()),
-            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-            (Err(limits), Err(certificate)) => Err(anyhow::anyhow!("{limits:#}\n{certificate:#}")),
+        let blocked_keys = match self.blocked_keys.reload() {
+            Ok(count) => {
+                tracing::info!(keys = count, "blocked keys file reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "blocked keys file reload refused; the previous list stays in force");
+                Err(anyhow::anyhow!(
+                    "blocked keys: the previous list stays in force: {e}"
+                ))
+            }
+        };
+        let failures: Vec<String> = [limits, certificate, blocked_keys]
+            .into_iter()
+            .filter_map(|part| part.err().map(|e| format!("{e:#}")))
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(failures.join("\n")))
         }
     }
 }

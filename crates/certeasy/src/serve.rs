@@ -195,8 +195,9 @@ pub async fn start(
         hook,
     );
 
+    let blocked_keys = blocked_keys_file(config)?;
     let ra = Ra::new(
-        policy_settings(config, profiles),
+        policy_settings(config, profiles, blocked_keys.clone()),
         storage.clone(),
         Arc::clone(&clock),
         Arc::clone(&limits),
@@ -304,7 +305,8 @@ pub async fn start(
         listener_cert,
         config_path.map(PathBuf::from),
         config.test_mode.enabled.then(|| config.test_mode.clone()),
-    );
+    )
+    .with_blocked_keys(blocked_keys);
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         ra,
@@ -467,7 +469,11 @@ fn api_settings(config: &Config) -> ApiSettings {
     }
 }
 
-fn policy_settings(config: &Config, profiles: Profiles) -> PolicySettings {
+fn policy_settings(
+    config: &Config,
+    profiles: Profiles,
+    blocked_keys: ra::keys::BlockedKeysFile,
+) -> PolicySettings {
     let a = &config.acme;
     PolicySettings {
         terms_of_service: (!a.terms_of_service.is_empty()).then(|| a.terms_of_service.clone()),
@@ -486,6 +492,21 @@ fn policy_settings(config: &Config, profiles: Profiles) -> PolicySettings {
             jitter: f64::from(a.renewal_jitter_percent) / 100.0,
             retry_after: a.renewal_info_retry_after.time(),
         },
+        blocked_keys,
+    }
+}
+
+/// The blocked-keys file of `acme.blocked-keys-file`, read now: a file that cannot be read or
+/// holds a line that is not a hash stops the start, naming the line.
+fn blocked_keys_file(config: &Config) -> anyhow::Result<ra::keys::BlockedKeysFile> {
+    match &config.acme.blocked_keys_file {
+        Some(path) => {
+            let file = ra::keys::BlockedKeysFile::load(path)
+                .with_context(|| format!("acme.blocked-keys-file {}", path.display()))?;
+            tracing::info!(path = %path.display(), keys = file.len(), "blocked keys file loaded");
+            Ok(file)
+        }
+        None => Ok(ra::keys::BlockedKeysFile::default()),
     }
 }
 

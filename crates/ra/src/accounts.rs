@@ -12,6 +12,7 @@ use storage::model::NewAccount;
 
 use crate::Ra;
 use crate::eab::Creation;
+use crate::keys::KeyUse;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::rate_info::RateLimitInfo;
@@ -54,6 +55,8 @@ pub struct AccountUpdate {
 impl Ra {
     /// Registers the key of `request`, or finds its account.
     pub async fn new_account(&self, request: AccountRequest) -> Result<Registered, Error> {
+        // A weak or blocked key gets no account, and no lookup either (as in Boulder).
+        self.check_key(&request.jwk, KeyUse::Account).await?;
         let storage = &self.inner.storage;
         let thumbprint = request.jwk.thumbprint();
         if request.only_return_existing {
@@ -178,6 +181,7 @@ impl Ra {
         if new_thumbprint == account.thumbprint {
             return Err(Refusal::malformed("the new key is the same as the current key").into());
         }
+        self.check_key(new_key, KeyUse::Account).await?;
         match self
             .inner
             .storage

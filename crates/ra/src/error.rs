@@ -91,6 +91,14 @@ pub enum Refusal {
     /// A key is already the key of another account.
     #[error("the key belongs to account {0}")]
     KeyInUse(AccountId),
+    /// A key that may not become an account's or a certificate's: weak or blocked by the
+    /// operator (`crate::keys`). The front end answers `badPublicKey` for an account key and
+    /// `badCSR` for a CSR's key (RFC 8555 §7.3, §7.4).
+    #[error("{detail}")]
+    BadKey {
+        key: crate::keys::KeyUse,
+        detail: String,
+    },
 }
 
 impl Refusal {

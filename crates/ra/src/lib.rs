@@ -16,6 +16,7 @@ pub mod error;
 mod guards;
 pub mod in_flight;
 pub mod jobs;
+pub mod keys;
 pub mod limits;
 pub mod operator;
 pub mod orders;

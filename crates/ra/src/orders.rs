@@ -198,6 +198,7 @@ impl Ra {
             &checked,
         )
         .map_err(Refusal::Problem)?;
+        self.check_csr_key(checked.spki_der()).await?;
         self.refuse_account_key(account, checked.spki_der()).await?;
         // Until the work's first write the database still says ready, so the order's key in
         // `ra::in_flight` is what keeps a second request of this instance from signing again: it

@@ -25,6 +25,8 @@ pub struct PolicySettings {
     pub backdate: Duration,
     /// The renewal windows ARI suggests (RFC 9773).
     pub renewal: RenewalSettings,
+    /// The operator's blocked-keys file (`acme.blocked-keys-file`); empty without one.
+    pub blocked_keys: crate::keys::BlockedKeysFile,
 }
 
 /// Where in a certificate's lifetime ARI suggests renewing it. Fractions of the lifetime
@@ -65,6 +67,7 @@ impl Default for PolicySettings {
             profiles: Profiles::shipped(),
             backdate: Duration::minutes(1),
             renewal: RenewalSettings::default(),
+            blocked_keys: crate::keys::BlockedKeysFile::default(),
         }
     }
 }

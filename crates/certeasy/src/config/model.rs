@@ -566,6 +566,10 @@ pub struct AcmeConfig {
     pub renewal_jitter_percent: u8,
     /// ARI: `Retry-After` of renewal information.
     pub renewal_info_retry_after: ConfigDuration,
+    /// SHA-256 hashes of public keys that may be neither an account's nor a certificate's, one
+    /// per line (`ra::keys`); `None` when the key is empty. Read again on SIGHUP.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub blocked_keys_file: Option<PathBuf>,
 }
 
 impl Default for AcmeConfig {
@@ -594,6 +598,7 @@ impl Default for AcmeConfig {
             renewal_window_end_percent: percent(policy.renewal.window_end),
             renewal_jitter_percent: percent(policy.renewal.jitter),
             renewal_info_retry_after: config_duration(policy.renewal.retry_after),
+            blocked_keys_file: None,
         }
     }
 }
