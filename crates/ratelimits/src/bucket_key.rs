@@ -195,6 +195,14 @@ impl BucketKey {
     }
 }
 
+/// The hash computed at construction from owner and field: equal keys have equal parts, so equal
+/// hashes.
+impl std::hash::Hash for BucketKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 impl From<&str> for BucketKey {
     fn from(key: &str) -> Self {
         Self::parse(key)

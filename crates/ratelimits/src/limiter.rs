@@ -1,6 +1,7 @@
 //! The limiter: the current limits and overrides, a store, and the batch a request spends.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -52,6 +53,9 @@ pub const LATENCY: &str = "certeasy_ratelimit_seconds";
 pub const STORE_MODE: &str = "certeasy_ratelimit_store_mode";
 /// Metric: buckets the memory fallback handed to Redis when it answered again.
 pub const HANDED_OVER: &str = "certeasy_ratelimit_fallback_handed_over_total";
+/// Resets Redis could not be told during an outage, kept for the hand-over; beyond this many the
+/// newest are dropped (a dropped reset only lets an old count survive a success).
+const MAX_PENDING_RESETS: usize = 100_000;
 /// While Redis is unreachable, it is asked again at most this often (by the next request); the
 /// requests in between do not wait for it.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -295,9 +299,11 @@ pub struct Limiter {
 /// for a dead server. The first probe that reaches Redis hands over what memory counted: each
 /// bucket's debt is added to its Redis bucket (capped at the burst), so the failures seen during
 /// the outage keep counting, now for every instance, and memory is emptied. Then Redis is used
-/// again (one info line).
+/// again (one info line). Resets Redis missed (a success resetting a zombie count) are applied
+/// first, so a count a success ended does not come back with Redis.
 struct Fallback {
     memory: MemoryStore,
+    pending_resets: Mutex<HashSet<BucketKey>>,
     active: AtomicBool,
     /// When the next request may ask Redis while `active`.
     next_probe: Mutex<Instant>,
@@ -310,6 +316,7 @@ impl Fallback {
     fn new() -> Self {
         Self {
             memory: MemoryStore::default(),
+            pending_resets: Mutex::new(HashSet::new()),
             active: AtomicBool::new(false),
             next_probe: Mutex::new(Instant::now()),
             gate: tokio::sync::RwLock::new(()),
@@ -633,12 +640,22 @@ impl Limiter {
             return false;
         }
         let _handing_over = fallback.gate.write().await;
+        let resets: Vec<BucketKey> = fallback.pending_resets.lock().drain().collect();
         let debts = self.debts(fallback, now);
-        if debts.is_empty() {
+        if resets.is_empty() && debts.is_empty() {
             // Nothing to hand over: this request's own batch is the probe.
             return true;
         }
-        match self.store.absorb(now, &debts).await {
+        let handed = async {
+            if !resets.is_empty() {
+                self.store.reset(&resets).await?;
+            }
+            if !debts.is_empty() {
+                self.store.absorb(now, &debts).await?;
+            }
+            Ok::<(), Error>(())
+        };
+        match handed.await {
             Ok(()) => {
                 instruments
                     .handed_over
@@ -652,6 +669,7 @@ impl Limiter {
             }
             Err(err) => {
                 tracing::debug!(error = %err, "rate-limit store still unreachable");
+                fallback.pending_resets.lock().extend(resets);
                 fallback.memory.absorb_now(now, &debts);
                 false
             }
@@ -776,7 +794,8 @@ impl Limiter {
     /// Makes a bucket full (`certeasy admin ratelimit reset`, a successful validation resetting
     /// the zombie counter). Store errors are returned: an operator must know it did not happen.
     /// The memory fallback's bucket is emptied too, whatever Redis answers, so a success resets
-    /// the zombie count during an outage as well.
+    /// the zombie count during an outage as well; a reset Redis could not be told is still
+    /// returned as an error, and is applied to Redis when it answers again.
     pub async fn reset(&self, limit: LimitName, id: &BucketId) -> Result<()> {
         let key = match id {
             BucketId::Ip(net) => {
@@ -785,11 +804,28 @@ impl Limiter {
             _ => BucketKey::new(limit, id)?,
         };
         let keys = [key];
-        if let Some(fallback) = &self.fallback {
-            let _resetting = fallback.gate.read().await;
-            fallback.memory.reset(&keys).await?;
+        let Some(fallback) = &self.fallback else {
+            return self.store.reset(&keys).await;
+        };
+        let _resetting = fallback.gate.read().await;
+        fallback.memory.reset(&keys).await?;
+        let result = self.store.reset(&keys).await;
+        if let Err(err) = &result
+            && err.is_store_failure()
+        {
+            {
+                let mut pending = fallback.pending_resets.lock();
+                if pending.len() < MAX_PENDING_RESETS {
+                    let [key] = keys;
+                    pending.insert(key);
+                }
+            }
+            // Like any store failure: memory is used until a probe gets through, and that probe
+            // applies the reset.
+            let instruments = self.instruments.get_or_init(|| Instruments::register(true));
+            fallback.lost(err, instruments);
         }
-        self.store.reset(&keys).await
+        result
     }
 
     /// Whether the limits that fail safe are counted in this instance's memory now, because

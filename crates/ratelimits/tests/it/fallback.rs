@@ -436,3 +436,90 @@ fn draining_memory_takes_every_live_bucket() {
     assert!(memory.is_empty());
     assert!(memory.drain(now).is_empty());
 }
+
+/// Refuses every command of the server's default user (the limiter's) or gives them back, through
+/// an admin user of the test's own: Redis keeps its data, as in a network partition, and a
+/// refused command is never run later (a paused server would run what it had queued).
+async fn refuse_default_user(server: &PrivateRedis, refuse: bool) {
+    let admin = format!("redis://admin:pw@127.0.0.1:{}", server.port);
+    let client = redis::Client::open(admin).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg(if refuse { "-@all" } else { "+@all" })
+        .query_async(&mut con)
+        .await
+        .unwrap();
+}
+
+/// A success while Redis cannot be told (here: it refuses every command, keeping its data) still
+/// ends the pair's consecutive failures: the reset is applied when Redis answers again, so the
+/// two failures counted before do not come back with it.
+#[tokio::test]
+async fn a_reset_redis_missed_is_applied_when_it_answers_again() {
+    let server = PrivateRedis::start().await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("admin")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let mut config = RateLimitingConfig::default();
+    config.zombie_pausing.enabled = true;
+    config.zombie_pausing.max_consecutive_failures = 3;
+    let limiter = limiter_on(&server, &config).await;
+    let now = OffsetDateTime::now_utc();
+    let zombie = LimitName::ConsecutiveFailuresPerAccountIdentifier;
+    for _ in 0..2 {
+        let verdict = limiter
+            .check(now, &[consecutive_failure(8, "r.example")])
+            .await
+            .unwrap();
+        assert!(!verdict.fallback && !pauses(&verdict), "{verdict:?}");
+    }
+
+    refuse_default_user(&server, true).await;
+    assert!(limiter.reset(zombie, &pair(8, "r.example")).await.is_err());
+    assert!(limiter.in_fallback());
+    refuse_default_user(&server, false).await;
+
+    let ip = "192.0.2.10".parse().unwrap();
+    let mut back = false;
+    for _ in 0..100 {
+        let verdict = limiter
+            .check(now, &[Request::ip(LimitName::GlobalPerIp, ip, 1)])
+            .await
+            .unwrap();
+        if !verdict.fail_open {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "the limiter never went back to Redis");
+    let shown = limiter
+        .show(now, zombie, &pair(8, "r.example"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(shown.remaining, 3, "the success's reset reached Redis");
+    for failure in 1..=3 {
+        let verdict = limiter
+            .check(now, &[consecutive_failure(8, "r.example")])
+            .await
+            .unwrap();
+        assert!(!verdict.fallback);
+        assert_eq!(
+            pauses(&verdict),
+            failure == 3,
+            "failure {failure}: {verdict:?}"
+        );
+    }
+}
