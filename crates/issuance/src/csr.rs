@@ -61,7 +61,9 @@ impl CheckedCsr {
 /// Parses `der` and checks it against the order's `identifiers` (RFC 8555 §7.4).
 ///
 /// The signature must verify with the CSR's own key; the key must be RSA 2048/3072/4096 or
-/// ECDSA P-256/P-384 with an odd exponent of at least 65537 for RSA (otherwise [`Error::BadCsr`]:
+/// ECDSA P-256/P-384, with an RSA exponent that `acme_jose::goodkey` accepts (odd, at least
+/// 65537; the modulus checks of goodkey and the operator's blocklist are `ra`'s, at finalize)
+/// (otherwise [`Error::BadCsr`]:
 /// RFC 8555 keeps `badPublicKey` for JWS keys, and a CSR's key is part of the CSR); the SAN dNSName and iPAddress entries
 /// plus the subject common name (which must be one of them) must be exactly the identifiers:
 /// both missing and extra names are refused with [`Error::BadCsr`], naming them.
@@ -115,11 +117,10 @@ fn check_public_key(spki: &SubjectPublicKeyInfo<'_>) -> Result<KeyAlgorithm, Err
                 "RSA keys must be 2048, 3072 or 4096 bits; this one has {bits}"
             )));
         };
-        let exponent = rsa.try_exponent().unwrap_or(0);
-        if exponent < 65537 || exponent % 2 == 0 {
-            return Err(Error::BadCsr(
-                "the RSA public exponent must be odd and at least 65537".to_owned(),
-            ));
+        // The exponent rule is goodkey's, the one account keys are held to as well; it runs
+        // here, before the signature is verified, so the refusal names the exponent.
+        if let Err(weakness) = acme_jose::goodkey::check_rsa_exponent(rsa.exponent) {
+            return Err(Error::BadCsr(format!("the CSR's public key: {weakness}")));
         }
         return Ok(algorithm);
     }
