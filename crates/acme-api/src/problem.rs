@@ -135,7 +135,7 @@ fn default_status(kind: ProblemType) -> StatusCode {
         | ProblemType::ExternalAccountRequired => StatusCode::FORBIDDEN,
         ProblemType::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         // RFC 9773 §5: a predecessor already marked as replaced is a conflict.
-        ProblemType::AlreadyReplaced => StatusCode::CONFLICT,
+        ProblemType::AlreadyReplaced | ProblemType::Conflict => StatusCode::CONFLICT,
         ProblemType::ServerInternal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -86,7 +86,7 @@ fn refusal_error(state: &ApiState, refusal: Refusal) -> ApiError {
         .with_header(header::LINK, &format!("<{terms}>;rel=\"terms-of-service\"")),
         Refusal::AccountNotValid(status) => ApiError::account_not_valid(status),
         Refusal::NotFound(what) => ApiError::not_found(what),
-        Refusal::Conflict(detail) => ApiError::malformed(detail).with_status(StatusCode::CONFLICT),
+        Refusal::Conflict(detail) => ApiError::new(ProblemType::Conflict, detail),
         Refusal::KeyInUse(other) => {
             ApiError::malformed("the new key is already in use by another account")
                 .with_status(StatusCode::CONFLICT)

@@ -54,6 +54,9 @@ problem_types! {
     BadSignatureAlgorithm => "badSignatureAlgorithm",
     Caa => "caa",
     Compound => "compound",
+    // Not in RFC 8555's table; Boulder's name for a request that lost to a concurrent change
+    // (409), which ACME clients already know.
+    Conflict => "conflict",
     Connection => "connection",
     Dns => "dns",
     ExternalAccountRequired => "externalAccountRequired",

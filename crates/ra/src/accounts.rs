@@ -8,13 +8,14 @@ use acme_core::status::AccountStatus;
 use acme_jose::Jwk;
 use acme_jose::eab::EabBinding;
 use storage::model::Account;
+use storage::model::KeyChange;
 use storage::model::NewAccount;
 
 use crate::Ra;
 use crate::eab::Creation;
-use crate::keys::KeyUse;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::keys::KeyUse;
 use crate::rate_info::RateLimitInfo;
 
 /// A new-account request, as the front end parsed and authenticated it.
@@ -175,27 +176,38 @@ impl Ra {
     }
 
     /// Replaces the account's key with `new_key`, already proven by the inner JWS of a
-    /// key-change request. A key of another account is refused.
+    /// key-change request whose `oldKey` is `account.thumbprint`, the key the request was
+    /// authenticated with. The change is a compare-and-set on that old key: when a concurrent
+    /// key change replaced it first, this one is refused (`Refusal::Conflict`, 409), so one key
+    /// never rolls over to two. A key of another account is refused (`KeyInUse`).
     pub async fn change_key(&self, account: &Account, new_key: &Jwk) -> Result<Account, Error> {
         let new_thumbprint = new_key.thumbprint();
         if new_thumbprint == account.thumbprint {
             return Err(Refusal::malformed("the new key is the same as the current key").into());
         }
         self.check_key(new_key, KeyUse::Account).await?;
-        match self
+        let outcome = self
             .inner
             .storage
-            .change_account_key(account.id, &new_key.to_json().to_string(), &new_thumbprint)
-            .await
-        {
-            Ok(updated) => {
+            .change_account_key(
+                account.id,
+                &account.thumbprint,
+                &new_key.to_json().to_string(),
+                &new_thumbprint,
+            )
+            .await?;
+        match outcome {
+            KeyChange::Changed(updated) => {
                 tracing::info!(account_id = %account.id, "account key changed");
                 Ok(updated)
             }
-            Err(storage::error::Error::Conflict(other)) => {
-                Err(Refusal::KeyInUse(AccountId(other)).into())
-            }
-            Err(e) => Err(e.into()),
+            KeyChange::KeyInUse(other) => Err(Refusal::KeyInUse(other).into()),
+            KeyChange::OldKeyReplaced => Err(Refusal::Conflict(
+                "the account's key was changed by another request while this one was processed; \
+                 oldKey is no longer the account's key"
+                    .to_owned(),
+            )
+            .into()),
         }
     }
 

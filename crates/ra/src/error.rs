@@ -84,8 +84,9 @@ pub enum Refusal {
     /// The object does not exist, or belongs to another account (indistinguishable on purpose).
     #[error("{0} not found")]
     NotFound(&'static str),
-    /// The object's state does not allow what an operator asked (already deactivated, already
-    /// revoked, a bulk selection that names nothing).
+    /// The object's state does not allow what was asked (already deactivated, already revoked,
+    /// a bulk selection that names nothing), or a concurrent change won (a key change from a key
+    /// another key change replaced first): `conflict`, 409.
     #[error("{0}")]
     Conflict(String),
     /// A key is already the key of another account.

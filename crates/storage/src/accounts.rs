@@ -8,6 +8,7 @@ use crate::Storage;
 use crate::codec;
 use crate::error::Error;
 use crate::model::Account;
+use crate::model::KeyChange;
 use crate::model::NewAccount;
 use crate::rows;
 use crate::rows::account_cols;
@@ -109,40 +110,55 @@ pub(crate) async fn update_contacts(
         .ok_or(Error::NotFound)
 }
 
+/// Replaces the key `old_thumbprint` of account `id` by the new one, if it is still the account's
+/// key: the UPDATE names the old key, so two concurrent rollovers from the same key cannot both
+/// succeed (the second finds the key changed: PostgreSQL re-reads the row once the first commits,
+/// SQLite runs one writer at a time).
 pub(crate) async fn change_key(
     s: &Storage,
     id: AccountId,
+    old_thumbprint: &str,
     jwk_json: &str,
     thumbprint: &str,
-) -> Result<Account> {
+) -> Result<KeyChange> {
     if let Some(other) = holder_of(s, thumbprint).await?
         && other != id.0
     {
-        return Err(Error::Conflict(other));
+        return Ok(KeyChange::KeyInUse(AccountId(other)));
     }
     let updated = sql::query(concat!(
-        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 RETURNING ",
+        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 AND thumbprint = $4 RETURNING ",
         account_cols!()
     ))
     .bind(id.0)
     .bind(jwk_json)
     .bind(thumbprint)
+    .bind(old_thumbprint)
     .fetch_optional(&s.db)
     .await;
     written(s, id);
     match updated {
-        Ok(row) => row
-            .as_ref()
-            .map(rows::account)
-            .transpose()?
-            .ok_or(Error::NotFound),
-        // Another rollover took the key between the check and the update.
+        Ok(Some(row)) => Ok(KeyChange::Changed(rows::account(&row)?)),
+        // No row: the account's key is no longer the old one, or there is no such account.
+        Ok(None) if account_exists(s, id).await? => Ok(KeyChange::OldKeyReplaced),
+        Ok(None) => Err(Error::NotFound),
+        // Another rollover took the new key between the check and the update.
         Err(e) if e.is_unique_violation() => match holder_of(s, thumbprint).await? {
-            Some(other) => Err(Error::Conflict(other)),
+            Some(other) => Ok(KeyChange::KeyInUse(AccountId(other))),
             None => Err(e),
         },
         Err(e) => Err(e),
     }
+}
+
+async fn account_exists(s: &Storage, id: AccountId) -> Result<bool> {
+    Ok(
+        sql::query_scalar::<i64>("SELECT id FROM accounts WHERE id = $1")
+            .bind(id.0)
+            .fetch_optional(&s.db)
+            .await?
+            .is_some(),
+    )
 }
 
 pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) -> Result<Account> {

@@ -180,14 +180,17 @@ impl Storage {
     pub async fn deactivate_account(&self, id: AccountId, now: OffsetDateTime) -> Result<Account> {
         accounts::deactivate(self, id, now).await
     }
-    /// Replaces the account key; `Error::Conflict(other)` when another account has the new key.
+    /// Replaces the account key `old_thumbprint` by the new one, only while it is still the
+    /// account's key (a compare-and-set); [`KeyChange`](model::KeyChange) says what happened.
+    /// `Error::NotFound` when there is no such account.
     pub async fn change_account_key(
         &self,
         id: AccountId,
+        old_thumbprint: &str,
         jwk_json: &str,
         thumbprint: &str,
-    ) -> Result<Account> {
-        accounts::change_key(self, id, jwk_json, thumbprint).await
+    ) -> Result<model::KeyChange> {
+        accounts::change_key(self, id, old_thumbprint, jwk_json, thumbprint).await
     }
 
     // ---- external account binding (RFC 8555 §7.3.4) ----

@@ -440,6 +440,20 @@ pub struct NewEabKey {
     pub reusable: bool,
 }
 
+/// What a key change (RFC 8555 §7.3.5) did. It is a compare-and-set on the old key, so of two
+/// rollovers from one key exactly one changes it; the others are verdicts, not errors, and the
+/// policy layer turns each into its problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyChange {
+    /// The account now has the new key.
+    Changed(Account),
+    /// Another account already has the new key; nothing changed.
+    KeyInUse(AccountId),
+    /// The account's key is no longer the old key the request was checked against (a concurrent
+    /// key change won); nothing changed.
+    OldKeyReplaced,
+}
+
 /// What binding a key and creating the account did. Refusals are verdicts, not errors: the
 /// caller turns each into its own problem.
 #[derive(Debug, Clone, PartialEq, Eq)]

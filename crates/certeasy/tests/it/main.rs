@@ -21,6 +21,7 @@ mod exclusive;
 mod flow;
 mod harness;
 mod hostile;
+mod key_change;
 mod kill_under_load;
 mod listener;
 mod nonce_instances;

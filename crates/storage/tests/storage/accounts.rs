@@ -4,6 +4,7 @@ use acme_core::status::AuthzStatus;
 use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::KeyChange;
 use storage::model::NewAccount;
 use storage::model::OrderGuards;
 
@@ -13,6 +14,7 @@ use crate::harness::t0;
 crate::both_backends!(
     create_lookup_and_conflict,
     contacts_and_key_change,
+    concurrent_key_changes_from_one_key_let_exactly_one_win,
     deactivation_cascades
 );
 
@@ -94,14 +96,21 @@ async fn contacts_and_key_change(s: &Storage) {
         Err(Error::NotFound)
     ));
 
-    match s.change_account_key(a.id, "{}", &b.thumbprint).await {
-        Err(Error::Conflict(other)) => assert_eq!(other, b.id.0),
-        other => panic!("expected conflict, got {other:?}"),
-    }
-    let rolled = s
-        .change_account_key(a.id, r#"{"kty":"OKP"}"#, "tp-new")
+    match s
+        .change_account_key(a.id, &a.thumbprint, "{}", &b.thumbprint)
         .await
-        .unwrap();
+        .unwrap()
+    {
+        KeyChange::KeyInUse(other) => assert_eq!(other, b.id),
+        other => panic!("expected the key in use, got {other:?}"),
+    }
+    let KeyChange::Changed(rolled) = s
+        .change_account_key(a.id, &a.thumbprint, r#"{"kty":"OKP"}"#, "tp-new")
+        .await
+        .unwrap()
+    else {
+        panic!("the key was not changed");
+    };
     assert_eq!(rolled.thumbprint, "tp-new");
     assert_eq!(rolled.jwk_json, r#"{"kty":"OKP"}"#);
     assert_eq!(
@@ -109,6 +118,15 @@ async fn contacts_and_key_change(s: &Storage) {
         a.id
     );
     assert_eq!(s.account_by_thumbprint(&a.thumbprint).await.unwrap(), None);
+    // A change from the key the account no longer has changes nothing.
+    assert_eq!(
+        s.change_account_key(a.id, &a.thumbprint, "{}", "tp-other")
+            .await
+            .unwrap(),
+        KeyChange::OldKeyReplaced
+    );
+    assert_eq!(s.account(a.id).await.unwrap().unwrap().thumbprint, "tp-new");
+    assert_eq!(s.account_by_thumbprint("tp-other").await.unwrap(), None);
     // The old key is free again.
     let c = s
         .create_account(
@@ -124,14 +142,54 @@ async fn contacts_and_key_change(s: &Storage) {
         .unwrap();
     assert_ne!(c.id, a.id);
     // Rolling to the key the account already has is not a conflict.
-    assert_eq!(
-        s.change_account_key(a.id, "{}", "tp-new").await.unwrap().id,
-        a.id
-    );
     assert!(matches!(
-        s.change_account_key(AccountId(999_999), "{}", "tp-x").await,
+        s.change_account_key(a.id, "tp-new", "{}", "tp-new")
+            .await
+            .unwrap(),
+        KeyChange::Changed(account) if account.id == a.id
+    ));
+    assert!(matches!(
+        s.change_account_key(AccountId(999_999), "tp-x", "{}", "tp-y")
+            .await,
         Err(Error::NotFound)
     ));
+}
+
+/// Many rollovers from one key race, each to a key of its own: exactly one changes the key, every
+/// other finds the old key replaced, and the account ends with the winner's key.
+async fn concurrent_key_changes_from_one_key_let_exactly_one_win(s: &Storage) {
+    const RACERS: usize = 8;
+    for round in 0..3 {
+        let a = harness::account(s, t0()).await;
+        let mut tasks = Vec::new();
+        for racer in 0..RACERS {
+            let s = s.clone();
+            let old = a.thumbprint.clone();
+            let new = format!("tp-race-{}-{round}-{racer}", a.id.0);
+            tasks.push(tokio::spawn(async move {
+                let outcome = s
+                    .change_account_key(a.id, &old, &format!(r#"{{"n":"{new}"}}"#), &new)
+                    .await
+                    .unwrap();
+                (new, outcome)
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (new, KeyChange::Changed(account)) => {
+                    assert_eq!(account.thumbprint, new);
+                    winners.push(new);
+                }
+                (_, KeyChange::OldKeyReplaced) => {}
+                (_, other) => panic!("unexpected outcome {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let now = s.account(a.id).await.unwrap().unwrap();
+        assert_eq!(now.thumbprint, winners[0]);
+        assert_eq!(now.jwk_json, format!(r#"{{"n":"{}"}}"#, winners[0]));
+    }
 }
 
 async fn deactivation_cascades(s: &Storage) {

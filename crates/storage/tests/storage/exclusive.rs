@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use acme_core::status::AccountStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::KeyChange;
 use time::Duration;
 
 use crate::harness;
@@ -41,9 +42,12 @@ async fn a_kept_account_follows_every_write() {
 
     let new_key = harness::account(&s, now).await;
     let jwk = "{\"kty\":\"EC\",\"rolled\":true}";
-    s.change_account_key(account.id, jwk, "rolled-thumbprint")
-        .await
-        .unwrap();
+    assert!(matches!(
+        s.change_account_key(account.id, &account.thumbprint, jwk, "rolled-thumbprint")
+            .await
+            .unwrap(),
+        KeyChange::Changed(_)
+    ));
     let read = s.account(account.id).await.unwrap().unwrap();
     assert_eq!(
         (read.jwk_json.as_str(), read.thumbprint.as_str()),
@@ -51,13 +55,15 @@ async fn a_kept_account_follows_every_write() {
     );
     // A refused rollover (the key is another account's) changes nothing.
     let refused = s
-        .change_account_key(account.id, &new_key.jwk_json, &new_key.thumbprint)
+        .change_account_key(
+            account.id,
+            "rolled-thumbprint",
+            &new_key.jwk_json,
+            &new_key.thumbprint,
+        )
         .await
-        .unwrap_err();
-    assert!(
-        matches!(refused, Error::Conflict(id) if id == new_key.id.0),
-        "{refused:?}"
-    );
+        .unwrap();
+    assert_eq!(refused, KeyChange::KeyInUse(new_key.id));
     assert_eq!(s.account(account.id).await.unwrap().unwrap().jwk_json, jwk);
 
     s.deactivate_account(account.id, now + Duration::seconds(1))
