@@ -48,6 +48,8 @@ use storage::model::Page;
 
 use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
+use crate::admin_keys;
+use crate::admin_keys::KeysAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
@@ -105,6 +107,14 @@ struct AdminState {
     metrics: Option<PrometheusHandle>,
 }
 
+impl axum::extract::FromRef<AdminState> for KeysAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        KeysAdmin {
+            ra: state.ctx.ra.clone(),
+        }
+    }
+}
+
 impl axum::extract::FromRef<AdminState> for EabAdmin {
     fn from_ref(state: &AdminState) -> Self {
         EabAdmin {
@@ -137,6 +147,9 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/certificates/{serial}/revoke", post(revoke_one))
         .route("/admin/eab", get(admin_eab::list).post(admin_eab::create))
         .route("/admin/eab/{kid}/revoke", post(admin_eab::revoke))
+        .route("/admin/keys", get(admin_keys::list))
+        .route("/admin/keys/block", post(admin_keys::block))
+        .route("/admin/keys/unblock", post(admin_keys::unblock))
         .route("/admin/backup", post(backup))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -207,6 +207,11 @@ enum AdminCommand {
         #[command(subcommand)]
         command: EabCommand,
     },
+    /// Blocked keys: block, unblock, list (no account or certificate may hold one).
+    Keys {
+        #[command(subcommand)]
+        command: certeasy::admin_keys::KeysCommand,
+    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -678,6 +683,9 @@ async fn admin_command(
             format!("/admin/ratelimit/{limit}/{}/reset", encode_segment(&id)),
         ),
         AdminCommand::Eab { command } => return eab(&client, base, command).await,
+        AdminCommand::Keys { command } => {
+            return certeasy::admin_keys::keys(&client, base, command).await;
+        }
         AdminCommand::Pauses {
             command: PausesCommand::List { account, all },
         } => {

@@ -23,14 +23,15 @@ use crate::rate_info::ceil_secs_nanos;
 use crate::rate_info::retry_after_until;
 
 impl Ra {
-    /// Creates the order under the database-backed limits (an `exempt` ARI renewal skips the
-    /// duplicate-certificate limit). Returns the order and the enforced limits' state, for the
-    /// `RateLimit` headers.
+    /// Creates the order under the database-backed limits. Renewals (ARI `replaces`) are held
+    /// to the duplicate-certificate limit like any order, as Let's Encrypt does: it counts the
+    /// certificates of one exact set of identifiers, which is what a renewal adds, and exempting
+    /// it would let issue, revoke and replace go on without end. Returns the order and the
+    /// enforced limits' state, for the `RateLimit` headers.
     pub(crate) async fn create_with_guards(
         &self,
         new: NewOrder,
         now: OffsetDateTime,
-        exempt: bool,
     ) -> Result<(Order, Vec<PolicyItem>), Error> {
         let config = self.inner.limits.config();
         let pending = &config.pending_authorizations;
@@ -39,7 +40,7 @@ impl Ra {
             max_pending_authz: pending
                 .enabled
                 .then(|| u32::try_from(pending.max).unwrap_or(u32::MAX)),
-            duplicate_certificates: (duplicate.enabled && !exempt).then(|| DuplicateGuard {
+            duplicate_certificates: duplicate.enabled.then(|| DuplicateGuard {
                 max: u32::try_from(duplicate.max_per_window).unwrap_or(u32::MAX),
                 window: duplicate.window.time(),
             }),

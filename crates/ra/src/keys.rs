@@ -21,7 +21,11 @@ use std::sync::RwLock;
 use acme_jose::Jwk;
 use acme_jose::SpkiHash;
 use acme_jose::goodkey;
+use base64::Engine;
 use storage::blocked_keys::BlockedKey;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::prelude::FromDer;
 
 use crate::Ra;
 use crate::error::Error;
@@ -73,6 +77,13 @@ impl BlockedKeysFile {
     /// Whether the file names `hash`.
     pub fn contains(&self, hash: &SpkiHash) -> bool {
         self.current().contains(hash)
+    }
+
+    /// The hashes in force, sorted.
+    pub fn hashes(&self) -> Vec<SpkiHash> {
+        let mut hashes: Vec<SpkiHash> = self.current().iter().copied().collect();
+        hashes.sort();
+        hashes
     }
 
     /// How many hashes are in force.
@@ -167,10 +178,65 @@ impl Ra {
         Ok(self.inner.storage.blocked_keys().await?)
     }
 
-    /// Whether the blocked-keys file names `hash` (for listings that say where a block is).
-    pub fn blocked_by_file(&self, hash: &SpkiHash) -> bool {
-        self.inner.settings.blocked_keys.contains(hash)
+    /// The hashes the blocked-keys file names, sorted (for listings that say where a block is).
+    pub fn blocked_by_file(&self) -> Vec<SpkiHash> {
+        self.inner.settings.blocked_keys.hashes()
     }
+}
+
+/// The key an operator names: the hash of [`SpkiHash::parse`], or a PEM public key
+/// (`PUBLIC KEY`), certificate or certificate request, whose key is hashed. A private key is
+/// refused: the operator names a key by its public half.
+pub fn named_key(text: &str) -> Result<SpkiHash, String> {
+    let text = text.trim();
+    let Some(begin) = text.find("-----BEGIN ") else {
+        return SpkiHash::parse(text).map_err(|e| e.to_string());
+    };
+    let rest = &text[begin + "-----BEGIN ".len()..];
+    let (label, rest) = rest
+        .split_once("-----")
+        .ok_or("the PEM block has no complete BEGIN line")?;
+    let end = format!("-----END {label}-----");
+    let (body, _) = rest
+        .split_once(end.as_str())
+        .ok_or_else(|| format!("the PEM block has no {end} line"))?;
+    let body: String = body.split_whitespace().collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|e| format!("the PEM block is not valid base64: {e}"))?;
+    let spki = match label {
+        "PUBLIC KEY" => der,
+        "CERTIFICATE" => X509Certificate::from_der(&der)
+            .map_err(|e| format!("the certificate cannot be parsed: {e}"))?
+            .1
+            .tbs_certificate
+            .subject_pki
+            .raw
+            .to_vec(),
+        "CERTIFICATE REQUEST" | "NEW CERTIFICATE REQUEST" => {
+            X509CertificationRequest::from_der(&der)
+                .map_err(|e| format!("the certificate request cannot be parsed: {e}"))?
+                .1
+                .certification_request_info
+                .subject_pki
+                .raw
+                .to_vec()
+        }
+        other if other.contains("PRIVATE KEY") => {
+            return Err(
+                "a private key was given: name the key by its public key (openssl pkey -pubout), \
+                 a certificate, a CSR or the hash"
+                    .to_owned(),
+            );
+        }
+        other => {
+            return Err(format!(
+                "a PEM {other} holds no key this server can name; give a PUBLIC KEY, \
+                 CERTIFICATE or CERTIFICATE REQUEST, or the hash"
+            ));
+        }
+    };
+    SpkiHash::of_spki_der(&spki).map_err(|e| format!("the key cannot be read: {e}"))
 }
 
 fn bad_key(what: KeyUse, detail: String) -> Error {
@@ -188,6 +254,7 @@ mod tests {
     use acme_jose::sign::SigningKey;
 
     use super::BlockedKeysFile;
+    use super::named_key;
     use super::parse;
 
     #[test]
@@ -204,6 +271,31 @@ mod tests {
         assert!(hashes.contains(&a) && hashes.contains(&b));
         let err = parse(&format!("{a}\nnot-a-hash\n")).unwrap_err();
         assert!(err.starts_with("2: "), "{err}");
+    }
+
+    #[test]
+    fn keys_are_named_by_hash_or_public_key_and_never_by_private_key() {
+        use base64::Engine;
+        let key = SigningKey::generate(Algorithm::Es256).unwrap();
+        let hash = SpkiHash::of(&key.public_jwk());
+        let pem = |label: &str, der: &[u8]| {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = b64
+                .as_bytes()
+                .chunks(64)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect();
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                lines.join("\n")
+            )
+        };
+        assert_eq!(named_key(&hash.to_hex()).unwrap(), hash);
+        let public = pem("PUBLIC KEY", &key.public_key_spki_der().unwrap());
+        assert_eq!(named_key(&public).unwrap(), hash);
+        let private = pem("PRIVATE KEY", &key.to_pkcs8_der().unwrap());
+        assert!(named_key(&private).unwrap_err().contains("private key"));
+        assert!(named_key("nonsense").is_err());
     }
 
     #[test]

@@ -101,8 +101,9 @@ impl Ra {
             ),
             None => None,
         };
-        // A renewal ARI asked for is exempt from the order-creation and duplicate-certificate
-        // limits, as Let's Encrypt does: it replaces a certificate rather than adding one.
+        // A due renewal ARI asked for (of a certificate not revoked) is exempt from the
+        // order-creation limit, as Let's Encrypt does; never from the duplicate-certificate
+        // limit (`create_with_guards`).
         let exempt = replacement.as_ref().is_some_and(|r| r.exempt);
         let mut spent = self.charge_order(account.id, &identifiers, exempt).await?;
 
@@ -130,7 +131,7 @@ impl Ra {
             replaces: replacement.map(|r| r.cert_id),
             profile,
         };
-        let order = match self.create_with_guards(new, now, exempt).await {
+        let order = match self.create_with_guards(new, now).await {
             Ok((order, db_policies)) => {
                 if let Some(info) = &mut spent.info {
                     for item in db_policies {

@@ -46,8 +46,9 @@ pub struct RenewalWindow {
 pub(crate) struct Replacement {
     /// The replaced certificate's ARI identifier, canonical (unpadded base64url).
     pub(crate) cert_id: String,
-    /// Whether the renewal comes inside (or after the start of) the suggested window: such a
-    /// renewal is exempt from the order-creation and duplicate-certificate limits.
+    /// Whether the renewal is exempt from the order-creation limit: it comes inside (or after the
+    /// start of) the suggested window of a certificate that is not revoked. It is never exempt
+    /// from the duplicate-certificate limit (`guards.rs`).
     pub(crate) exempt: bool,
 }
 
@@ -208,7 +209,7 @@ impl Ra {
             )
             .into());
         }
-        let exempt = now >= self.window(&cert, now).start;
+        let exempt = renewal_exempt(&cert, self.window(&cert, now), now);
         Ok(Replacement { cert_id, exempt })
     }
 
@@ -261,6 +262,15 @@ impl Ra {
     }
 }
 
+/// Whether a renewal of `cert` made at `now` skips the order-creation limit, as Let's Encrypt's
+/// ARI renewals do: at or after the start of its window. A revoked certificate's window lies in
+/// the past, but its replacement is never exempt: otherwise issue, revoke and replace would
+/// issue without limit. (A certificate an operator marked for early renewal is exempt: the
+/// operator asked for the renewals.)
+fn renewal_exempt(cert: &Certificate, window: RenewalWindow, now: OffsetDateTime) -> bool {
+    cert.revoked_at.is_none() && now >= window.start
+}
+
 /// A fixed number in [0, 1) from a serial (its last bytes, which are random): spreads windows
 /// without state.
 fn serial_fraction(serial: &Serial) -> f64 {
@@ -274,7 +284,49 @@ fn serial_fraction(serial: &Serial) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cert_id;
+    use acme_core::ids::CertificateId;
+    use acme_core::ids::OrderId;
+    use acme_core::status::RevocationReason;
+
+    use super::*;
+
+    fn certificate(revoked: bool, marked: bool) -> Certificate {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        Certificate {
+            id: CertificateId(1),
+            account_id: AccountId(1),
+            order_id: OrderId(1),
+            serial: Serial::from_bytes(vec![1, 2, 3]),
+            der: Vec::new(),
+            chain_pem: String::new(),
+            set_hash: String::new(),
+            not_before: t0,
+            not_after: t0 + Duration::days(90),
+            issued_at: t0,
+            revoked_at: revoked.then_some(t0 + Duration::days(1)),
+            revocation_reason: revoked.then_some(RevocationReason::Unspecified),
+            renew_early_at: marked.then_some(t0 + Duration::days(1)),
+        }
+    }
+
+    #[test]
+    fn a_revoked_certificates_replacement_is_never_exempt() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let window = |start_day: i64| RenewalWindow {
+            start: t0 + Duration::days(start_day),
+            end: t0 + Duration::days(start_day + 5),
+            retry_after: Duration::hours(6),
+        };
+        let now = t0 + Duration::days(2);
+        // Due: the window started before now.
+        assert!(renewal_exempt(&certificate(false, false), window(1), now));
+        assert!(renewal_exempt(&certificate(false, true), window(1), now));
+        // Revoked: its window lies in the past, but no exemption.
+        assert!(!renewal_exempt(&certificate(true, false), window(1), now));
+        assert!(!renewal_exempt(&certificate(true, true), window(1), now));
+        // Not yet due.
+        assert!(!renewal_exempt(&certificate(false, false), window(60), now));
+    }
 
     #[test]
     fn cert_ids_parse_and_bad_ones_are_malformed() {

@@ -1,7 +1,8 @@
 //! ACME Renewal Information (RFC 9773) with instant-acme's client: the directory's
 //! `renewalInfo`, the suggested window and its `Retry-After`, a window in the past for a revoked
 //! certificate or one an operator marked, and `replaces` checked, recorded and exempt from the
-//! duplicate-certificate limit when the renewal is due.
+//! order-creation limit when the renewal is due and the certificate not revoked; never from the
+//! duplicate-certificate limit.
 
 use instant_acme::Account;
 use instant_acme::CertificateIdentifier;
@@ -17,6 +18,7 @@ use x509_parser::prelude::X509Certificate;
 use crate::admin_records::admin;
 use crate::certcheck::pem_ders;
 use crate::flow::issue;
+use crate::flow::issue_order;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 
@@ -123,11 +125,11 @@ async fn the_window_lies_inside_the_lifetime_and_moves_into_the_past_when_marked
 }
 
 #[tokio::test]
-async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_both_limits() {
-    // One certificate per name set a week, and one order per account (a burst of 1 refilled
-    // once an hour): the first issuance spends both.
+async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_the_order_limit() {
+    // Two certificates per name set a week, and one order per account (a burst of 1 refilled
+    // once an hour): the first issuance spends the order and half the duplicate limit.
     let env = env_with_limits(
-        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 1\n    window: 7d\n  order-creation:\n    orders-per-account-per-hour: 1\n    order-burst: 1\n",
+        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 2\n    window: 7d\n  order-creation:\n    orders-per-account-per-hour: 1\n    order-burst: 1\n",
     )
     .await;
     let account = env.account().await;
@@ -146,7 +148,7 @@ async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_both_limits
     assert!(problem_type(&early).ends_with(":rateLimited"), "{early}");
 
     // Due (the operator marked it by name, as after a key compromise on one host): exempt from
-    // both the order-creation and the duplicate-certificate limit, created, and recorded.
+    // the order-creation limit, created (the duplicate limit has room), and recorded.
     assert_eq!(renew_early(&env, &["--name", &name]).await, 1);
     let mut order = account
         .new_order(&NewOrder::new(&ids).replaces(id.clone()))
@@ -187,6 +189,75 @@ async fn replaces_is_checked_recorded_and_exempts_a_due_renewal_from_both_limits
         .err()
         .expect("the order is refused");
     assert!(problem_type(&e).ends_with(":unauthorized"), "{e}");
+}
+
+/// Revokes the certificate `der` with its account.
+async fn revoke(account: &Account, der: &[u8]) {
+    account
+        .revoke(&RevocationRequest {
+            certificate: &CertificateDer::from(der.to_vec()),
+            reason: None,
+        })
+        .await
+        .unwrap();
+}
+
+/// Issue, revoke, replace, over and over: a revoked certificate's window lies in the past, but
+/// its replacement spends an order like any order, so the loop stops at the order limit.
+#[tokio::test]
+async fn issue_revoke_replace_repeated_is_held_to_the_order_limit() {
+    // Two orders per account (a burst of 2 refilled once an hour); the duplicate limit has room.
+    let env = env_with_limits(
+        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 10\n    window: 7d\n  order-creation:\n    orders-per-account-per-hour: 1\n    order-burst: 2\n",
+    )
+    .await;
+    let account = env.account().await;
+    let name = env.name("ari-revoke-loop");
+    let ids = [Identifier::Dns(name.clone())];
+    let first = issued(&env, &account, &name).await;
+    revoke(&account, &first).await;
+    let first_id = CertificateIdentifier::try_from(&CertificateDer::from(first)).unwrap();
+    let (chain, _) = issue_order(
+        &env,
+        &account,
+        &NewOrder::new(&ids).replaces(first_id),
+        ChallengeType::Http01,
+    )
+    .await;
+    let second = pem_ders(&chain).remove(0);
+    revoke(&account, &second).await;
+    let second_id = CertificateIdentifier::try_from(&CertificateDer::from(second)).unwrap();
+    let e = account
+        .new_order(&NewOrder::new(&ids).replaces(second_id))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&e).ends_with(":rateLimited"), "{e}");
+    assert!(e.to_string().contains("too many new orders"), "{e}");
+}
+
+/// A due renewal skips the order limit, as at Let's Encrypt, but not the duplicate-certificate
+/// limit: it adds a certificate for the same names like any order.
+#[tokio::test]
+async fn a_due_renewal_is_held_to_the_duplicate_certificate_limit() {
+    // Two certificates per exact name set a week; orders are plentiful.
+    let env = env_with_limits(
+        "  whitelist: [\"127.0.0.1\"]\n  duplicate-certificate:\n    max-per-window: 2\n    window: 7d\n",
+    )
+    .await;
+    let account = env.account().await;
+    let name = env.name("ari-dup");
+    issued(&env, &account, &name).await;
+    let due = issued(&env, &account, &name).await;
+    assert_eq!(renew_early(&env, &[&hex_serial(&due)]).await, 1);
+    let due_id = CertificateIdentifier::try_from(&CertificateDer::from(due)).unwrap();
+    let e = account
+        .new_order(&NewOrder::new(&[Identifier::Dns(name)]).replaces(due_id))
+        .await
+        .err()
+        .expect("the order is refused");
+    assert!(problem_type(&e).ends_with(":rateLimited"), "{e}");
+    assert!(e.to_string().contains("duplicate-certificate"), "{e}");
 }
 
 #[tokio::test]

@@ -34,4 +34,5 @@ mod restart;
 mod retries;
 mod rfc_answers;
 mod test_mode;
+mod weak_keys;
 mod zombie;

@@ -28,7 +28,7 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 /// A CSR for `names` signed by `key`, base64url.
-fn csr(names: &[&str], key: &impl rcgen::SigningKey) -> String {
+pub(crate) fn csr(names: &[&str], key: &impl rcgen::SigningKey) -> String {
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     let mut params = rcgen::CertificateParams::new(names).unwrap();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -37,7 +37,7 @@ fn csr(names: &[&str], key: &impl rcgen::SigningKey) -> String {
 
 /// Asserts a problem of `kind` with HTTP `status`, a detail and a fresh nonce.
 #[track_caller]
-fn assert_problem(r: &Reply, status: u16, kind: &str, what: &str) {
+pub(crate) fn assert_problem(r: &Reply, status: u16, kind: &str, what: &str) {
     assert_eq!(r.status, status, "{what}: {r:?}");
     assert_eq!(r.problem_type(), format!("{ERR}{kind}"), "{what}: {r:?}");
     assert!(
@@ -55,7 +55,7 @@ fn assert_problem(r: &Reply, status: u16, kind: &str, what: &str) {
     );
 }
 
-async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
+pub(crate) async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
     for _ in 0..300 {
         let r = raw.post(url, None).await;
         if r.body["status"] == want {
@@ -91,7 +91,7 @@ async fn answer_http01(env: &TestEnv, raw: &Raw, name: &str) -> (String, Reply) 
 }
 
 /// Creates an order for `name` and validates it over http-01: (order URL, order body).
-async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
+pub(crate) async fn ready_order(env: &TestEnv, raw: &Raw, name: &str) -> (String, Value) {
     let (order_url, _) = answer_http01(env, raw, name).await;
     let body = wait_for_status(raw, &order_url, "ready").await;
     (order_url, body)
