@@ -35,4 +35,5 @@ mod retries;
 mod rfc_answers;
 mod test_mode;
 mod weak_keys;
+mod weak_keys;
 mod zombie;
