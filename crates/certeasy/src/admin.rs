@@ -50,8 +50,6 @@ use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
 use crate::admin_keys;
 use crate::admin_keys::KeysAdmin;
-use crate::admin_keys;
-use crate::admin_keys::KeysAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
@@ -117,14 +115,6 @@ impl axum::extract::FromRef<AdminState> for KeysAdmin {
     }
 }
 
-impl axum::extract::FromRef<AdminState> for KeysAdmin {
-    fn from_ref(state: &AdminState) -> Self {
-        KeysAdmin {
-            ra: state.ctx.ra.clone(),
-        }
-    }
-}
-
 impl axum::extract::FromRef<AdminState> for EabAdmin {
     fn from_ref(state: &AdminState) -> Self {
         EabAdmin {
@@ -157,9 +147,6 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/certificates/{serial}/revoke", post(revoke_one))
         .route("/admin/eab", get(admin_eab::list).post(admin_eab::create))
         .route("/admin/eab/{kid}/revoke", post(admin_eab::revoke))
-        .route("/admin/keys", get(admin_keys::list))
-        .route("/admin/keys/block", post(admin_keys::block))
-        .route("/admin/keys/unblock", post(admin_keys::unblock))
         .route("/admin/keys", get(admin_keys::list))
         .route("/admin/keys/block", post(admin_keys::block))
         .route("/admin/keys/unblock", post(admin_keys::unblock))

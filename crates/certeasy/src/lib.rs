@@ -5,7 +5,6 @@ pub mod admin;
 pub mod admin_cli;
 pub mod admin_eab;
 pub mod admin_keys;
-pub mod admin_keys;
 pub mod admin_token;
 pub mod admin_wire;
 pub mod config;

@@ -212,11 +212,6 @@ enum AdminCommand {
         #[command(subcommand)]
         command: certeasy::admin_keys::KeysCommand,
     },
-    /// Blocked keys: block, unblock, list (no account or certificate may hold one).
-    Keys {
-        #[command(subcommand)]
-        command: certeasy::admin_keys::KeysCommand,
-    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -688,9 +683,6 @@ async fn admin_command(
             format!("/admin/ratelimit/{limit}/{}/reset", encode_segment(&id)),
         ),
         AdminCommand::Eab { command } => return eab(&client, base, command).await,
-        AdminCommand::Keys { command } => {
-            return certeasy::admin_keys::keys(&client, base, command).await;
-        }
         AdminCommand::Keys { command } => {
             return certeasy::admin_keys::keys(&client, base, command).await;
         }

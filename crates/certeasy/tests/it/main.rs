@@ -35,5 +35,4 @@ mod retries;
 mod rfc_answers;
 mod test_mode;
 mod weak_keys;
-mod weak_keys;
 mod zombie;
