@@ -422,6 +422,7 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         tls_alpn_port: v.tls_alpn_port,
         allow_loopback: v.allow_loopback,
         deny_target_cidrs: v.deny_target_cidrs.clone(),
+        allow_private_redirects: v.allow_private_redirects,
         timeout: v.timeout.std(),
         caa_identities: config.acme.caa_identities.clone(),
         // Redirects and body size are not configurable: the validator's own limits.

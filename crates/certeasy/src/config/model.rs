@@ -653,6 +653,8 @@ pub struct ValidationConfig {
     /// Networks the validator never connects to, on top of the built-in refusals.
     #[serde(deserialize_with = "deserialize_cidrs")]
     pub deny_target_cidrs: Vec<IpNet>,
+    /// Whether http-01 redirects may lead into private networks from a public identifier.
+    pub allow_private_redirects: bool,
     pub timeout: ConfigDuration,
     pub workers: usize,
     /// Attempts per job before giving up.
@@ -676,6 +678,7 @@ impl Default for ValidationConfig {
             tls_alpn_port: 443,
             allow_loopback: false,
             deny_target_cidrs: Vec::new(),
+            allow_private_redirects: validation::DEFAULT_ALLOW_PRIVATE_REDIRECTS,
             timeout: ConfigDuration::from_secs(10),
             workers: workers::settings::DEFAULT_CONCURRENCY,
             max_attempts: 3,

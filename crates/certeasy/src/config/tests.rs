@@ -551,6 +551,17 @@ fn window_limits_accept_partial_blocks() {
 }
 
 #[test]
+fn private_redirects_are_refused_by_default_and_the_key_opens_them() {
+    assert!(!Config::default().validation.allow_private_redirects);
+    assert_eq!(
+        Config::default().validation.allow_private_redirects,
+        validation::ValidationSettings::default().allow_private_redirects
+    );
+    let config = from_str("validation:\n  allow-private-redirects: true\n", "v.yaml").unwrap();
+    assert!(config.validation.allow_private_redirects);
+}
+
+#[test]
 fn deny_target_cidrs_parse_strictly_and_reach_the_validator() {
     let config = from_str(
         "validation:\n  deny-target-cidrs: [\"10.0.0.0/8\", \"2001:db8::/32\", \"192.0.2.7\"]\n",
