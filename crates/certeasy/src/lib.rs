@@ -9,6 +9,7 @@ pub mod admin_token;
 pub mod admin_wire;
 pub mod config;
 pub mod data_dir;
+pub mod listener;
 pub mod listener_cert;
 pub mod listener_sessions;
 pub mod reload;

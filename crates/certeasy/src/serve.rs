@@ -34,8 +34,6 @@ use storage::Storage;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::trace::TraceLayer;
 use validation::ValidationSettings;
 use validation::Validator;
 use workers::Workers;
@@ -43,6 +41,9 @@ use workers::pruner::PrunerSettings;
 use workers::settings::WorkerSettings;
 
 use crate::config::Config;
+use crate::listener::ListenerKind;
+use crate::listener::ListenerLimits;
+use crate::listener::Transport;
 use crate::listener_cert::ListenerCert;
 use crate::reload::Reloader;
 
@@ -224,13 +225,6 @@ pub async fn start(
     if config.crl.enabled {
         router = router.merge(crl_router.clone());
     }
-    let router = router
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            config.server.request_timeout.std(),
-        ))
-        .layer(TraceLayer::new_for_http())
-        .layer(CatchPanicLayer::new());
 
     let acme_listener = TcpListener::bind(config.server.listen)
         .await
@@ -261,11 +255,14 @@ pub async fn start(
 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    tasks.spawn(crate::tls::serve_tls(
+    // One builder, one set of bounds, for all three listeners (see `listener.rs`).
+    let limits_of_listeners = ListenerLimits::from_config(&config.server);
+    tasks.spawn(crate::listener::serve(
+        ListenerKind::Acme,
         acme_listener,
-        tls,
+        Transport::Tls(tls),
         router,
-        crate::tls::ListenerLimits::from_config(&config.server),
+        limits_of_listeners.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
@@ -293,11 +290,13 @@ pub async fn start(
                 .keep_fresh(&crl_storage, crl_shutdown.cancelled())
                 .await;
         });
-        tasks.spawn(serve_plain_http(
+        tasks.spawn(crate::listener::serve(
+            ListenerKind::Crl,
             crl_listener,
-            crl_router.layer(TraceLayer::new_for_http()),
+            Transport::PlainHttp,
+            crl_router,
+            limits_of_listeners.clone(),
             shutdown.clone(),
-            "CRL",
         ));
     }
     let reloader = Reloader::new(
@@ -329,11 +328,15 @@ pub async fn start(
             }
         });
     }
-    tasks.spawn(serve_plain_http(
+    // No request timeout here: the open routes answer at once, and an authenticated operator
+    // action (a backup of a large database, a bulk revocation) may rightly take longer.
+    tasks.spawn(crate::listener::serve(
+        ListenerKind::Admin,
         admin_listener,
+        Transport::PlainHttp,
         admin_router,
+        limits_of_listeners.without_request_timeout(),
         shutdown.clone(),
-        "admin",
     ));
 
     Ok(RunningServer {
@@ -388,22 +391,6 @@ fn load_ca(
         existing,
     };
     Ca::load_or_create(&settings, now).context("loading or creating the CA")
-}
-
-/// Serves `router` over plain HTTP (the admin and CRL listeners) until `shutdown` fires, letting
-/// requests in flight finish.
-async fn serve_plain_http(
-    listener: TcpListener,
-    router: axum::Router,
-    shutdown: CancellationToken,
-    what: &'static str,
-) {
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, listener = what, "listener failed");
-    }
 }
 
 fn crl_settings(config: &Config) -> workers::crl::CrlSettings {

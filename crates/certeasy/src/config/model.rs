@@ -221,7 +221,8 @@ impl Config {
     }
 }
 
-/// `server:` the two listeners and how requests reach them.
+/// `server:` the ACME and admin listeners, how requests reach them, and the connection limits
+/// every listener (the CRL listener too) is held to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ServerConfig {
@@ -264,6 +265,10 @@ pub struct ServerConfig {
     /// Connections served at once; further clients wait in the kernel's accept queue until a
     /// slot frees, which the timeouts above guarantee happens.
     pub max_connections: usize,
+    /// Connections one client address (IPv6: its `ipv6-prefix-length` prefix) may hold at once
+    /// on each listener, so one address cannot take every slot; further connections are closed
+    /// as soon as they are accepted. Trusted proxies are exempt.
+    pub max_connections_per_ip: usize,
     /// Streams one HTTP/2 connection may have open at once.
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2 PING interval, so dead peers are noticed and their slots freed.
@@ -299,6 +304,7 @@ impl Default for ServerConfig {
             header_read_timeout: ConfigDuration::from_secs(10),
             idle_timeout: ConfigDuration::from_secs(60),
             max_connections: 4096,
+            max_connections_per_ip: 64,
             http2_max_concurrent_streams: 100,
             http2_keep_alive_interval: ConfigDuration::from_secs(30),
             http2_keep_alive_timeout: ConfigDuration::from_secs(20),

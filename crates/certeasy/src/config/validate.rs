@@ -209,7 +209,7 @@ impl Checker {
         }
     }
 
-    /// The connection limits of the ACME listener (see `tls.rs`).
+    /// The connection limits of every listener (see `listener.rs`).
     fn listener_limits(&mut self, server: &super::model::ServerConfig) {
         for (path, value) in [
             (
@@ -231,6 +231,10 @@ impl Checker {
             self.positive_duration(path, value);
         }
         self.at_least_one("server.max-connections", server.max_connections as u64);
+        self.at_least_one(
+            "server.max-connections-per-ip",
+            server.max_connections_per_ip as u64,
+        );
         self.at_least_one(
             "server.http2-max-concurrent-streams",
             u64::from(server.http2_max_concurrent_streams),

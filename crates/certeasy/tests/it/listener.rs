@@ -1,6 +1,7 @@
-//! The ACME listener under hostile and long-lived use: slow-header clients, silent TCP clients, a
-//! full connection table, certificate renewal and reload under live connections, and client
-//! addresses on a dual-stack `[::]` listener.
+//! The listeners under hostile and long-lived use: slow-header clients (on the ACME, CRL and
+//! admin listeners), silent TCP clients, a full connection table, one address holding too many
+//! connections, certificate renewal and reload under live connections, and client addresses on
+//! a dual-stack `[::]` listener.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,6 +108,30 @@ async fn trickle(
     give_up: Duration,
 ) -> Option<Duration> {
     let stream = connect(addr, &config).await;
+    trickle_on(stream, payload, connected, give_up).await
+}
+
+/// [`trickle`] over plain TCP (the CRL and admin listeners).
+async fn trickle_plain(
+    addr: SocketAddr,
+    payload: &'static [u8],
+    connected: mpsc::UnboundedSender<()>,
+    give_up: Duration,
+) -> Option<Duration> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    trickle_on(stream, payload, connected, give_up).await
+}
+
+/// Sends `payload` on `stream` one byte per second; how long until the server closed it.
+async fn trickle_on<S>(
+    stream: S,
+    payload: &'static [u8],
+    connected: mpsc::UnboundedSender<()>,
+    give_up: Duration,
+) -> Option<Duration>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
     let start = Instant::now();
     let _ = connected.send(());
     let (mut reader, mut writer) = tokio::io::split(stream);
@@ -167,7 +192,12 @@ async fn start_tricklers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_header_clients_are_closed_and_normal_clients_are_served_meanwhile() {
     let mut env = TestEnv::new(Db::Sqlite).await;
-    server_keys(&mut env, "  header-read-timeout: 5s\n");
+    // All 300 come from 127.0.0.1: the per-address cap is raised so that the header timeout is
+    // what closes them.
+    server_keys(
+        &mut env,
+        "  header-read-timeout: 5s\n  max-connections-per-ip: 1000\n",
+    );
     env.start().await;
     let mut tricklers = start_tricklers(&env, 300, SLOW_HEAD).await;
 
@@ -216,6 +246,195 @@ async fn slow_header_clients_are_closed_and_normal_clients_are_served_meanwhile(
         .parse()
         .unwrap();
     assert!(counted >= 300.0, "{counted} header timeouts counted");
+}
+
+/// The value of the metric line starting with `prefix` on the admin listener's `/metrics`; 0 for
+/// a counter never counted.
+async fn metric(env: &TestEnv, prefix: &str) -> f64 {
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://{}/metrics", env.admin_addr()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_clients_of_the_crl_and_admin_listeners_are_closed_while_acme_serves() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    server_keys(
+        &mut env,
+        "  header-read-timeout: 5s\n  max-connections-per-ip: 1000\n",
+    );
+    env.start().await;
+    let crl = SocketAddr::from(([127, 0, 0, 1], env.crl_port));
+    let admin = env.admin_addr();
+    // 300 slow clients on each plain-HTTP listener, all connected before anything else.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut tricklers = tokio::task::JoinSet::new();
+    for addr in [crl, admin] {
+        for _ in 0..300 {
+            let tx = tx.clone();
+            tricklers.spawn(async move {
+                (
+                    addr,
+                    trickle_plain(addr, SLOW_HEAD, tx, Duration::from_secs(60)).await,
+                )
+            });
+        }
+    }
+    for _ in 0..600 {
+        tokio::time::timeout(Duration::from_secs(120), rx.recv())
+            .await
+            .expect("every slow client connects")
+            .unwrap();
+    }
+
+    // Meanwhile the ACME listener answers.
+    let response = crate::raw::client(&env)
+        .get(env.directory_url())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // Every slow client is closed by the header timeout: not before, and not much after.
+    let mut closed = std::collections::HashMap::new();
+    while let Some(result) = tricklers.join_next().await {
+        let (addr, after) = result.unwrap();
+        let after = after.unwrap_or_else(|| {
+            panic!("a slow-header client of {addr} was still connected after 60 s")
+        });
+        assert!(
+            after >= Duration::from_secs(4) && after < Duration::from_secs(30),
+            "a slow-header client of {addr} was closed after {after:?}, expected about 5 s"
+        );
+        *closed.entry(addr).or_insert(0) += 1;
+    }
+    assert_eq!(closed[&crl], 300);
+    assert_eq!(closed[&admin], 300);
+    // Each listener counts its own (the recorder is shared by this process's tests: at least).
+    for name in ["crl", "admin"] {
+        let counted = metric(
+            &env,
+            &format!("certeasy_{name}_connections_closed_total{{reason=\"header_timeout\"}} "),
+        )
+        .await;
+        assert!(
+            counted >= 300.0,
+            "{counted} header timeouts counted on {name}"
+        );
+    }
+    // And both still serve.
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    let health = plain
+        .get(format!("http://{admin}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let crl_response = plain
+        .get(format!("http://{crl}/crl/0.crl"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(crl_response.status(), 200);
+}
+
+/// A TCP connection to `to` from the loopback address `from`.
+async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// A TLS connection to `to` from `from`, or the error of its handshake.
+async fn tls_from(
+    from: [u8; 4],
+    to: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = connect_from(from, to).await;
+    TlsConnector::from(Arc::clone(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_more_than_its_share_of_acme_connections() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    // Held connections stay open for the whole test: only the per-address cap can refuse.
+    server_keys(
+        &mut env,
+        "  max-connections-per-ip: 4\n  header-read-timeout: 60s\n  idle-timeout: 60s\n",
+    );
+    env.start().await;
+    let config = tls_config(&env.root_pem());
+    let acme = acme_addr(&env);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tls_from([127, 0, 0, 1], acme, &config).await.unwrap();
+        assert_eq!(get_directory(&mut stream).await, 200);
+        held.push(stream);
+    }
+    let before = metric(
+        &env,
+        "certeasy_acme_connections_closed_total{reason=\"per_ip_limit\"} ",
+    )
+    .await;
+
+    // A fifth connection from the same address is closed at once: its handshake fails.
+    let fifth = tokio::time::timeout(
+        Duration::from_secs(5),
+        tls_from([127, 0, 0, 1], acme, &config),
+    )
+    .await
+    .expect("the fifth connection was neither served nor closed within 5 s");
+    assert!(
+        fifth.is_err(),
+        "a fifth connection from 127.0.0.1 was served"
+    );
+
+    // Another address is served meanwhile.
+    let mut other = tls_from([127, 0, 0, 2], acme, &config).await.unwrap();
+    assert_eq!(get_directory(&mut other).await, 200);
+
+    // Once one of the four ends, 127.0.0.1 may connect again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut again) = tls_from([127, 0, 0, 1], acme, &config).await {
+            assert_eq!(get_directory(&mut again).await, 200);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "127.0.0.1 never got its slot back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for stream in &mut held {
+        assert_eq!(
+            get_directory(stream).await,
+            200,
+            "the held connections live on"
+        );
+    }
+    let counted = metric(
+        &env,
+        "certeasy_acme_connections_closed_total{reason=\"per_ip_limit\"} ",
+    )
+    .await;
+    assert!(counted > before, "{counted} per-address refusals counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
