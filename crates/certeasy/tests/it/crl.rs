@@ -280,3 +280,168 @@ async fn crl_end_to_end(db: Db) {
         assert_eq!(response.status(), 404, "{bad}");
     }
 }
+
+/// Writes `text` to `dir/name` and returns the path.
+fn write(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `openssl verify -crl_check` of `leaf` (PEM file) with the intermediate from `chain` (PEM
+/// file), the root, and exactly the CRL in `crl` (PEM file).
+async fn verify_with(root: &Path, chain: &Path, crl: &Path, leaf: &Path) -> (bool, String) {
+    let mut verify = Command::new("openssl");
+    verify
+        .args(["verify", "-crl_check", "-CAfile"])
+        .arg(root)
+        .arg("-untrusted")
+        .arg(chain)
+        .arg("-CRLfile")
+        .arg(crl)
+        .arg(leaf);
+    run(verify, TIMEOUT).await
+}
+
+/// One issued certificate: its chain and leaf as files, DER, serial and CRL URL.
+struct Issued {
+    der: Vec<u8>,
+    chain: std::path::PathBuf,
+    leaf: std::path::PathBuf,
+    serial: Vec<u8>,
+    url: String,
+}
+
+/// Every shard's CRL names exactly its own URL in a critical issuing distribution point; with it,
+/// openssl rejects each shard's revoked certificate, accepts its unrevoked one, and refuses to
+/// take another shard's CRL as the word on a certificate (without the IDP it would accept the
+/// revoked certificate against a CRL that merely does not list it).
+#[tokio::test]
+async fn every_shard_names_its_url_and_openssl_checks_each_certificate_against_its_own_shard() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let crl_port = env.crl_port;
+    env.section(
+        "crl",
+        &format!("  listen: \"127.0.0.1:{crl_port}\"\n  shards: 4\n"),
+    );
+    // Certificates land in shards at random: allow the orders it takes to fill all four.
+    env.section(
+        "rate-limiting",
+        "  whitelist: [\"127.0.0.1\"]\n  order-creation:\n    orders-per-account-per-hour: 1000\n    order-burst: 100\n    san-budget-per-account-per-hour: 1000\n",
+    );
+    env.start().await;
+    let account = env.account().await;
+    let dir = env.dir.path().to_owned();
+
+    // Issue until every shard holds two certificates: one to revoke, one to keep.
+    let mut by_url: std::collections::BTreeMap<String, Vec<Issued>> = Default::default();
+    for i in 0..80 {
+        if by_url.len() == 4 && by_url.values().all(|certs| certs.len() >= 2) {
+            break;
+        }
+        let name = env.name(&format!("shard{i}"));
+        let chain = crate::flow::issue(
+            &env,
+            &account,
+            &[instant_acme::Identifier::Dns(name)],
+            instant_acme::ChallengeType::Http01,
+        )
+        .await;
+        let ders = pem_ders(&chain);
+        let url = distribution_point(&ders[0]);
+        let end = "-----END CERTIFICATE-----";
+        let leaf_pem = format!("{}{end}\n", chain.split(end).next().unwrap());
+        let issued = Issued {
+            der: ders[0].clone(),
+            chain: write(&dir, &format!("chain{i}.pem"), &chain),
+            leaf: write(&dir, &format!("leaf{i}.pem"), leaf_pem),
+            serial: serial(&ders[0]),
+            url: url.clone(),
+        };
+        by_url.entry(url).or_default().push(issued);
+    }
+    assert_eq!(by_url.len(), 4, "certificates landed in every shard");
+    for (shard, (url, certs)) in by_url.iter().enumerate() {
+        assert_eq!(url, &format!("http://localhost:{crl_port}/crl/{shard}.crl"));
+        assert!(certs.iter().all(|cert| &cert.url == url));
+    }
+
+    for certs in by_url.values() {
+        account
+            .revoke(&instant_acme::RevocationRequest {
+                certificate: &rustls_pki_types::CertificateDer::from(certs[0].der.clone()),
+                reason: None,
+            })
+            .await
+            .unwrap();
+    }
+
+    // Each shard's CRL, once it lists its revoked certificate, as DER and PEM files.
+    let mut crl_files = Vec::new();
+    for (shard, (url, certs)) in by_url.iter().enumerate() {
+        let (der, _) = fetch_until(url, |crl| lists(crl, &certs[0].serial)).await;
+        let (_, crl) = CertificateRevocationList::from_der(&der).unwrap();
+        assert!(!lists(&crl, &certs[1].serial));
+        let der_path = write(&dir, &format!("shard{shard}.der"), &der);
+        let pem_path = dir.join(format!("shard{shard}.pem"));
+        let mut convert = Command::new("openssl");
+        convert
+            .args(["crl", "-inform", "DER", "-in"])
+            .arg(&der_path)
+            .arg("-out")
+            .arg(&pem_path);
+        let (ok, out) = run(convert, TIMEOUT).await;
+        assert!(ok, "{out}");
+
+        // What openssl reads in it: a critical IDP whose full name is the certificates' URL.
+        let mut text = Command::new("openssl");
+        text.args(["crl", "-noout", "-text", "-in"]).arg(&pem_path);
+        let (ok, out) = run(text, TIMEOUT).await;
+        assert!(ok, "{out}");
+        let idp = out
+            .split("X509v3 Issuing Distribution Point: critical")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no critical issuing distribution point:\n{out}"));
+        let full_name = idp
+            .split("Full Name:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no full name:\n{out}"));
+        let uri = full_name
+            .split_whitespace()
+            .next()
+            .and_then(|word| word.strip_prefix("URI:"))
+            .unwrap_or_else(|| panic!("no URI:\n{out}"));
+        assert_eq!(uri, url, "the IDP names exactly the certificates' CRL URL");
+        assert!(idp.contains("Only User Certificates"), "{out}");
+        crl_files.push(pem_path);
+    }
+
+    let root = &env.root_path;
+    for (shard, certs) in by_url.values().enumerate() {
+        let (revoked, kept) = (&certs[0], &certs[1]);
+        let own = &crl_files[shard];
+        let (ok, out) = verify_with(root, &revoked.chain, own, &revoked.leaf).await;
+        assert!(
+            !ok,
+            "shard {shard}: openssl accepted a revoked certificate:\n{out}"
+        );
+        assert!(out.contains("certificate revoked"), "shard {shard}: {out}");
+        let (ok, out) = verify_with(root, &kept.chain, own, &kept.leaf).await;
+        assert!(
+            ok,
+            "shard {shard}: openssl rejected a valid certificate:\n{out}"
+        );
+        assert!(out.contains(": OK"), "{out}");
+
+        // Another shard's CRL does not list the revoked certificate, and does not pass for the
+        // issuer's complete CRL either: openssl sees that its scope is another distribution
+        // point.
+        let other = &crl_files[(shard + 1) % crl_files.len()];
+        let (ok, out) = verify_with(root, &revoked.chain, other, &revoked.leaf).await;
+        assert!(
+            !ok,
+            "shard {shard}: another shard's CRL was taken for the whole CRL:\n{out}"
+        );
+        assert!(out.contains("different CRL scope"), "{out}");
+    }
+}
