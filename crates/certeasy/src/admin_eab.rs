@@ -8,6 +8,7 @@ use acme_core::eab_policy::EabPolicy;
 use acme_core::ids::EabKid;
 use axum::Json;
 use axum::extract::Path;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::StatusCode;
 use ipnet::IpNet;
@@ -140,12 +141,29 @@ pub async fn list(State(ctx): State<EabAdmin>) -> Answer {
     }
 }
 
-/// `POST /admin/eab/{kid}/revoke`: the key binds no new account; bound accounts keep their
-/// policy and keep working.
-pub async fn revoke(State(ctx): State<EabAdmin>, Path(kid): Path<String>) -> Answer {
+/// Query of `POST /admin/eab/{kid}/revoke`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RevokeQuery {
+    /// Also deactivate the valid accounts bound with the key.
+    pub deactivate_accounts: bool,
+}
+
+/// `POST /admin/eab/{kid}/revoke[?deactivate-accounts=true]`: the key binds no new account;
+/// bound accounts keep their policy and keep working, unless `deactivate-accounts` asks for them
+/// to be deactivated too. Answers with the key and `deactivated-accounts`, how many were.
+pub async fn revoke(
+    State(ctx): State<EabAdmin>,
+    Path(kid): Path<String>,
+    Query(query): Query<RevokeQuery>,
+) -> Answer {
     let kid = EabKid(kid);
-    match ctx.ra.revoke_eab_key(&kid).await {
-        Ok(key) => (StatusCode::OK, Json(key_json(&key))),
+    match ctx.ra.revoke_eab_key(&kid, query.deactivate_accounts).await {
+        Ok(revocation) => {
+            let mut answer = key_json(&revocation.key);
+            answer["deactivated-accounts"] = json!(revocation.deactivated_accounts);
+            (StatusCode::OK, Json(answer))
+        }
         Err(e) => failed(e),
     }
 }

@@ -275,10 +275,16 @@ enum EabCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Revoke a key: it binds no new account. Accounts already bound keep working under its policy.
+    /// Revoke a key: it binds no new account. Accounts already bound keep working under its
+    /// policy, unless --deactivate-accounts.
     Revoke {
         /// The key ID.
         kid: String,
+        /// Also deactivate every valid account bound with the key (as `accounts deactivate`
+        /// does: refused from its next request on); prints how many. Allowed on a key revoked
+        /// before.
+        #[arg(long)]
+        deactivate_accounts: bool,
     },
 }
 
@@ -783,8 +789,14 @@ async fn eab(client: &reqwest::Client, base: &str, command: EabCommand) -> anyho
             let (ok, text) = send(client, "GET", &format!("{base}/admin/eab"), None).await?;
             (ok, text, json)
         }
-        EabCommand::Revoke { kid } => {
-            let url = format!("{base}/admin/eab/{}/revoke", encode_segment(&kid));
+        EabCommand::Revoke {
+            kid,
+            deactivate_accounts,
+        } => {
+            let mut url = format!("{base}/admin/eab/{}/revoke", encode_segment(&kid));
+            if deactivate_accounts {
+                url.push_str("?deactivate-accounts=true");
+            }
             let (ok, text) = send(client, "POST", &url, None).await?;
             (ok, text, false)
         }
@@ -829,7 +841,12 @@ async fn eab(client: &reqwest::Client, base: &str, command: EabCommand) -> anyho
             );
             println!("Policy: {}", eab_row(key));
         }
-        key => println!("revoked: {}", eab_row(key)),
+        key => {
+            println!("revoked: {}", eab_row(key));
+            if let Some(count) = key.get("deactivated-accounts").and_then(|v| v.as_u64()) {
+                println!("deactivated accounts: {count}");
+            }
+        }
     }
     Ok(true)
 }

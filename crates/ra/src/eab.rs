@@ -39,6 +39,13 @@ fn unauthorized(detail: String) -> Error {
     Refusal::unauthorized(detail).into()
 }
 
+fn already_bound(kid: &EabKid) -> Error {
+    unauthorized(format!(
+        "externalAccountBinding: the external account key \"{kid}\" is single-use and already \
+         bound to another account; ask the CA operator for a new key"
+    ))
+}
+
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| t.unix_timestamp().to_string())
@@ -72,8 +79,12 @@ impl Ra {
                  check the key identifier the CA operator gave you"
             )));
         };
+        // A single-use key's HMAC key is erased when it binds its account: nothing can verify.
+        let Some(hmac_key) = &key.hmac_key else {
+            return Err(already_bound(&kid));
+        };
         binding
-            .verify(&key.hmac_key)
+            .verify(hmac_key)
             .map_err(|e| Refusal::Problem(Problem::from(e)))?;
         Ok(Some(kid))
     }
@@ -111,10 +122,7 @@ impl Ra {
                  the CA operator for a new key",
                 rfc3339(at)
             ))),
-            BindOutcome::AlreadyBound(_) => Err(unauthorized(format!(
-                "externalAccountBinding: the external account key \"{kid}\" is single-use and \
-                 already bound to another account; ask the CA operator for a new key"
-            ))),
+            BindOutcome::AlreadyBound(_) => Err(already_bound(kid)),
         }
     }
 
@@ -168,6 +176,15 @@ const HMAC_KEY_BYTES: usize = 32;
 /// Bytes of a new key identifier: random, so identifiers reveal nothing about how many exist.
 const KID_BYTES: usize = 16;
 
+/// What revoking a key did.
+#[derive(Debug)]
+pub struct KeyRevocation {
+    /// The key, revoked.
+    pub key: EabKey,
+    /// How many accounts bound with it this revocation deactivated (0 unless asked).
+    pub deactivated_accounts: u64,
+}
+
 /// What an operator asks of a new key.
 #[derive(Debug, Clone)]
 pub struct KeyRequest {
@@ -207,18 +224,51 @@ impl Ra {
         Ok(self.inner.storage.list_eab_keys().await?)
     }
 
-    /// Revokes a key: it binds no new account; accounts bound with it keep its policy and keep
-    /// working.
-    pub async fn revoke_eab_key(&self, kid: &EabKid) -> Result<EabKey, Error> {
-        match self.inner.storage.revoke_eab_key(kid, self.now()).await {
+    /// Revokes a key: it binds no new account. Accounts bound with it keep its policy and keep
+    /// working, unless `deactivate_accounts`: then each valid one is deactivated as its
+    /// subscriber would (RFC 8555 §7.3.6: refused from its next request on, its pending
+    /// authorizations deactivated and unfinished orders invalid), for a key that leaked or a
+    /// customer who left. With `deactivate_accounts`, a key revoked before is not a conflict:
+    /// its accounts are deactivated all the same (an operator may decide later, or run the
+    /// command again after an interruption).
+    pub async fn revoke_eab_key(
+        &self,
+        kid: &EabKid,
+        deactivate_accounts: bool,
+    ) -> Result<KeyRevocation, Error> {
+        let storage = &self.inner.storage;
+        let now = self.now();
+        let key = match storage.revoke_eab_key(kid, now).await {
             Ok(key) => {
                 tracing::info!(kid = %kid, "external account key revoked by an operator");
-                Ok(key)
+                key
             }
-            Err(StorageError::NotFound) => Err(Refusal::NotFound("external account key").into()),
-            Err(StorageError::WrongState(detail)) => Err(Refusal::Conflict(detail).into()),
-            Err(e) => Err(e.into()),
+            Err(StorageError::NotFound) => {
+                return Err(Refusal::NotFound("external account key").into());
+            }
+            Err(StorageError::WrongState(_)) if deactivate_accounts => storage
+                .eab_key(kid)
+                .await?
+                .ok_or(Refusal::NotFound("external account key"))?,
+            Err(StorageError::WrongState(detail)) => return Err(Refusal::Conflict(detail).into()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut deactivated = 0;
+        if deactivate_accounts {
+            for account in storage.valid_accounts_bound_to_eab_key(kid).await? {
+                match storage.deactivate_account(account, now).await {
+                    Ok(_) => deactivated += 1,
+                    // Deactivated or revoked meanwhile, by its subscriber or another operator.
+                    Err(StorageError::WrongState(_) | StorageError::NotFound) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            tracing::info!(kid = %kid, deactivated, "accounts bound with a revoked external account key deactivated by an operator");
         }
+        Ok(KeyRevocation {
+            key,
+            deactivated_accounts: deactivated,
+        })
     }
 }
 

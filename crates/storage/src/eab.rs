@@ -3,7 +3,9 @@
 //!
 //! Binding reads the key under a row lock (PostgreSQL `FOR UPDATE`; on SQLite the IMMEDIATE
 //! transaction holds the writer), so two newAccount requests with one single-use key are
-//! serialised and the second finds the key bound.
+//! serialised and the second finds the key bound. The same transaction erases a single-use
+//! key's HMAC key (an empty value: the column is NOT NULL, and migration 0016 erased those
+//! bound before), so a spent key is worthless to whoever reads the database or a backup.
 
 use acme_core::eab_policy::EabPolicy;
 use acme_core::ids::AccountId;
@@ -49,7 +51,7 @@ fn key(row: &Row) -> Result<EabKey> {
     .map_err(|e| Error::Corrupt(format!("eab key policy: {e}")))?;
     Ok(EabKey {
         kid: EabKid(row.try_get("kid")?),
-        hmac_key: row.try_get("hmac_key")?,
+        hmac_key: Some(row.try_get::<Vec<u8>, _>("hmac_key")?).filter(|k| !k.is_empty()),
         policy,
         expires_at: codec::opt_time_from_unix(row.try_get("expires_at")?)?,
         reusable: row.try_get::<i64, _>("reusable")? != 0,
@@ -157,7 +159,8 @@ pub(crate) async fn bind_and_create(
     {
         return Ok(BindOutcome::Expired(codec::time_from_unix(expires)?));
     }
-    if row.try_get::<i64, _>("reusable")? == 0
+    let single_use = row.try_get::<i64, _>("reusable")? == 0;
+    if single_use
         && let Some(bound) = sql::query_scalar::<i64>(
             "SELECT id FROM accounts WHERE eab_kid = $1 ORDER BY id LIMIT 1",
         )
@@ -189,6 +192,28 @@ pub(crate) async fn bind_and_create(
         return Ok(BindOutcome::KeyRegistered(AccountId(holder)));
     };
     let account = rows::account(&row)?;
+    if single_use {
+        sql::query("UPDATE eab_keys SET hmac_key = $2 WHERE kid = $1")
+            .bind(&kid.0)
+            .bind(ERASED.as_slice())
+            .execute(&mut *tx)
+            .await?;
+    }
     tx.commit().await?;
     Ok(BindOutcome::Created(account))
+}
+
+/// What an erased HMAC key is stored as.
+const ERASED: [u8; 0] = [];
+
+/// The accounts bound with `kid` that are still valid, oldest first: those an operator's
+/// `eab revoke --deactivate-accounts` deactivates.
+pub(crate) async fn valid_accounts_bound(s: &Storage, kid: &EabKid) -> Result<Vec<AccountId>> {
+    let ids = sql::query_scalar::<i64>(
+        "SELECT id FROM accounts WHERE eab_kid = $1 AND status = 'valid' ORDER BY id",
+    )
+    .bind(&kid.0)
+    .fetch_all(&s.db)
+    .await?;
+    Ok(ids.into_iter().map(AccountId).collect())
 }

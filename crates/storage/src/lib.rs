@@ -212,6 +212,10 @@ impl Storage {
     pub async fn revoke_eab_key(&self, kid: &EabKid, now: OffsetDateTime) -> Result<EabKey> {
         eab::revoke(self, kid, now).await
     }
+    /// The valid accounts bound with the key, oldest first.
+    pub async fn valid_accounts_bound_to_eab_key(&self, kid: &EabKid) -> Result<Vec<AccountId>> {
+        eab::valid_accounts_bound(self, kid).await
+    }
     /// Creates the account bound to the key, in one transaction that first checks, under a lock
     /// on the key, that the key exists, is neither revoked nor expired and, when single-use,
     /// binds no account yet. The MAC must have been verified by the caller.

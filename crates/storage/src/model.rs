@@ -402,8 +402,10 @@ pub struct AccountCounts {
 #[derive(Clone, PartialEq, Eq)]
 pub struct EabKey {
     pub kid: EabKid,
-    /// The shared MAC key; never logged, never listed.
-    pub hmac_key: Vec<u8>,
+    /// The shared MAC key; never logged, never listed. `None` once a single-use key has bound
+    /// its account: it is erased in that transaction, since it can never verify a binding again
+    /// and a copy of the database should not hold it.
+    pub hmac_key: Option<Vec<u8>>,
     pub policy: EabPolicy,
     /// After this instant the key binds no new account (bound accounts keep working).
     pub expires_at: Option<OffsetDateTime>,

@@ -303,6 +303,98 @@ async fn raw_bindings_on(db: Db) {
     );
 }
 
+/// A new account bound with `kid`, registered: its kid is set.
+async fn bound_account(env: &TestEnv, kid: &str, hmac: &[u8]) -> Raw {
+    let mut raw = Raw::new(env, Algorithm::Es256);
+    let url = raw.url("/acme/new-account");
+    let r = new_account(&raw, Some(binding_for(&raw, kid, hmac, &url))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    raw.kid = Some(r.location());
+    raw
+}
+
+/// POST-as-GET of the account itself: what the account's next request gets.
+async fn account_request(raw: &Raw) -> Reply {
+    raw.post(raw.kid.as_deref().unwrap(), None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_with_deactivate_accounts_cuts_off_the_keys_accounts_only() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    env.start().await;
+    let (team, team_hmac) = create_key(&env, &["--reusable"]);
+    let team_hmac = URL_SAFE_NO_PAD.decode(team_hmac).unwrap();
+    let (other, other_hmac) = create_key(&env, &[]);
+    let other_hmac = URL_SAFE_NO_PAD.decode(other_hmac).unwrap();
+    let first = bound_account(&env, &team, &team_hmac).await;
+    let second = bound_account(&env, &team, &team_hmac).await;
+    let elsewhere = bound_account(&env, &other, &other_hmac).await;
+    let mut plain = Raw::new(&env, Algorithm::Es256);
+    plain.register().await;
+    for raw in [&first, &second, &elsewhere, &plain] {
+        assert_eq!(account_request(raw).await.status, 200);
+    }
+
+    let (ok, out) = admin(&env, &["eab", "revoke", &team, "--deactivate-accounts"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("deactivated accounts: 2"), "{out}");
+
+    // The key's accounts are refused from their next request on; the others are untouched.
+    for raw in [&first, &second] {
+        let r = account_request(raw).await;
+        assert_eq!(
+            r.problem_type(),
+            "urn:ietf:params:acme:error:unauthorized",
+            "{r:?}"
+        );
+    }
+    for raw in [&elsewhere, &plain] {
+        let r = account_request(raw).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body["status"], "valid");
+    }
+    // As an operator sees it.
+    let account_id = first.kid.as_deref().unwrap().rsplit('/').next().unwrap();
+    let (ok, shown) = admin(&env, &["accounts", "show", account_id, "--json"]);
+    assert!(ok, "{shown}");
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["status"], "deactivated", "{shown}");
+
+    // Asked again of the revoked key: not a conflict, nothing left to deactivate.
+    let (ok, out) = admin(&env, &["eab", "revoke", &team, "--deactivate-accounts"]);
+    assert!(ok && out.contains("deactivated accounts: 0"), "{out}");
+    // Without the flag, a second revocation is still refused.
+    let (ok, out) = admin(&env, &["eab", "revoke", &team]);
+    assert!(!ok && out.contains("already revoked"), "{out}");
+    // Revoking without the flag leaves the bound account working.
+    let (ok, out) = admin(&env, &["eab", "revoke", &other]);
+    assert!(ok && out.contains("deactivated accounts: 0"), "{out}");
+    assert_eq!(account_request(&elsewhere).await.status, 200);
+}
+
+/// A single-use key's HMAC key is erased when it binds: the same binding, correct as it was,
+/// is refused as spent, and the listing shows the key bound once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_single_use_key_verifies_nothing() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    env.start().await;
+    let (kid, hmac) = create_key(&env, &[]);
+    let hmac = URL_SAFE_NO_PAD.decode(hmac).unwrap();
+    bound_account(&env, &kid, &hmac).await;
+    let again = Raw::new(&env, Algorithm::Es256);
+    let url = again.url("/acme/new-account");
+    let r = new_account(&again, Some(binding_for(&again, &kid, &hmac, &url))).await;
+    assert_eq!(r.problem_type(), "urn:ietf:params:acme:error:unauthorized");
+    assert!(
+        r.body["detail"].as_str().unwrap().contains("already bound"),
+        "{r:?}"
+    );
+    let (ok, listed) = admin(&env, &["eab", "list", "--json"]);
+    assert!(ok, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["bound-accounts"], 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binding_is_honoured_when_not_required() {
     let mut env = TestEnv::new(Db::Sqlite).await;

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use acme_core::eab_policy::EabPolicy;
 use acme_core::ids::EabKid;
+use sqlx::Connection;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::BindOutcome;
@@ -16,7 +17,8 @@ crate::both_backends!(
     keys_round_trip_and_revoke,
     single_use_key_binds_one_account,
     reusable_expired_and_revoked_keys,
-    concurrent_binds_of_a_single_use_key
+    concurrent_binds_of_a_single_use_key,
+    valid_accounts_bound_with_a_key
 );
 
 fn new_key(kid: &str, reusable: bool) -> NewEabKey {
@@ -51,7 +53,7 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
         .await
         .unwrap();
     assert_eq!(created.kid.0, "kid-a");
-    assert_eq!(created.hmac_key, vec![7_u8; 32]);
+    assert_eq!(created.hmac_key, Some(vec![7_u8; 32]));
     assert_eq!(created.policy, new_key("kid-a", false).policy);
     assert_eq!(created.expires_at, Some(t0() + Duration::days(1)));
     assert!(!created.reusable);
@@ -103,7 +105,11 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     };
     assert_eq!(first.eab_kid, Some(kid.clone()));
     assert_eq!(s.account(first.id).await.unwrap(), Some(first.clone()));
-    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 1);
+    let spent = s.eab_key(&kid).await.unwrap().unwrap();
+    assert_eq!(spent.bound_accounts, 1);
+    // Bound, the single-use key's HMAC key is gone from the database, and nothing else.
+    assert_eq!(spent.hmac_key, None);
+    assert_eq!(spent.policy, new_key("single", false).policy);
     assert_eq!(
         s.bind_eab_and_create_account(&kid, new_account("b"), t0())
             .await
@@ -128,14 +134,10 @@ async fn single_use_key_binds_one_account(s: &Storage) {
             .unwrap(),
         BindOutcome::KeyRegistered(plain.id)
     );
-    assert_eq!(
-        s.eab_key(&EabKid("fresh".into()))
-            .await
-            .unwrap()
-            .unwrap()
-            .bound_accounts,
-        0
-    );
+    let fresh = s.eab_key(&EabKid("fresh".into())).await.unwrap().unwrap();
+    assert_eq!(fresh.bound_accounts, 0);
+    // Nothing was bound, so the key keeps its HMAC key.
+    assert_eq!(fresh.hmac_key, Some(vec![7_u8; 32]));
     assert_eq!(
         s.bind_eab_and_create_account(&EabKid("unknown".into()), new_account("c"), t0())
             .await
@@ -157,7 +159,10 @@ async fn reusable_expired_and_revoked_keys(s: &Storage) {
             BindOutcome::Created(_)
         ));
     }
-    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 3);
+    let multi = s.eab_key(&kid).await.unwrap().unwrap();
+    assert_eq!(multi.bound_accounts, 3);
+    // A reusable key keeps its HMAC key: it binds more accounts.
+    assert_eq!(multi.hmac_key, Some(vec![7_u8; 32]));
     // Expired a day after t0.
     let expiry = t0() + Duration::days(1);
     assert_eq!(
@@ -204,5 +209,77 @@ async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
         }
     }
     assert_eq!((created, refused), (1, 15));
-    assert_eq!(s.eab_key(&kid).await.unwrap().unwrap().bound_accounts, 1);
+    let key = s.eab_key(&kid).await.unwrap().unwrap();
+    assert_eq!(key.bound_accounts, 1);
+    assert_eq!(key.hmac_key, None);
+}
+
+/// The accounts a key bound that are still valid, for `eab revoke --deactivate-accounts`.
+async fn valid_accounts_bound_with_a_key(s: &Storage) {
+    let kid = EabKid("team".into());
+    s.create_eab_key(new_key("team", true), t0()).await.unwrap();
+    let mut bound = Vec::new();
+    for tag in ["a", "b", "c"] {
+        match s
+            .bind_eab_and_create_account(&kid, new_account(tag), t0())
+            .await
+            .unwrap()
+        {
+            BindOutcome::Created(account) => bound.push(account.id),
+            other => panic!("expected an account, got {other:?}"),
+        }
+    }
+    harness::account(s, t0()).await;
+    assert_eq!(
+        s.valid_accounts_bound_to_eab_key(&kid).await.unwrap(),
+        bound
+    );
+    s.deactivate_account(bound[1], t0()).await.unwrap();
+    assert_eq!(
+        s.valid_accounts_bound_to_eab_key(&kid).await.unwrap(),
+        [bound[0], bound[2]]
+    );
+    assert!(
+        s.valid_accounts_bound_to_eab_key(&EabKid("none".into()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Migration 0016 erases the HMAC keys of single-use keys bound before it, and only those.
+#[tokio::test]
+async fn sqlite_single_use_keys_bound_before_the_migration_are_erased() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, mut conn) = harness::sqlite_migrated_before(dir.path(), "0016").await;
+    for statement in [
+        "INSERT INTO eab_keys (kid, hmac_key, reusable, created_at) VALUES \
+         ('spent', x'0707', 0, 1700000000), ('unused', x'0808', 0, 1700000000), \
+         ('shared', x'0909', 1, 1700000000)",
+        "INSERT INTO accounts (id, thumbprint, jwk, status, created_at, eab_kid) VALUES \
+         (1, 'tp1', '{}', 'valid', 1700000000, 'spent'), \
+         (2, 'tp2', '{}', 'valid', 1700000000, 'shared')",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let s = Storage::connect(&url).await.unwrap();
+    let hmac = |kid: &'static str| {
+        let s = s.clone();
+        async move {
+            s.eab_key(&EabKid(kid.into()))
+                .await
+                .unwrap()
+                .unwrap()
+                .hmac_key
+        }
+    };
+    assert_eq!(hmac("spent").await, None);
+    assert_eq!(hmac("unused").await, Some(vec![8, 8]));
+    assert_eq!(hmac("shared").await, Some(vec![9, 9]));
+    s.close().await;
 }
