@@ -30,6 +30,7 @@ mod pruning;
 mod ratelimit;
 mod ratelimit_policies;
 mod raw;
+mod redis_outage;
 mod restart;
 mod retries;
 mod rfc_answers;
