@@ -46,3 +46,46 @@ pub fn create_private(dir: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The file test mode writes in every state directory it creates or adopts
+/// (`certeasy serve --test-mode`). A directory without it may be a production data directory,
+/// whose CA a test instance would load and sign with unchecked; test mode refuses it.
+pub const TEST_MODE_MARKER: &str = ".certeasy-test-mode";
+
+/// Whether test mode may keep its state in `dir`: when it does not exist yet (test mode creates
+/// it), is empty, or holds [`TEST_MODE_MARKER`]. Otherwise the reason, naming the directory.
+/// Only reads.
+pub fn test_mode_refusal(dir: &Path) -> Result<(), String> {
+    let shown = dir.display();
+    let mut entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(format!("{shown} exists and is not a directory"));
+        }
+        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+    };
+    if entries.next().is_none() || dir.join(TEST_MODE_MARKER).is_file() {
+        return Ok(());
+    }
+    Err(format!(
+        "{shown} was not created by test mode (it has no {TEST_MODE_MARKER} file) and may hold a \
+         production CA: give a new or empty directory, or none for a temporary one"
+    ))
+}
+
+/// Makes `dir` test mode's state directory: created (0700) when missing, and marked with
+/// [`TEST_MODE_MARKER`] so that a later start of test mode accepts it again. The caller has
+/// checked [`test_mode_refusal`] first.
+pub fn create_test_mode(dir: &Path) -> anyhow::Result<()> {
+    create_private(dir)?;
+    let marker = dir.join(TEST_MODE_MARKER);
+    if !marker.is_file() {
+        std::fs::write(
+            &marker,
+            "Created by `certeasy serve --test-mode`: a throw-away test CA and its state.\n",
+        )
+        .with_context(|| format!("writing {}", marker.display()))?;
+    }
+    Ok(())
+}

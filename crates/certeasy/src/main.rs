@@ -40,15 +40,8 @@ enum Command {
         /// The YAML configuration file (see config/certeasy.yaml for every key).
         #[arg(long, short, env = "CERTEASY_CONFIG")]
         config: Option<PathBuf>,
-        /// The ACME listener's address (server.listen), e.g. 127.0.0.1:14000.
-        #[arg(long, value_name = "ADDR")]
-        listen: Option<std::net::SocketAddr>,
-        /// The admin listener's address (server.admin-listen), e.g. 127.0.0.1:14001.
-        #[arg(long, value_name = "ADDR")]
-        admin_listen: Option<std::net::SocketAddr>,
-        /// The CRL listener's address (crl.listen), e.g. 127.0.0.1:14002.
-        #[arg(long, value_name = "ADDR")]
-        crl_listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        listeners: ListenerArgs,
         #[command(flatten)]
         test_mode: TestModeArgs,
     },
@@ -73,6 +66,34 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+}
+
+/// The listener addresses `certeasy serve` (and `config check`) take over the file's.
+#[derive(Debug, clap::Args)]
+struct ListenerArgs {
+    /// The ACME listener's address (server.listen), e.g. 127.0.0.1:14000.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// The admin listener's address (server.admin-listen), e.g. 127.0.0.1:14001.
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// The CRL listener's address (crl.listen), e.g. 127.0.0.1:14002.
+    #[arg(long, value_name = "ADDR")]
+    crl_listen: Option<std::net::SocketAddr>,
+}
+
+impl ListenerArgs {
+    fn apply(&self, config: &mut config::Config) {
+        if let Some(addr) = self.listen {
+            config.server.listen = addr;
+        }
+        if let Some(addr) = self.admin_listen {
+            config.server.admin_listen = addr;
+        }
+        if let Some(addr) = self.crl_listen {
+            config.crl.listen = addr;
+        }
+    }
 }
 
 /// `certeasy serve --test-mode` and its knobs; each overrides the same key of the `test-mode:`
@@ -323,9 +344,18 @@ enum RatelimitCommand {
 enum ConfigCommand {
     /// Validate a configuration file: unknown keys, wrong types and impossible values are reported
     /// with file, line and key. Exits 0 when the file is valid.
+    ///
+    /// Given the flags `certeasy serve` would be started with (listeners, test mode), it checks
+    /// the configuration they make and refuses what serve would refuse, e.g. test mode with a
+    /// PostgreSQL database, on a public listener or in a data directory it did not create.
+    /// Nothing is created or opened.
     Check {
-        /// The file to check.
-        file: PathBuf,
+        /// The file to check; without it, the built-in defaults with the flags.
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        listeners: ListenerArgs,
+        #[command(flatten)]
+        test_mode: TestModeArgs,
     },
 }
 
@@ -333,16 +363,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Config {
-            command: ConfigCommand::Check { file },
-        } => match config::load(&file) {
+            command:
+                ConfigCommand::Check {
+                    file,
+                    listeners,
+                    test_mode,
+                },
+        } => match configure(file.as_deref(), &listeners, &test_mode) {
             Ok(_) => {
-                println!("{}: configuration is valid", file.display());
+                let what = file.as_ref().map_or_else(
+                    || "the built-in defaults".to_owned(),
+                    |f| f.display().to_string(),
+                );
+                println!("{what}: configuration is valid");
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(2)
-            }
+            Err(code) => code,
         },
         Command::Admin {
             admin_url,
@@ -352,25 +388,14 @@ fn main() -> ExitCode {
         } => admin(admin_url, config_file, token_file, command),
         Command::Serve {
             config: path,
-            listen,
-            admin_listen,
-            crl_listen,
+            listeners,
             test_mode,
         } => {
-            let mut config = match load_or_default(path.as_deref()) {
+            // Every check, test mode's refusals included, before anything is created.
+            let mut config = match configure(path.as_deref(), &listeners, &test_mode) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            if let Some(addr) = listen {
-                config.server.listen = addr;
-            }
-            if let Some(addr) = admin_listen {
-                config.server.admin_listen = addr;
-            }
-            if let Some(addr) = crl_listen {
-                config.crl.listen = addr;
-            }
-            test_mode.apply(&mut config.test_mode);
             // Declared before the runtime, so it is dropped (and the directory removed) after
             // the runtime has stopped every task that could still write to it.
             let mut _temporary_state = None;
@@ -392,6 +417,10 @@ fn main() -> ExitCode {
                         }
                     },
                 };
+                if let Err(e) = certeasy::data_dir::create_test_mode(&data_dir) {
+                    eprintln!("certeasy: test mode's state directory: {e:#}");
+                    return ExitCode::FAILURE;
+                }
                 config.apply_test_mode(data_dir);
             }
             if let Err(problems) = config::check(&config) {
@@ -593,6 +622,27 @@ fn init_logging(config: &config::Config) {
     } else {
         builder.init();
     }
+}
+
+/// The configuration `certeasy serve` runs with: the file at `path` (or the defaults) with the
+/// flags written over it, checked as a whole (test mode's refusals included, see
+/// `Config::test_mode_refusals`). Creates nothing, so `config check` shares it. Problems are
+/// printed; exit code 2, as for a bad file.
+fn configure(
+    path: Option<&std::path::Path>,
+    listeners: &ListenerArgs,
+    test_mode: &TestModeArgs,
+) -> Result<config::Config, ExitCode> {
+    let mut config = load_or_default(path)?;
+    listeners.apply(&mut config);
+    test_mode.apply(&mut config.test_mode);
+    if let Err(problems) = config::check(&config) {
+        for problem in problems {
+            eprintln!("certeasy: {problem}");
+        }
+        return Err(ExitCode::from(2));
+    }
+    Ok(config)
 }
 
 /// The configuration at `path`, or the built-in defaults without one. A bad file is reported

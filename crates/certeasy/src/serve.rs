@@ -114,6 +114,11 @@ pub async fn start(
     config_path: Option<&std::path::Path>,
     clock: SharedClock,
 ) -> anyhow::Result<RunningServer> {
+    // Test mode's refusals come before anything is opened: `main.rs` has checked them already,
+    // and a caller of this library function gets the same line.
+    if let Some(refusal) = config.test_mode_refusals().into_iter().next() {
+        anyhow::bail!("{}: {}", refusal.key, refusal.reason);
+    }
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();

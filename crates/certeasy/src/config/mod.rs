@@ -13,6 +13,7 @@ mod locations;
 mod model;
 #[cfg(test)]
 mod reference_tests;
+mod secrets;
 mod test_instance;
 mod test_mode;
 #[cfg(test)]
@@ -31,6 +32,7 @@ pub use self::model::{
     IssuanceConfig, KeyAlgorithm, LogFormat, LoggingConfig, ProfileConfig, RedisConfig,
     ServerConfig, SqliteSynchronous, ValidationConfig, ZombiePausingConfig,
 };
+pub use self::test_instance::TestModeRefusal;
 pub use self::test_mode::{TEST_HTTP_PORT, TEST_TLS_ALPN_PORT, TestModeConfig, test_rate_limits};
 
 /// The longest piece of offending source text quoted in a message.
@@ -52,11 +54,17 @@ pub fn from_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
         source_name,
         locations: LocationMap::parse(text),
     };
-    let config: Config = match serde_saphyr::from_str_with_options(text, parse_options()) {
+    let mut config: Config = match serde_saphyr::from_str_with_options(text, parse_options()) {
         Ok(config) => config,
         Err(error) => return Err(report.invalid(vec![report.parse_problem(&error)])),
     };
-    let mut issues = validate::check(&config);
+    // Secrets from `*-file` keys first, so the checks see the values the server will use.
+    let (origins, mut issues) = secrets::resolve(&mut config);
+    issues.extend(
+        validate::check(&config)
+            .into_iter()
+            .map(|issue| origins.relocate(issue)),
+    );
     issues.extend(report.misplaced_keys());
     if issues.is_empty() {
         Ok(config)

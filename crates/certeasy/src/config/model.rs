@@ -321,6 +321,10 @@ pub struct DatabaseConfig {
     /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
     /// (see [`Config::database_url`]).
     pub url: String,
+    /// A file holding `url` (a Docker or systemd secret), so that this file holds no password;
+    /// read at load, its trailing newline trimmed (`config/secrets.rs`). Never set with `url`.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub url_file: Option<PathBuf>,
     /// Size of the connection pool (both backends).
     pub max_connections: u32,
     /// When a SQLite commit is durable: `normal` survives a crash of the process, `full` also
@@ -368,6 +372,7 @@ impl Default for DatabaseConfig {
         let pruner = workers::pruner::PrunerSettings::default();
         Self {
             url: String::new(),
+            url_file: None,
             max_connections: storage::PoolSettings::default().max_connections,
             sqlite_synchronous: storage::PoolSettings::default().sqlite_synchronous.into(),
             prune: true,
@@ -740,6 +745,10 @@ pub struct RedisConfig {
     /// `redis://host:port` URLs; empty means limits are kept in memory.
     #[serde(deserialize_with = "deserialize_strings")]
     pub shards: Vec<String>,
+    /// A file holding the `shards` URLs, one per line (a Docker or systemd secret: the URLs
+    /// carry the Redis password); read at load (`config/secrets.rs`). Never set with `shards`.
+    #[serde(deserialize_with = "deserialize_optional_path")]
+    pub shards_file: Option<PathBuf>,
     pub timeout: ConfigDuration,
     pub key_prefix: String,
 }
@@ -748,6 +757,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             shards: Vec::new(),
+            shards_file: None,
             timeout: ConfigDuration(std::time::Duration::from_millis(50)),
             key_prefix: "certeasy:".to_owned(),
         }

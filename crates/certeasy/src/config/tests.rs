@@ -777,3 +777,136 @@ fn retry_keys_parse_default_from_the_workers_and_are_checked() {
     assert_eq!(negative.key_path, "validation.retries");
     assert_eq!(negative.line, Some(3));
 }
+
+#[test]
+fn caa_recheck_after_is_capped_at_the_baseline_requirements_8_hours() {
+    let config = from_str("validation:\n  caa-recheck-after: 8h\n", "certeasy.yaml").unwrap();
+    assert_eq!(
+        config.validation.caa_recheck_after,
+        ConfigDuration::from_secs(8 * 3600)
+    );
+    let problem = only_problem("validation:\n  timeout: 5s\n  caa-recheck-after: 481m\n");
+    assert_eq!(problem.key_path, "validation.caa-recheck-after");
+    assert_eq!(problem.line, Some(3));
+    assert_eq!(problem.source_name, "certeasy.yaml");
+    assert!(problem.message.contains("8h"), "{}", problem.message);
+}
+
+/// A file holding `text`, in a directory removed with the returned guard.
+fn secret_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secret");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn database_url_and_redis_shards_can_come_from_files() {
+    let (_db_dir, db) = secret_file("postgres://certeasy:s3cret@db/certeasy\n");
+    let (_redis_dir, redis) =
+        secret_file("redis://certeasy:r3dis@redis-a:6379\n\nredis://certeasy:r3dis@redis-b:6379\n");
+    let text = format!(
+        "database:\n  url-file: {}\nredis:\n  shards-file: {}\n",
+        db.display(),
+        redis.display()
+    );
+    assert!(!text.contains("s3cret") && !text.contains("r3dis"));
+    let config = from_str(&text, "certeasy.yaml").unwrap();
+    assert_eq!(
+        config.database.url, "postgres://certeasy:s3cret@db/certeasy",
+        "the trailing newline is trimmed"
+    );
+    assert_eq!(
+        config.redis.shards,
+        [
+            "redis://certeasy:r3dis@redis-a:6379",
+            "redis://certeasy:r3dis@redis-b:6379"
+        ]
+    );
+    // Read once: what the rest of the server (and a second check) sees is a plain value.
+    assert_eq!(config.database.url_file, None);
+    assert_eq!(config.redis.shards_file, None);
+    assert!(super::check(&config).is_ok());
+    assert_eq!(
+        config.rate_limiting_settings().redis.unwrap().shards,
+        config.redis.shards
+    );
+    assert!(Config::default().database.url_file.is_none());
+    assert!(Config::default().redis.shards_file.is_none());
+}
+
+#[test]
+fn a_key_and_its_file_both_set_is_an_error_naming_both() {
+    let (_dir, path) = secret_file("postgres://db/certeasy\n");
+    let problem = only_problem(&format!(
+        "database:\n  url: postgres://db/other\n  url-file: {}\n",
+        path.display()
+    ));
+    assert_eq!(problem.key_path, "database.url-file");
+    assert_eq!(problem.line, Some(3));
+    assert!(
+        problem
+            .message
+            .contains("database.url and database.url-file"),
+        "{}",
+        problem.message
+    );
+    let problem = only_problem(&format!(
+        "redis:\n  shards: [\"redis://a:1\"]\n  shards-file: {}\n",
+        path.display()
+    ));
+    assert_eq!(problem.key_path, "redis.shards-file");
+    assert!(
+        problem
+            .message
+            .contains("redis.shards and redis.shards-file"),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn an_unreadable_or_empty_secret_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-secret");
+    let problem = only_problem(&format!(
+        "server:\n  listen: 127.0.0.1:1\ndatabase:\n  url-file: {}\n",
+        missing.display()
+    ));
+    assert_eq!(problem.key_path, "database.url-file");
+    assert_eq!(problem.line, Some(4));
+    assert!(
+        problem.message.contains(&missing.display().to_string()),
+        "{}",
+        problem.message
+    );
+    let (_empty_dir, empty) = secret_file("\n");
+    let problem = only_problem(&format!("redis:\n  shards-file: {}\n", empty.display()));
+    assert_eq!(problem.key_path, "redis.shards-file");
+    assert!(problem.message.contains("is empty"), "{}", problem.message);
+}
+
+#[test]
+fn a_bad_value_in_a_secret_file_is_reported_at_its_key_without_the_password() {
+    let (_dir, path) = secret_file("mysql://certeasy:s3cret@db/certeasy\n");
+    let problem = only_problem(&format!("database:\n  url-file: {}\n", path.display()));
+    assert_eq!(problem.key_path, "database.url-file");
+    assert_eq!(problem.line, Some(2));
+    assert!(
+        problem.message.contains(&path.display().to_string())
+            && problem.message.contains("must start with sqlite:"),
+        "{}",
+        problem.message
+    );
+    assert!(!problem.message.contains("s3cret"), "{}", problem.message);
+
+    let (_redis_dir, redis) = secret_file("redis://a:1\nhttp://:r3dis@b:1\n");
+    let problem = only_problem(&format!("redis:\n  shards-file: {}\n", redis.display()));
+    assert_eq!(problem.key_path, "redis.shards-file");
+    assert!(
+        problem.message.starts_with("URL 2 in "),
+        "{}",
+        problem.message
+    );
+    assert!(!problem.message.contains("r3dis"), "{}", problem.message);
+}

@@ -14,6 +14,11 @@ use super::model::Config;
 /// distribution point names one by number.
 const MAX_CRL_SHARDS: u16 = 1024;
 
+/// The longest `validation.caa-recheck-after`: a CAA check vouches for issuance for 8 hours at
+/// most (CA/Browser Forum Baseline Requirements §3.2.2.8), so a longer setting would sign on a
+/// lookup the rules no longer accept.
+const MAX_CAA_RECHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(8 * 3600);
+
 /// A semantic problem, by key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Issue {
@@ -264,7 +269,8 @@ impl Checker {
             self.fail(
                 "database.url",
                 format!(
-                    "{url:?} must start with sqlite:, postgres:// or postgresql://, or be empty"
+                    "{} must start with sqlite:, postgres:// or postgresql://, or be empty",
+                    shown_url(url)
                 ),
             );
         }
@@ -525,6 +531,15 @@ impl Checker {
         if validation.retry_backoff.std() < std::time::Duration::from_secs(1) {
             self.fail("validation.retry-backoff", "must be at least 1s");
         }
+        if validation.caa_recheck_after.std() > MAX_CAA_RECHECK_AFTER {
+            self.fail(
+                "validation.caa-recheck-after",
+                format!(
+                    "{} is longer than 8h: the Baseline Requirements (§3.2.2.8) let a CAA check vouch for issuance for 8 hours at most",
+                    validation.caa_recheck_after
+                ),
+            );
+        }
     }
 
     fn test_mode(&mut self, config: &Config) {
@@ -558,6 +573,9 @@ impl Checker {
                 "ca.existing.certificate",
                 "test mode creates its own throw-away CA: remove ca.existing",
             );
+        }
+        for refusal in config.test_mode_refusals() {
+            self.fail_related(refusal.key, "test-mode.enabled", refusal.reason);
         }
     }
 
@@ -688,28 +706,42 @@ impl Checker {
         let redis = &config.redis;
         for (index, shard) in redis.shards.iter().enumerate() {
             let path = format!("redis.shards[{index}]");
+            let shown = shown_url(shard);
             match Url::parse(shard.trim()) {
-                Err(error) => self.fail(path, format!("{shard:?} is not a valid URL: {error}")),
+                Err(error) => self.fail(path, format!("{shown} is not a valid URL: {error}")),
                 Ok(url) if !matches!(url.scheme(), "redis" | "rediss") => {
-                    self.fail(
-                        path,
-                        format!("{shard:?} must be a redis:// or rediss:// URL"),
-                    );
+                    self.fail(path, format!("{shown} must be a redis:// or rediss:// URL"));
                 }
-                Ok(url) if url.host().is_none() => {
-                    self.fail(path, format!("{shard:?} has no host"))
-                }
+                Ok(url) if url.host().is_none() => self.fail(path, format!("{shown} has no host")),
                 Ok(_) => {
                     if redis.shards[..index]
                         .iter()
                         .any(|earlier| earlier.trim() == shard.trim())
                     {
-                        self.fail(path, format!("{shard:?} is listed twice"));
+                        self.fail(path, format!("{shown} is listed twice"));
                     }
                 }
             }
         }
         self.positive_duration("redis.timeout", redis.timeout);
+    }
+}
+
+/// A URL as a problem report may quote it: its password masked (reports reach terminals and
+/// logs, and the value may come from a secret file), and not at all when it does not parse but
+/// looks as if it held credentials.
+fn shown_url(text: &str) -> String {
+    let text = text.trim();
+    match Url::parse(text) {
+        Ok(mut url) => {
+            if url.password().is_some() {
+                // Only URLs that cannot have a password refuse one, and this one has one.
+                let _ = url.set_password(Some("***"));
+            }
+            format!("{:?}", url.as_str())
+        }
+        Err(_) if text.contains('@') => "the URL (not shown: it may hold a password)".to_owned(),
+        Err(_) => format!("{text:?}"),
     }
 }
 

@@ -407,3 +407,248 @@ async fn test_rate_limits_answer_429_with_retry_after_within_a_few_orders() {
     assert_eq!(created, 5, "the order burst of the test limits");
     server.terminate().await;
 }
+
+/// What a `certeasy` run that must end by itself left: exit code, stdout, stderr.
+struct Ended {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ended {
+    /// The stderr lines naming `key`: what `serve` and `config check` must print alike.
+    fn lines_naming(&self, key: &str) -> Vec<String> {
+        self.stderr
+            .lines()
+            .filter(|l| l.contains(key))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Runs `certeasy args` with `tmp` as its TMPDIR (where test mode would create its temporary
+/// state), to its end; a refused start ends at once, so 30 s is only a deadline.
+async fn run_to_end(args: &[String], tmp: &Path) -> Ended {
+    let child = Command::new(env!("CARGO_BIN_EXE_certeasy"))
+        .args(args)
+        .env("TMPDIR", tmp)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("a refused start ends within 30 s; this one kept running (it was not refused)")
+        .unwrap();
+    Ended {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `serve` with `flags` (listeners on free loopback ports unless `flags` names one), and
+/// `config check` with the same: both must refuse with the same line naming `key`, exit 2, print
+/// nothing on stdout and leave `tmp` empty. Returns serve's run.
+async fn refused_alike(file: Option<&Path>, flags: &[String], key: &str, tmp: &Path) -> Ended {
+    let mut common: Vec<String> = Vec::new();
+    if !flags.iter().any(|f| f == "--listen") {
+        common.extend(["--listen".to_owned(), format!("127.0.0.1:{}", free_port())]);
+    }
+    common.extend([
+        "--admin-listen".to_owned(),
+        format!("127.0.0.1:{}", free_port()),
+        "--crl-listen".to_owned(),
+        format!("127.0.0.1:{}", free_port()),
+    ]);
+    common.extend(flags.iter().cloned());
+    let mut serve = vec!["serve".to_owned()];
+    if flags.iter().any(|f| f == "--test-mode") {
+        serve.push("--json".to_owned());
+    }
+    let mut check = vec!["config".to_owned(), "check".to_owned()];
+    if let Some(file) = file {
+        serve.extend(["--config".to_owned(), file.display().to_string()]);
+        check.push(file.display().to_string());
+    }
+    serve.extend(common.iter().cloned());
+    check.extend(common);
+    let served = run_to_end(&serve, tmp).await;
+    assert_eq!(served.code, Some(2), "serve {serve:?}:\n{}", served.stderr);
+    assert!(served.stdout.is_empty(), "{}", served.stdout);
+    let checked = run_to_end(&check, tmp).await;
+    assert_eq!(checked.code, Some(2), "{check:?}:\n{}", checked.stderr);
+    let refusal = served.lines_naming(key);
+    assert!(
+        !refusal.is_empty(),
+        "no line names {key}:\n{}",
+        served.stderr
+    );
+    assert_eq!(
+        checked.lines_naming(key),
+        refusal,
+        "config check says the same"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp).unwrap().count(),
+        0,
+        "a refused test instance creates no state directory"
+    );
+    served
+}
+
+/// Tables and rows in a PostgreSQL database outside PostgreSQL's own schemas.
+fn user_tables(url: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .arg(url)
+        .args([
+            "-tAc",
+            "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
+             ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+             AND n.nspname NOT LIKE 'pg_toast%'",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn test_mode_refuses_postgresql_before_connecting_and_config_check_says_so() {
+    let pg = crate::harness::PgDatabase::create().await;
+    assert_eq!(user_tables(&pg.url), "0", "a fresh database");
+    let work = tempfile::tempdir().unwrap();
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+
+    // The production file, turned into a test instance by the flags.
+    let production = work.path().join("prod.yaml");
+    std::fs::write(&production, format!("database:\n  url: \"{}\"\n", pg.url)).unwrap();
+    let flags = ["--test-mode", "--always-valid"].map(str::to_owned);
+    let served = refused_alike(Some(&production), &flags, "database.url", &tmp).await;
+    assert!(served.stderr.contains("PostgreSQL"), "{}", served.stderr);
+    assert!(
+        !served.stderr.contains(&pg.url),
+        "the URL is not printed (it may hold a password)"
+    );
+
+    // Test mode on in the file: reported at the file's line.
+    let in_file = work.path().join("test.yaml");
+    std::fs::write(
+        &in_file,
+        format!(
+            "test-mode:\n  enabled: true\ndatabase:\n  url: \"{}\"\n",
+            pg.url
+        ),
+    )
+    .unwrap();
+    let served = refused_alike(Some(&in_file), &[], "database.url", &tmp).await;
+    assert!(
+        served.stderr.contains(&format!("{}:4:", in_file.display())),
+        "{}",
+        served.stderr
+    );
+
+    assert_eq!(
+        user_tables(&pg.url),
+        "0",
+        "nothing was written to the database test mode refused"
+    );
+}
+
+#[tokio::test]
+async fn test_mode_refuses_a_data_directory_it_did_not_create_and_takes_its_own_again() {
+    let work = tempfile::tempdir().unwrap();
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    // A production data directory: CA key, database.
+    let production = work.path().join("production");
+    std::fs::create_dir_all(production.join("ca")).unwrap();
+    std::fs::write(production.join("ca/intermediate.key"), "PRODUCTION KEY").unwrap();
+    std::fs::write(production.join("certeasy.db"), "PRODUCTION DB").unwrap();
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = walk(dir)
+            .iter()
+            .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&production);
+    let flags = [
+        "--test-mode".to_owned(),
+        "--data-dir".to_owned(),
+        production.display().to_string(),
+    ];
+    let served = refused_alike(None, &flags, "test-mode.data-dir", &tmp).await;
+    assert!(
+        served.stderr.contains(".certeasy-test-mode"),
+        "{}",
+        served.stderr
+    );
+    assert_eq!(listing(&production), before, "nothing written in it");
+    assert_eq!(
+        std::fs::read_to_string(production.join("ca/intermediate.key")).unwrap(),
+        "PRODUCTION KEY"
+    );
+
+    // A new directory is created and marked, and taken again on the next start.
+    let own = work.path().join("own");
+    let own_arg = own.display().to_string();
+    let first = TestModeServer::start(&["--data-dir", &own_arg]).await;
+    assert!(own.join(".certeasy-test-mode").is_file());
+    let root = first.info["root-pem"].as_str().unwrap().to_owned();
+    first.terminate().await;
+    assert!(own.join("ca").is_dir(), "a given directory is kept");
+    let second = TestModeServer::start(&["--data-dir", &own_arg]).await;
+    assert_eq!(
+        second.info["root-pem"].as_str().unwrap(),
+        root,
+        "its own CA is loaded again"
+    );
+    second.terminate().await;
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+#[tokio::test]
+async fn test_mode_refuses_a_listener_that_is_not_loopback() {
+    let work = tempfile::tempdir().unwrap();
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let port = free_port();
+    let flags = [
+        "--test-mode".to_owned(),
+        "--always-valid".to_owned(),
+        "--listen".to_owned(),
+        format!("0.0.0.0:{port}"),
+    ];
+    let served = refused_alike(None, &flags, "server.listen", &tmp).await;
+    assert!(
+        served.stderr.contains("not a loopback address"),
+        "{}",
+        served.stderr
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "nothing listens on the refused port"
+    );
+}
