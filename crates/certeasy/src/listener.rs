@@ -569,6 +569,37 @@ mod tests {
         String::from_utf8_lossy(&response).into_owned()
     }
 
+    #[test]
+    fn one_address_holds_at_most_its_cap_and_gets_slots_back() {
+        let mut limits = limits();
+        limits.max_connections_per_ip = 2;
+        limits.per_ip_exempt = vec!["10.0.0.1/32".parse().unwrap()];
+        let per_ip = Arc::new(PerIp::new(&limits));
+        let client: IpAddr = "192.0.2.7".parse().unwrap();
+        let first = per_ip.take(client).expect("first");
+        let _second = per_ip.take(client).expect("second");
+        assert!(per_ip.take(client).is_none(), "a third is refused");
+        assert!(per_ip.take("192.0.2.8".parse().unwrap()).is_some());
+        drop(first);
+        assert!(per_ip.take(client).is_some(), "a slot comes back");
+
+        // IPv6 clients share their /64 (ipv6-prefix-length); another /64 is another client.
+        let a = per_ip.take("2001:db8::1".parse().unwrap()).expect("a");
+        let b = per_ip.take("2001:db8::ffff:2".parse().unwrap()).expect("b");
+        assert!(per_ip.take("2001:db8::3".parse().unwrap()).is_none());
+        assert!(per_ip.take("2001:db8:0:1::1".parse().unwrap()).is_some());
+
+        // A trusted proxy is not capped: every client behind it shares its address.
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..10)
+            .map(|_| per_ip.take(proxy).expect("proxy"))
+            .collect();
+        drop((a, b, held));
+        // Only addresses with connections open are kept: here `_second`'s.
+        let table = per_ip.held.lock().unwrap();
+        assert_eq!(*table, HashMap::from([(client, 1)]));
+    }
+
     #[tokio::test]
     async fn a_connection_accepted_as_shutdown_begins_has_its_request_answered() {
         let (client, server) = tokio::io::duplex(64 * 1024);
