@@ -6,6 +6,8 @@
 # and the data directory ./data, here /var/lib/certeasy/data, in the volume.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# The whole context: .dockerignore keeps CA keys (ca/, *.key), tokens, secrets/, data/ and
+# target/ out of it, so no secret reaches this stage's layers or the builder's cache.
 COPY . .
 RUN cargo build --release --locked -p certeasy
 

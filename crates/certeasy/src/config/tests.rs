@@ -637,14 +637,34 @@ fn listener_limits_are_checked() {
     assert_eq!(config.server.max_connections, 1);
 }
 
-#[test]
-fn scale_config_shares_the_unpause_key_and_admin_token_it_mounts() {
-    let scale = from_str(
-        include_str!("../../../../config/scale.yaml"),
-        "config/scale.yaml",
+const SCALE: &str = include_str!("../../../../config/scale.yaml");
+const COMPOSE: &str = include_str!("../../../../docker-compose.yml");
+/// Where Docker mounts secrets, which config/scale.yaml reads its URLs from.
+const DOCKER_SECRETS: &str = "/run/secrets/";
+
+/// config/scale.yaml as an instance of docker-compose.yml loads it, with made-up secrets in
+/// place of `/run/secrets`; the directory lives as long as the guard.
+fn scale_config() -> (tempfile::TempDir, Config) {
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("database-url"),
+        "postgres://certeasy:0123abcd@postgres/certeasy\n",
     )
     .unwrap();
-    let compose = include_str!("../../../../docker-compose.yml");
+    std::fs::write(
+        secrets.path().join("redis-url"),
+        "redis://certeasy:4567ef@redis:6379\n",
+    )
+    .unwrap();
+    let text = SCALE.replace(DOCKER_SECRETS, &format!("{}/", secrets.path().display()));
+    let config = from_str(&text, "config/scale.yaml").unwrap();
+    (secrets, config)
+}
+
+#[test]
+fn scale_config_shares_the_unpause_key_and_admin_token_it_mounts() {
+    let (_secrets, scale) = scale_config();
+    let compose = COMPOSE;
     let shared = [
         scale.zombie_pausing.unpause_key_file.clone(),
         scale.server.admin_token_file.clone(),
@@ -909,4 +929,192 @@ fn a_bad_value_in_a_secret_file_is_reported_at_its_key_without_the_password() {
         problem.message
     );
     assert!(!problem.message.contains("r3dis"), "{}", problem.message);
+}
+
+/// The build context's exclusions, read as Docker reads `.dockerignore`: for each path, the last
+/// pattern matching it or one of its parent directories decides, and `!` lets a path back in.
+fn docker_ignored(dockerignore: &str, path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    let mut ignored = false;
+    for line in dockerignore.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (negated, pattern) = match line.strip_prefix('!') {
+            Some(pattern) => (true, pattern),
+            None => (false, line),
+        };
+        let segments: Vec<&str> = pattern.trim_matches('/').split('/').collect();
+        if (1..=parts.len()).any(|n| glob_path(&segments, &parts[..n])) {
+            ignored = !negated;
+        }
+    }
+    ignored
+}
+
+/// `**` is any number of directories; within a name, `*` is any characters and `?` one.
+fn glob_path(pattern: &[&str], path: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => path.is_empty(),
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| glob_path(rest, &path[skip..])),
+        Some((name, rest)) => {
+            let pattern: Vec<char> = name.chars().collect();
+            path.first()
+                .is_some_and(|first| glob_name(&pattern, &first.chars().collect::<Vec<_>>()))
+                && glob_path(rest, &path[1..])
+        }
+    }
+}
+
+fn glob_name(pattern: &[char], name: &[char]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some(('*', rest)) => (0..=name.len()).any(|skip| glob_name(rest, &name[skip..])),
+        Some(('?', rest)) => !name.is_empty() && glob_name(rest, &name[1..]),
+        Some((c, rest)) => name.first() == Some(c) && glob_name(rest, &name[1..]),
+    }
+}
+
+/// Every file under `dir`, relative to `root`, `/`-separated.
+fn files_under(root: &std::path::Path, dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.join(dir)];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(root).unwrap();
+                found.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn dockerignore_keeps_keys_tokens_secrets_and_state_out_of_the_build_context() {
+    let dockerignore = include_str!("../../../../.dockerignore");
+    for secret in [
+        "ca/intermediate.key",
+        "ca/intermediate.pem",
+        "ca/root.pem",
+        "secrets/admin.token",
+        "secrets/unpause.key",
+        "secrets/database-url",
+        "secrets/redis-users.acl",
+        "secrets/tls/nginx.key",
+        "deploy/secrets/postgres-password",
+        "data/certeasy.db",
+        "data/ca/root.key",
+        "data/admin.token",
+        "backup/certeasy.db",
+        "old/intermediate.key",
+        "keys/listener-key.pem",
+        "admin.token",
+        ".env",
+        "target/release/certeasy",
+        "crates/certeasy/target/debug/certeasy",
+        "cluster/a/ca/intermediate.key",
+        ".git/config",
+    ] {
+        assert!(
+            docker_ignored(dockerignore, secret),
+            "{secret} would be sent to the builder"
+        );
+    }
+    // What `cargo build --release --locked -p certeasy` in the Dockerfile reads stays in.
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo/config.toml",
+        "docs/rate-limits.md",
+    ] {
+        assert!(
+            !docker_ignored(dockerignore, needed),
+            "{needed} is left out"
+        );
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sources: Vec<String> = ["crates", "migrations"]
+        .iter()
+        .flat_map(|dir| files_under(&root, dir))
+        .filter(|path| !path.contains("/target/"))
+        .collect();
+    assert!(sources.len() > 100, "{} files", sources.len());
+    let left_out: Vec<&String> = sources
+        .iter()
+        .filter(|path| docker_ignored(dockerignore, path))
+        .collect();
+    assert!(left_out.is_empty(), "sources left out: {left_out:?}");
+}
+
+#[test]
+fn compose_and_scale_config_hold_no_password_and_pass_them_as_docker_secrets() {
+    let compose: serde_json::Value = serde_saphyr::from_str(COMPOSE).unwrap();
+    let services = &compose["services"];
+    let names = |value: &serde_json::Value| -> Vec<String> {
+        value
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Every secret is a file under secrets/, which .dockerignore keeps out of the image.
+    let declared = compose["secrets"].as_object().expect("top-level secrets");
+    for (name, secret) in declared {
+        let file = secret["file"].as_str().unwrap();
+        assert!(file.starts_with("./secrets/"), "{name}: {file}");
+    }
+
+    // PostgreSQL: the password from a file, none in the environment.
+    let postgres = &services["postgres"];
+    let environment = postgres["environment"].as_object().unwrap();
+    assert!(!environment.contains_key("POSTGRES_PASSWORD"));
+    assert_eq!(
+        environment["POSTGRES_PASSWORD_FILE"],
+        format!("{DOCKER_SECRETS}postgres-password")
+    );
+    assert!(names(&postgres["secrets"]).contains(&"postgres-password".to_owned()));
+
+    // Redis: users from an ACL file passed as a secret.
+    let redis = &services["redis"];
+    let command = names(&redis["command"]);
+    let at = command
+        .iter()
+        .position(|a| a == "--aclfile")
+        .expect("--aclfile");
+    let acl = command[at + 1].strip_prefix(DOCKER_SECRETS).unwrap();
+    assert!(names(&redis["secrets"]).contains(&acl.to_owned()));
+    assert!(declared.contains_key(acl));
+
+    // Certeasy reads both URLs from the secrets scale.yaml names, in both instances.
+    let scale: serde_json::Value = serde_saphyr::from_str(SCALE).unwrap();
+    let database = scale["database"]["url-file"].as_str().unwrap();
+    let redis_urls = scale["redis"]["shards-file"].as_str().unwrap();
+    assert!(scale["database"].get("url").is_none());
+    assert!(scale["redis"].get("shards").is_none());
+    for instance in ["certeasy-a", "certeasy-b"] {
+        let mounted = names(&services[instance]["secrets"]);
+        for file in [database, redis_urls] {
+            let name = file.strip_prefix(DOCKER_SECRETS).unwrap();
+            assert!(mounted.contains(&name.to_owned()), "{instance}: {name}");
+            assert!(declared.contains_key(name), "{name}");
+        }
+    }
+    let (_secrets, config) = scale_config();
+    assert_eq!(
+        config.database.url,
+        "postgres://certeasy:0123abcd@postgres/certeasy"
+    );
+    assert_eq!(config.redis.shards, ["redis://certeasy:4567ef@redis:6379"]);
+    assert!(
+        !SCALE.contains("postgres://") && !SCALE.contains("redis://"),
+        "no URL (nor its password) in config/scale.yaml"
+    );
 }
