@@ -23,6 +23,7 @@ use acme_core::identifier::{Identifier, IdentifierKind};
 use acme_core::problem::{Problem, ProblemType};
 use reqwest::dns::{Name, Resolve, Resolving};
 use reqwest::redirect;
+use tokio::time::Instant;
 use url::{Host, Url};
 
 use crate::address_policy::{AddressPolicy, private_network};
@@ -38,6 +39,8 @@ pub(crate) async fn validate(
     key_authorization: &str,
 ) -> Result<(), Failure> {
     let settings = &inner.settings;
+    // The attempt's time limit runs from about now (the caller starts it just before).
+    let stalled_elsewhere_at = Instant::now() + settings.timeout / 10 * STALLED_ELSEWHERE_TENTHS;
     let (host, pinned, addresses) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
@@ -98,18 +101,33 @@ pub(crate) async fn validate(
         )
     })?;
 
-    let sent = client.get(origin.clone()).send().await;
+    let sent = unless_stalled_elsewhere(
+        &trail,
+        stalled_elsewhere_at,
+        client.get(origin.clone()).send(),
+    )
+    .await;
     let mut response = match sent {
-        Ok(response) => response,
-        Err(_) if trail.elsewhere() => return Err(at_another_host(&url, key_authorization)),
-        Err(e) => return Err(request_problem(&url, &e, connect_budget)),
+        Some(Ok(response)) => response,
+        None => return Err(at_another_host(&url, key_authorization)),
+        Some(Err(_)) if trail.elsewhere() => {
+            return Err(at_another_host(&url, key_authorization));
+        }
+        Some(Err(e)) => return Err(request_problem(&url, &e, connect_budget)),
     };
     // Whatever another host than the identifier's (after a redirect) answers is never reported:
     // the redirect could have led anywhere the subscriber may not read.
     if response.url().host() != origin.host() {
-        return match read_body(&mut response, settings.max_body_bytes).await {
-            Ok(body)
-                if response.status() == reqwest::StatusCode::OK
+        let status = response.status();
+        let body = unless_stalled_elsewhere(
+            &trail,
+            stalled_elsewhere_at,
+            read_body(&mut response, settings.max_body_bytes),
+        )
+        .await;
+        return match body {
+            Some(Ok(body))
+                if status == reqwest::StatusCode::OK
                     && body.trim_ascii_end() == key_authorization.as_bytes() =>
             {
                 Ok(())
@@ -160,6 +178,33 @@ pub(crate) async fn validate(
             quote_prefix(trimmed)
         ),
     )))
+}
+
+/// Tenths of the attempt's time limit after which a request stalled at another host is given up
+/// (see [`unless_stalled_elsewhere`]): late enough for any honest answer, early enough that the
+/// attempt's own limit, which would say "time limit", has not struck yet.
+const STALLED_ELSEWHERE_TENTHS: u32 = 9;
+
+/// Awaits `work`, unless the request is at another host (after a redirect) when `deadline`
+/// comes: then `None`. A host that accepts a connection and never answers is thereby reported
+/// like any other failure at another host, not as the attempt's time limit, which would tell
+/// the subscriber that something listens there. At the identifier's own host nothing changes.
+async fn unless_stalled_elsewhere<T>(
+    trail: &Trail,
+    deadline: Instant,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    tokio::select! {
+        out = &mut work => Some(out),
+        () = tokio::time::sleep_until(deadline) => {
+            if trail.elsewhere() {
+                None
+            } else {
+                Some(work.await)
+            }
+        }
+    }
 }
 
 /// Whether redirects may lead into private networks: when the operator allows it, or when the

@@ -11,7 +11,7 @@ use acme_core::status::ChallengeType::Http01;
 use validation::Retry;
 
 use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns, ip};
-use crate::hosts::{bind_same_port, found, loopback, ok, serve, serve_by_path};
+use crate::hosts::{bind_same_port, found, loopback, ok, serve, serve_by_path, silent};
 
 #[tokio::test]
 async fn redirects_to_private_literals_are_refused_before_connecting() {
@@ -246,4 +246,37 @@ async fn failures_back_on_the_identifiers_host_are_still_reported() {
         "{}",
         problem.detail
     );
+}
+
+/// A host that accepts the connection and never answers is reported like every other failure at
+/// another host, not as the attempt's time limit (which would say that something listens there).
+#[tokio::test]
+async fn a_silent_host_after_a_redirect_is_not_reported_as_the_time_limit() {
+    let env = Env::start().await;
+    let (port, mut sockets) = bind_same_port(&[loopback(1), loopback(2)]);
+    let held = silent(sockets.remove(1));
+    env.dns.set_a("quiet.test", loopback(2));
+    let origin = serve(
+        sockets.remove(0),
+        found(&format!(
+            "http://quiet.test:{port}/.well-known/acme-challenge/t"
+        )),
+    );
+    let failure = env
+        .validator_with(|s| {
+            s.http_port = port;
+            s.timeout = std::time::Duration::from_secs(2);
+        })
+        .attempt(&dns("a.test"), Http01, "t", KEY_AUTH, ACCOUNT_URI)
+        .await
+        .unwrap_err();
+    assert_eq!(failure.problem.kind, ProblemType::IncorrectResponse);
+    assert_eq!(failure.retry, Retry::Definite);
+    let detail = &failure.problem.detail;
+    assert!(
+        detail.contains("a redirect led to another host"),
+        "{detail}"
+    );
+    assert!(!detail.contains("time limit"), "{detail}");
+    assert_eq!((origin.count(), held.count()), (1, 1));
 }
