@@ -5,6 +5,8 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 use acme_core::identifier::Identifier;
 use acme_core::ids::Serial;
@@ -17,6 +19,7 @@ use rcgen::Issuer;
 use rcgen::KeyIdMethod;
 use rcgen::KeyPair;
 use rcgen::RevokedCertParams;
+use rcgen::SanType;
 use rcgen::SerialNumber;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::PrivatePkcs8KeyDer;
@@ -49,13 +52,58 @@ pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
     issuing_ski: Option<Vec<u8>>,
     issuing_not_after: OffsetDateTime,
-    chain_der: Vec<Vec<u8>>,
     /// Shared with every [`IssuedCertificate`], which names it instead of copying it.
     chain_pem: Arc<str>,
     root_pem: String,
     root_path: Option<PathBuf>,
     may_sign_crls: bool,
     crl: Option<CrlDistribution>,
+    /// Subscriber certificates signed since loading ([`Ca::leaves_signed`]).
+    leaves_signed: AtomicU64,
+    /// What signs the listener's own certificate, or why nothing can.
+    listener: Result<ListenerIssuer, String>,
+}
+
+/// The intermediate that signs Certeasy's own listener certificate, apart from the issuing CA:
+/// the listener's certificates are not recorded in the database, and the issuing CA signs only
+/// certificates that are.
+#[derive(Debug)]
+struct ListenerIssuer {
+    issuer: Issuer<'static, KeyPair>,
+    not_after: OffsetDateTime,
+    /// The listener intermediate and any CA certificates above it except the root.
+    chain_der: Vec<Vec<u8>>,
+    chain_pem: String,
+}
+
+impl ListenerIssuer {
+    fn from_loaded(loaded: LoadedCa) -> Self {
+        let chain_pem = loaded
+            .chain_der
+            .iter()
+            .map(|der| pem::encode_certificate(der))
+            .collect();
+        Self {
+            issuer: loaded.issuer,
+            not_after: loaded.issuing_not_after,
+            chain_der: loaded.chain_der,
+            chain_pem,
+        }
+    }
+}
+
+/// A subscriber certificate as decided before it is signed ([`Ca::prepare`]): recorded first,
+/// then signed exactly ([`Ca::issue`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    /// The certificate's serial number.
+    pub serial: Serial,
+    /// Validity start as it will be written (whole seconds).
+    pub not_before: OffsetDateTime,
+    /// Validity end as it will be written (whole seconds).
+    pub not_after: OffsetDateTime,
+    /// The CRL shard its distribution point will name; `None` when no CRLs are published.
+    pub crl_shard: Option<u16>,
 }
 
 /// A signed subscriber certificate.
@@ -128,7 +176,15 @@ impl Ca {
                 existing.chain.as_deref(),
                 now,
             )?;
-            return Ok(Self::from_loaded(loaded));
+            let beside = existing
+                .certificate
+                .parent()
+                .unwrap_or_else(|| Path::new("."));
+            let listener = Self::existing_listener(beside, existing.chain.as_deref(), now)?;
+            return Ok(Self {
+                listener,
+                ..Self::from_loaded(loaded)
+            });
         }
         files::ensure_dir(&settings.dir)?;
         let paths = CaPaths::in_dir(&settings.dir);
@@ -158,7 +214,65 @@ impl Ca {
                 "the CA in this directory was generated with another key algorithm; it is used as it is"
             );
         }
-        Ok(Self::from_loaded(loaded))
+        let listener = Self::generated_listener(settings, &paths, now)?;
+        Ok(Self {
+            listener,
+            ..Self::from_loaded(loaded)
+        })
+    }
+
+    /// The listener's intermediate of a generated CA: loaded, or created with the root key when
+    /// the directory predates it. Without `listener.pem` and without `root.key` there is none,
+    /// which refuses only a self-issued listener certificate (`Err` holds why, for that
+    /// refusal). A listener intermediate that is there but unusable stops the start.
+    fn generated_listener(
+        settings: &CaSettings,
+        paths: &CaPaths,
+        now: OffsetDateTime,
+    ) -> Result<Result<ListenerIssuer, String>, Error> {
+        if !exists(&paths.listener_cert)? {
+            if !generate::create_listener(settings, paths, now)? {
+                return Ok(Err(format!(
+                    "{} is missing, and {} is not there to create it: the issuing intermediate signs only certificates the database records, so it does not sign the listener's; put root.key back for one start (Certeasy then creates the listener's intermediate), or give the listener a certificate of its own (server.tls-certificate and server.tls-private-key)",
+                    paths.listener_cert.display(),
+                    paths.root_key.display()
+                )));
+            }
+            tracing::info!(
+                certificate = %paths.listener_cert.display(),
+                key = %paths.listener_key.display(),
+                "created the listener's intermediate under the root: the listener's own certificate is signed by it from now on, never by the issuing intermediate"
+            );
+        }
+        let loaded = loader::load(
+            &paths.listener_cert,
+            &paths.listener_key,
+            Some(&paths.root_cert),
+            now,
+        )?;
+        Ok(Ok(ListenerIssuer::from_loaded(loaded)))
+    }
+
+    /// The listener's intermediate of an operator's CA: `listener.pem` and `listener.key` beside
+    /// the issuing certificate, made by the operator under the same root, with `chain` above it.
+    /// Without them there is none (`Err` holds why).
+    fn existing_listener(
+        beside: &Path,
+        chain: Option<&Path>,
+        now: OffsetDateTime,
+    ) -> Result<Result<ListenerIssuer, String>, Error> {
+        let certificate = beside.join(generate::LISTENER_CERT);
+        let key = beside.join(generate::LISTENER_KEY);
+        if !exists(&certificate)? {
+            return Ok(Err(format!(
+                "{} is missing: with ca.existing the issuing intermediate signs only certificates the database records, so the listener's certificate needs an intermediate of its own, {} with its key {}, under the same root (see docs/operations.md), or a certificate of its own (server.tls-certificate and server.tls-private-key)",
+                certificate.display(),
+                generate::LISTENER_CERT,
+                generate::LISTENER_KEY
+            )));
+        }
+        let loaded = loader::load(&certificate, &key, chain, now)?;
+        Ok(Ok(ListenerIssuer::from_loaded(loaded)))
     }
 
     fn from_loaded(loaded: LoadedCa) -> Self {
@@ -171,12 +285,13 @@ impl Ca {
             issuer: loaded.issuer,
             issuing_ski: loaded.issuing_ski,
             issuing_not_after: loaded.issuing_not_after,
-            chain_der: loaded.chain_der,
             chain_pem: chain_pem.into(),
             root_pem: pem::encode_certificate(&loaded.root_der),
             root_path: loaded.root_path,
             may_sign_crls: loaded.may_sign_crls,
             crl: None,
+            leaves_signed: AtomicU64::new(0),
+            listener: Err("no listener CA was loaded".to_owned()),
         }
     }
 
@@ -227,28 +342,110 @@ impl Ca {
         self.issuing_not_after
     }
 
-    /// Signs a subscriber certificate for exactly `identifiers` with the CSR's public key, with
-    /// the key usages and extended key usages of `profile`.
+    /// Everything about a subscriber certificate that is decided before it is signed, checked:
+    /// `identifiers` are the set the CSR was checked against, the CSR's key is a type `profile`
+    /// certifies ([`Error::BadCsr`] otherwise), the identifiers make certificate names, and the
+    /// window (truncated to whole seconds) is not empty and ends no later than the issuing CA
+    /// (refused rather than silently shortened). Then a fresh serial and its CRL shard.
     ///
-    /// `identifiers` must be the set the CSR was checked against, and the CSR's key a type the
-    /// profile certifies ([`Error::BadCsr`] otherwise). The validity is exactly the given
-    /// window, truncated to whole seconds; a window that is empty or ends after the issuing CA
-    /// expires is refused rather than silently shortened.
-    pub fn issue(
+    /// Nothing is signed here: the caller records the [`Intent`] first, then has exactly it
+    /// signed with [`Ca::issue`], so that no certificate exists that the records do not name.
+    pub fn prepare(
         &self,
         csr: &CheckedCsr,
         identifiers: &[Identifier],
         profile: &Profile,
         not_before: OffsetDateTime,
         not_after: OffsetDateTime,
+    ) -> Result<Intent, Error> {
+        let intent = Intent {
+            serial: Serial::from_bytes(serial::random_serial()?.to_vec()),
+            not_before: whole_seconds(not_before),
+            not_after: whole_seconds(not_after),
+            crl_shard: None,
+        };
+        let crl_shard = self.crl.as_ref().map(|crl| crl.shard_of(&intent.serial));
+        let intent = Intent {
+            crl_shard,
+            ..intent
+        };
+        self.check(csr, identifiers, profile, &intent)?;
+        Ok(intent)
+    }
+
+    /// Signs the subscriber certificate `intent` describes (made by [`Ca::prepare`], and
+    /// recorded since): for exactly `identifiers`, with the CSR's public key and the key usages
+    /// and extended key usages of `profile`, with the intent's serial, window and CRL shard.
+    /// Signing the same intent again (a job resumed after a crash) gives a certificate that
+    /// differs only in its signature. Every check of [`Ca::prepare`] is made again first.
+    pub fn issue(
+        &self,
+        csr: &CheckedCsr,
+        identifiers: &[Identifier],
+        profile: &Profile,
+        intent: &Intent,
     ) -> Result<IssuedCertificate, Error> {
+        let sans = self.check(csr, identifiers, profile, intent)?;
+        let usages = Usages {
+            key_usages: profile.key_usages(),
+            extended_key_usages: profile.extended_key_usages(),
+        };
+        let mut params = profile::leaf(
+            &sans,
+            intent.serial.as_bytes(),
+            intent.not_before,
+            intent.not_after,
+            usages,
+            csr.key_algorithm.is_rsa(),
+        );
+        if let Some(shard) = intent.crl_shard {
+            let crl = self.crl.as_ref().ok_or_else(|| {
+                Error::InvalidRequest(
+                    "the certificate was reserved with a CRL shard, and CRLs are no longer published"
+                        .to_owned(),
+                )
+            })?;
+            params.crl_distribution_points = vec![CrlDistributionPoint {
+                uris: vec![crl.url(shard)],
+            }];
+        }
+        let cert = params
+            .signed_by(&csr.key, &self.issuer)
+            .map_err(Error::signing)?;
+        self.leaves_signed.fetch_add(1, Ordering::Relaxed);
+        // The PEM texts are made when asked for (`IssuedCertificate::pem`): the server stores
+        // the DER and the chain, and assembles the download when it is read.
+        Ok(IssuedCertificate {
+            serial: intent.serial.clone(),
+            der: cert.der().to_vec(),
+            issuer_chain_pem: Arc::clone(&self.chain_pem),
+            not_before: intent.not_before,
+            not_after: intent.not_after,
+            crl_shard: intent.crl_shard,
+        })
+    }
+
+    /// How many subscriber certificates this CA has signed since it was loaded: every one of
+    /// them was recorded before it was signed.
+    pub fn leaves_signed(&self) -> u64 {
+        self.leaves_signed.load(Ordering::Relaxed)
+    }
+
+    /// The checks of [`Ca::prepare`]; the certificate's names when they pass.
+    fn check(
+        &self,
+        csr: &CheckedCsr,
+        identifiers: &[Identifier],
+        profile: &Profile,
+        intent: &Intent,
+    ) -> Result<Vec<SanType>, Error> {
         let requested: BTreeSet<&Identifier> = identifiers.iter().collect();
         if requested != csr.names.iter().collect() {
             return Err(Error::InvalidRequest(
                 "the identifiers differ from those the CSR was checked against".to_owned(),
             ));
         }
-        let (not_before, not_after) = (whole_seconds(not_before), whole_seconds(not_after));
+        let (not_before, not_after) = (intent.not_before, intent.not_after);
         if not_after <= not_before {
             return Err(Error::InvalidRequest(format!(
                 "the validity window {not_before} .. {not_after} is empty"
@@ -261,46 +458,16 @@ impl Ca {
             )));
         }
         profile.check_key(csr)?;
-        let sans = profile::identifier_sans(identifiers)?;
-        let serial = serial::random_serial()?;
-        let usages = Usages {
-            key_usages: profile.key_usages(),
-            extended_key_usages: profile.extended_key_usages(),
-        };
-        let mut params = profile::leaf(
-            &sans,
-            &serial,
-            not_before,
-            not_after,
-            usages,
-            csr.key_algorithm.is_rsa(),
-        );
-        let serial = Serial::from_bytes(serial.to_vec());
-        let crl_shard = self.crl.as_ref().map(|crl| {
-            let shard = crl.shard_of(&serial);
-            params.crl_distribution_points = vec![CrlDistributionPoint {
-                uris: vec![crl.url(shard)],
-            }];
-            shard
-        });
-        let cert = params
-            .signed_by(&csr.key, &self.issuer)
-            .map_err(Error::signing)?;
-        // The PEM texts are made when asked for (`IssuedCertificate::pem`): the server stores
-        // the DER and the chain, and assembles the download when it is read.
-        Ok(IssuedCertificate {
-            serial,
-            der: cert.der().to_vec(),
-            issuer_chain_pem: Arc::clone(&self.chain_pem),
-            not_before,
-            not_after,
-            crl_shard,
-        })
+        profile::identifier_sans(identifiers)
     }
 
-    /// A certificate for Certeasy's own HTTPS listener with a fresh ECDSA P-256 key.
+    /// A certificate for Certeasy's own HTTPS listener with a fresh ECDSA P-256 key, signed by
+    /// the listener's intermediate, never by the issuing CA (whose every certificate the
+    /// database records). [`Error::InvalidCa`] saying why when there is no listener
+    /// intermediate.
     ///
-    /// Backdated by five minutes against client clock skew; the end is cut to the issuing CA's.
+    /// Backdated by five minutes against client clock skew; the end is cut to the listener
+    /// intermediate's.
     pub fn issue_server_tls(
         &self,
         dns_names: &[String],
@@ -308,9 +475,13 @@ impl Ca {
         now: OffsetDateTime,
         validity: Duration,
     ) -> Result<TlsIdentity, Error> {
+        let listener = self
+            .listener
+            .as_ref()
+            .map_err(|why| Error::InvalidCa(why.clone()))?;
         let sans = profile::server_sans(dns_names, ips)?;
         let not_before = whole_seconds(now - SERVER_TLS_BACKDATE);
-        let not_after = whole_seconds((now + validity).min(self.issuing_not_after));
+        let not_after = whole_seconds((now + validity).min(listener.not_after));
         if not_after <= not_before {
             return Err(Error::InvalidRequest(
                 "the server certificate's validity window is empty".to_owned(),
@@ -327,19 +498,20 @@ impl Ca {
             false,
         );
         let cert = params
-            .signed_by(&key, &self.issuer)
+            .signed_by(&key, &listener.issuer)
             .map_err(Error::signing)?;
         let leaf_pem = pem::encode_certificate(cert.der());
         let mut cert_chain = vec![cert.der().clone()];
         cert_chain.extend(
-            self.chain_der
+            listener
+                .chain_der
                 .iter()
                 .map(|der| CertificateDer::from(der.clone())),
         );
         Ok(TlsIdentity {
             cert_chain,
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
-            cert_chain_pem: format!("{leaf_pem}{}", self.chain_pem),
+            cert_chain_pem: format!("{leaf_pem}{}", listener.chain_pem),
             key_pem: key.serialize_pem(),
             not_after,
         })

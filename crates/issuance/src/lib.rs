@@ -2,7 +2,8 @@
 //!
 //! The flow is: [`Ca::load_or_create`] and [`Profiles::new`] once at start-up; per new order
 //! [`Profiles::select`] and the chosen [`Profile`]'s checks; per finalization [`check_csr`]
-//! against the order's identifiers, [`Profile::check_key`], then [`Ca::issue`] with the profile. Certificates are built from policy alone (see
+//! against the order's identifiers, [`Profile::check_key`], [`Profile::signing_window`], then [`Ca::prepare`] (recorded by the
+//! caller) and [`Ca::issue`] with the profile. Certificates are built from policy alone (see
 //! the `profile` module): a CSR contributes its public key and nothing else, so a CSR asking for
 //! `cA=true` or extra extensions cannot get them.
 
@@ -21,6 +22,7 @@ mod serial;
 mod settings;
 
 pub use ca::Ca;
+pub use ca::Intent;
 pub use ca::IssuedCertificate;
 pub use ca::RevokedEntry;
 pub use ca::TlsIdentity;

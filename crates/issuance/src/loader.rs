@@ -153,7 +153,7 @@ fn read_certs(path: &Path) -> Result<Vec<Sourced<'_>>, Error> {
         .collect())
 }
 
-fn load_key(path: &Path) -> Result<KeyPair, Error> {
+pub(crate) fn load_key(path: &Path) -> Result<KeyPair, Error> {
     let text = files::read_to_string(path)?;
     files::warn_if_exposed(path);
     KeyPair::from_pem(&text).map_err(|e| {

@@ -58,6 +58,32 @@ pub(crate) fn intermediate(
     params
 }
 
+/// The listener's own issuing CA, beside the ACME intermediate under the same root: pathLen 0,
+/// and extended key usages that hold every certificate under it to TLS, since it signs only
+/// Certeasy's listener certificates (which the database does not record, so the ACME
+/// intermediate must never sign them). No cRLSign: nothing it signs is ever revoked.
+pub(crate) fn listener_intermediate(
+    organization: &str,
+    common_name: &str,
+    serial: &[u8],
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> CertificateParams {
+    let mut params = base(serial, not_before, not_after);
+    params.distinguished_name = ca_name(organization, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyCertSign,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    params
+}
+
 /// What a leaf certifies its key for: from a certificate profile, or fixed for the listener.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Usages<'a> {

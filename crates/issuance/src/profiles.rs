@@ -322,6 +322,36 @@ impl Profile {
         let start = not_before.unwrap_or(now - backdate);
         (start, not_after.unwrap_or(start + self.validity))
     }
+
+    /// The certificate's window when an order that asked for `not_before` and `not_after`
+    /// (each optional) is signed at `now`: fixed then, never at the order's creation. The start
+    /// is the requested notBefore while it is still later than `now - backdate`, and
+    /// `now - backdate` otherwise, so no certificate is backdated by more than `backdate`
+    /// however long its order waited (a notBefore the order asked for days ago only says the
+    /// certificate may not be valid before then, which a later start honours). The end is the
+    /// requested notAfter, or the start plus this profile's validity; the lifetime is then never
+    /// longer than the one [`Profile::check_window`] accepted. A requested notAfter that is not
+    /// later than `now` is [`Error::BadValidity`]: the certificate would be born expired.
+    pub fn signing_window(
+        &self,
+        not_before: Option<OffsetDateTime>,
+        not_after: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+        backdate: Duration,
+    ) -> Result<(OffsetDateTime, OffsetDateTime), Error> {
+        let earliest = now - backdate;
+        let start = not_before.map_or(earliest, |nb| nb.max(earliest));
+        match not_after {
+            Some(end) if end <= now => {
+                let end = end.format(&Rfc3339).unwrap_or_else(|_| end.to_string());
+                Err(Error::BadValidity(format!(
+                    "the order's notAfter {end} has passed; create a new order with a later notAfter, or none"
+                )))
+            }
+            Some(end) => Ok((start, end)),
+            None => Ok((start, start + self.validity)),
+        }
+    }
 }
 
 /// Every profile of the CA and which one orders get by default.

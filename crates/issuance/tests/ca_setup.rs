@@ -24,6 +24,7 @@ use rcgen::KeyUsagePurpose;
 use time::Duration;
 
 use common::NOW;
+use common::SignNow;
 use common::csr;
 use common::ids;
 use common::is_ca;
@@ -96,7 +97,34 @@ fn create_and_reload(alg: KeyAlgorithm) {
     );
     assert_eq!(root.raw_serial().len(), 16);
 
+    // The listener's intermediate: a sibling of the issuing one under the root, for TLS only.
+    assert_eq!(mode(&dir.join("listener.key")), 0o600);
+    let listener_der = pem_certs(&fs::read_to_string(dir.join("listener.pem")).unwrap()).remove(0);
+    let listener = parse(&listener_der);
+    listener.verify_signature(Some(root.public_key())).unwrap();
+    assert_ne!(listener.public_key().raw, intermediate.public_key().raw);
+    let listener_bc = listener.basic_constraints().unwrap().unwrap().value;
+    assert!(listener_bc.ca);
+    assert_eq!(listener_bc.path_len_constraint, Some(0));
+    let listener_ku = listener.key_usage().unwrap().unwrap().value;
+    assert!(listener_ku.key_cert_sign() && !listener_ku.crl_sign());
+    let eku = listener.extended_key_usage().unwrap().unwrap().value;
+    assert!(eku.server_auth && eku.client_auth && !eku.any);
+    assert_eq!(
+        listener.subject().to_string(),
+        "O=Certeasy, CN=Certeasy Listener CA"
+    );
+    let identity = ca
+        .issue_server_tls(&["localhost".to_owned()], &[], NOW, Duration::days(1))
+        .unwrap();
+    assert_eq!(identity.cert_chain[1].as_ref(), listener_der.as_slice());
+
     let again = Ca::load_or_create(&settings, NOW + Duration::days(30)).unwrap();
+    assert_eq!(
+        pem_certs(&fs::read_to_string(dir.join("listener.pem")).unwrap()).remove(0),
+        listener_der,
+        "the listener's intermediate is kept"
+    );
     assert_eq!(again.root_pem(), ca.root_pem());
     assert_eq!(again.chain_pem(), ca.chain_pem());
     assert_eq!(again.issuing_not_after(), ca.issuing_not_after());
@@ -143,6 +171,66 @@ fn missing_intermediate_with_root_present_is_refused() {
 }
 
 #[test]
+fn a_ca_directory_from_before_the_listener_intermediate_gets_one_from_the_root() {
+    let (_tmp, settings) = settings(KeyAlgorithm::EcdsaP256);
+    let before = Ca::load_or_create(&settings, NOW).unwrap();
+    // A directory made by an older Certeasy: root and issuing intermediate only.
+    fs::remove_file(settings.dir.join("listener.pem")).unwrap();
+    fs::remove_file(settings.dir.join("listener.key")).unwrap();
+    let ca = Ca::load_or_create(&settings, NOW + Duration::days(1)).unwrap();
+    assert_eq!(
+        ca.chain_pem(),
+        before.chain_pem(),
+        "the issuing CA is unchanged"
+    );
+    assert_eq!(mode(&settings.dir.join("listener.key")), 0o600);
+    let root_der = pem_certs(ca.root_pem()).remove(0);
+    let listener_der =
+        pem_certs(&fs::read_to_string(settings.dir.join("listener.pem")).unwrap()).remove(0);
+    parse(&listener_der)
+        .verify_signature(Some(parse(&root_der).public_key()))
+        .unwrap();
+    let identity = ca
+        .issue_server_tls(&["localhost".to_owned()], &[], NOW, Duration::days(1))
+        .unwrap();
+    assert_eq!(identity.cert_chain[1].as_ref(), listener_der.as_slice());
+}
+
+#[test]
+fn without_the_root_key_the_listener_intermediate_is_not_made_and_the_issuing_ca_still_issues() {
+    let (_tmp, settings) = settings(KeyAlgorithm::EcdsaP256);
+    Ca::load_or_create(&settings, NOW).unwrap();
+    // root.key moved offline, as the docs advise, and no listener intermediate.
+    for name in ["root.key", "listener.pem", "listener.key"] {
+        fs::remove_file(settings.dir.join(name)).unwrap();
+    }
+    let ca = Ca::load_or_create(&settings, NOW).unwrap();
+    assert!(!settings.dir.join("listener.pem").exists());
+    // The listener gets nothing from the issuing intermediate; the refusal says what to do.
+    let err = ca
+        .issue_server_tls(&["localhost".to_owned()], &[], NOW, Duration::days(1))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidCa(m) if m.contains("listener.pem") && m.contains("root.key") && m.contains("server.tls-certificate")),
+        "{err}"
+    );
+    let names = ids(&["www.example.com"]);
+    let checked = check_csr(
+        &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["www.example.com"]),
+        &names,
+    )
+    .unwrap();
+    ca.sign_now(
+        &checked,
+        &names,
+        &server_client(),
+        NOW,
+        NOW + Duration::days(1),
+    )
+    .unwrap();
+}
+
+#[test]
 fn leftovers_of_an_interrupted_creation_are_replaced() {
     let (_tmp, settings) = settings(KeyAlgorithm::EcdsaP256);
     fs::create_dir_all(&settings.dir).unwrap();
@@ -179,6 +267,9 @@ struct Foreign {
     root_pem: String,
     intermediate_pem: String,
     intermediate_key_pem: String,
+    /// A second intermediate under the root, for the listener.
+    listener_pem: String,
+    listener_key_pem: String,
 }
 
 fn foreign_ca(alg: &'static rcgen::SignatureAlgorithm) -> Foreign {
@@ -215,10 +306,21 @@ fn foreign_ca_with(alg: &'static rcgen::SignatureAlgorithm, crl_sign: bool) -> F
     }
     int_params.use_authority_key_identifier_extension = true;
     let intermediate = int_params.signed_by(&int_key, &root_issuer).unwrap();
+    let listener_key = common::subject_key(alg);
+    let mut listener_params = int_params.clone();
+    listener_params.distinguished_name = rcgen::DistinguishedName::new();
+    listener_params
+        .distinguished_name
+        .push(DnType::CommonName, "Foreign Listener CA");
+    let listener = listener_params
+        .signed_by(&listener_key, &root_issuer)
+        .unwrap();
     Foreign {
         root_pem: root.pem(),
         intermediate_pem: intermediate.pem(),
         intermediate_key_pem: int_key.serialize_pem(),
+        listener_pem: listener.pem(),
+        listener_key_pem: listener_key.serialize_pem(),
     }
 }
 
@@ -259,7 +361,7 @@ fn existing_ca_with_chain_is_loaded_and_issues() {
         )
         .unwrap();
         let issued = ca
-            .issue(
+            .sign_now(
                 &checked,
                 &names,
                 &server_client(),
@@ -272,6 +374,28 @@ fn existing_ca_with_chain_is_loaded_and_issues() {
         let issuing = parse(issuing_der);
         leaf.verify_signature(Some(issuing.public_key())).unwrap();
         assert_eq!(leaf.issuer().as_raw(), issuing.subject().as_raw());
+
+        // No listener intermediate beside the issuing certificate: the issuing CA does not
+        // sign the listener's certificate instead.
+        let err = ca
+            .issue_server_tls(&["localhost".to_owned()], &[], NOW, Duration::days(1))
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidCa(m) if m.contains("listener.pem")),
+            "{err}"
+        );
+        // With one beside it, under the same root, the listener's certificates come from it.
+        write(tmp.path(), "listener.pem", &foreign.listener_pem);
+        write(tmp.path(), "listener.key", &foreign.listener_key_pem);
+        let ca = Ca::load_or_create(&settings, NOW).unwrap();
+        let identity = ca
+            .issue_server_tls(&["localhost".to_owned()], &[], NOW, Duration::days(1))
+            .unwrap();
+        let listener_der = pem_certs(&foreign.listener_pem).remove(0);
+        assert_eq!(identity.cert_chain[1].as_ref(), listener_der.as_slice());
+        parse(identity.cert_chain[0].as_ref())
+            .verify_signature(Some(parse(&listener_der).public_key()))
+            .unwrap();
     }
 }
 

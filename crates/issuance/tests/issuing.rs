@@ -24,6 +24,7 @@ use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
 
 use common::NOW;
+use common::SignNow;
 use common::csr;
 use common::csr_der;
 use common::csr_params;
@@ -106,7 +107,7 @@ fn leaves_for_ec_and_rsa_keys_follow_the_profile() {
         let not_before = NOW + Duration::nanoseconds(123_456_789);
         let not_after = NOW + Duration::days(90);
         let issued = ca
-            .issue(&checked, &order, &server_client(), not_before, not_after)
+            .sign_now(&checked, &order, &server_client(), not_before, not_after)
             .unwrap();
         let rsa = alg == &rcgen::PKCS_RSA_SHA256;
         // SANs follow the order's order of identifiers.
@@ -136,7 +137,7 @@ fn rsa_ca_issues_verifiable_leaves() {
     )
     .unwrap();
     let issued = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -157,7 +158,7 @@ fn serials_differ_between_certificates() {
     )
     .unwrap();
     let a = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -166,7 +167,7 @@ fn serials_differ_between_certificates() {
         )
         .unwrap();
     let b = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -200,7 +201,7 @@ fn a_csr_asking_for_ca_powers_gets_a_plain_leaf() {
     let order = ids(&["evil.example.com"]);
     let checked = check_csr(&der, &order).unwrap();
     let issued = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -223,7 +224,7 @@ fn wildcard_and_ip_identifiers_are_certified() {
     let order = ids(&names);
     let checked = check_csr(&csr(&rcgen::PKCS_ECDSA_P256_SHA256, &names), &order).unwrap();
     let issued = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -239,7 +240,7 @@ fn wildcard_and_ip_identifiers_are_certified() {
     let order = ids(&ip_names);
     let checked = check_csr(&csr(&rcgen::PKCS_ECDSA_P256_SHA256, &ip_names), &order).unwrap();
     let issued = ca
-        .issue(
+        .sign_now(
             &checked,
             &order,
             &server_client(),
@@ -376,7 +377,7 @@ fn issuing_rules_are_enforced() {
     .unwrap();
     // Identifiers other than those checked.
     let err = ca
-        .issue(
+        .sign_now(
             &checked,
             &ids(&["b.example.com"]),
             &server_client(),
@@ -387,13 +388,13 @@ fn issuing_rules_are_enforced() {
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
     // Empty window.
     let err = ca
-        .issue(&checked, &order, &server_client(), NOW, NOW)
+        .sign_now(&checked, &order, &server_client(), NOW, NOW)
         .unwrap_err();
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
     // Outliving the intermediate.
     let too_late = ca.issuing_not_after() + Duration::days(1);
     let err = ca
-        .issue(&checked, &order, &server_client(), NOW, too_late)
+        .sign_now(&checked, &order, &server_client(), NOW, too_late)
         .unwrap_err();
     assert!(
         matches!(&err, Error::InvalidRequest(m) if m.contains("outlive")),
@@ -403,7 +404,9 @@ fn issuing_rules_are_enforced() {
 
 #[test]
 fn server_tls_identity_chains_and_matches_its_key() {
-    let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    let (tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    let listener_ca =
+        pem_certs(&std::fs::read_to_string(tmp.path().join("ca/listener.pem")).unwrap()).remove(0);
     let ips = ["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
     let identity = ca
         .issue_server_tls(
@@ -413,11 +416,11 @@ fn server_tls_identity_chains_and_matches_its_key() {
             Duration::days(30),
         )
         .unwrap();
+    // Under the listener's intermediate, never the ACME issuing one (whose every certificate
+    // the database records).
     assert_eq!(identity.cert_chain.len(), 2);
-    assert_eq!(
-        identity.cert_chain[1].as_ref(),
-        intermediate(&ca).as_slice()
-    );
+    assert_eq!(identity.cert_chain[1].as_ref(), listener_ca.as_slice());
+    assert_ne!(listener_ca, intermediate(&ca));
     assert_eq!(
         pem_certs(&identity.cert_chain_pem),
         identity
@@ -431,9 +434,22 @@ fn server_tls_identity_chains_and_matches_its_key() {
         sans(&leaf),
         ["localhost", "acme.internal", "ip:127.0.0.1", "ip:::1"]
     );
-    leaf.verify_signature(Some(parse(&intermediate(&ca)).public_key()))
+    leaf.verify_signature(Some(parse(&listener_ca).public_key()))
         .unwrap();
+    assert!(
+        leaf.verify_signature(Some(parse(&intermediate(&ca)).public_key()))
+            .is_err()
+    );
+    assert_eq!(
+        leaf.issuer().as_raw(),
+        parse(&listener_ca).subject().as_raw()
+    );
     assert!(!is_ca(&leaf));
+    assert_eq!(
+        ca.leaves_signed(),
+        0,
+        "no subscriber certificate was signed"
+    );
     assert_eq!(
         leaf.validity().not_after.to_datetime(),
         NOW + Duration::days(30)
@@ -562,7 +578,7 @@ fn leaves_carry_their_profiles_usages() {
     ] {
         let checked = check_csr(&csr(alg, &["a.example.com"]), &order).unwrap();
         let issued = ca
-            .issue(
+            .sign_now(
                 &checked,
                 &order,
                 profiles.default_profile(),
@@ -603,7 +619,7 @@ fn a_key_type_outside_the_profile_is_a_bad_csr() {
     .unwrap();
     assert_eq!(p256.key_algorithm(), KeyAlgorithm::EcdsaP256);
     let err = ca
-        .issue(&p256, &order, profile, NOW, NOW + Duration::days(1))
+        .sign_now(&p256, &order, profile, NOW, NOW + Duration::days(1))
         .unwrap_err();
     assert!(
         matches!(&err, Error::BadCsr(m) if m.contains("ecdsa-p256")),
@@ -615,7 +631,7 @@ fn a_key_type_outside_the_profile_is_a_bad_csr() {
     )
     .unwrap();
     profile.check_key(&p384).unwrap();
-    ca.issue(&p384, &order, profile, NOW, NOW + Duration::days(1))
+    ca.sign_now(&p384, &order, profile, NOW, NOW + Duration::days(1))
         .unwrap();
 }
 
@@ -631,7 +647,7 @@ fn leaves_name_the_crl_of_their_shard() {
     )
     .unwrap();
     let issue = |ca: &Ca| {
-        ca.issue(
+        ca.sign_now(
             &checked,
             &order,
             profiles.default_profile(),
@@ -684,4 +700,54 @@ fn leaves_name_the_crl_of_their_shard() {
             vec![format!("http://ca.example:14002/crl/{shard}.crl")]
         );
     }
+}
+
+#[test]
+fn a_leaf_is_signed_exactly_as_prepared_and_counted() {
+    let (_tmp, ca) = new_ca(KeyAlgorithm::EcdsaP256);
+    let order = ids(&["a.example.com"]);
+    let checked = check_csr(
+        &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["a.example.com"]),
+        &order,
+    )
+    .unwrap();
+    let profile = server_client();
+    // Sub-second times are cut to what the certificate can say.
+    let start = NOW + Duration::milliseconds(700);
+    let intent = ca
+        .prepare(&checked, &order, &profile, start, start + Duration::days(7))
+        .unwrap();
+    assert_eq!(intent.not_before, NOW);
+    assert_eq!(intent.not_after, NOW + Duration::days(7));
+    assert_eq!(ca.leaves_signed(), 0, "preparing signs nothing");
+
+    // Signed twice from one intent (a job resumed after a crash): the same certificate but for
+    // the signature.
+    let first = ca.issue(&checked, &order, &profile, &intent).unwrap();
+    let again = ca.issue(&checked, &order, &profile, &intent).unwrap();
+    assert_eq!(ca.leaves_signed(), 2);
+    for issued in [&first, &again] {
+        assert_eq!(issued.serial, intent.serial);
+        let leaf = parse(&issued.der);
+        assert_eq!(leaf.raw_serial(), intent.serial.as_bytes());
+        assert_eq!(leaf.validity().not_before.to_datetime(), intent.not_before);
+        assert_eq!(leaf.validity().not_after.to_datetime(), intent.not_after);
+    }
+    assert_eq!(
+        parse(&first.der).tbs_certificate.as_ref(),
+        parse(&again.der).tbs_certificate.as_ref(),
+        "one to-be-signed certificate"
+    );
+
+    // What prepare refuses, issue refuses too, and counts nothing.
+    let other = ids(&["b.example.com"]);
+    assert!(matches!(
+        ca.issue(&checked, &other, &profile, &intent),
+        Err(Error::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        ca.prepare(&checked, &other, &profile, NOW, NOW + Duration::days(1)),
+        Err(Error::InvalidRequest(_))
+    ));
+    assert_eq!(ca.leaves_signed(), 2);
 }

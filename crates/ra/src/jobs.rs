@@ -80,9 +80,12 @@ pub trait JobRunner: Send + Sync + 'static {
         held: Held,
     ) -> Reply<Challenge>;
 
-    /// Signs `order`'s certificate at once and records it in one transaction that takes the
-    /// order from ready to valid. When it cannot be signed there and then (CAA must be checked
-    /// again over the network, or signing fails), the order is finalized the durable way
+    /// Issues `order`'s certificate at once: once every check has passed, one transaction takes
+    /// the order from ready to processing under a job this request holds and reserves the
+    /// serial with what will be signed; then the certificate is signed exactly so and stored
+    /// against the reservation, settling the job (a crash in between leaves the job to sign the
+    /// same serial again). When it cannot be done there and then (CAA must be checked again
+    /// over the network, or a check refuses), the order is finalized the durable way
     /// (`processing` and a job) and the answer waits for that job up to `wait`. `csr_der` is the
     /// CSR as the client sent it, `csr` the same, checked against the order. `held` as for
     /// [`JobRunner::validate_at_once`].

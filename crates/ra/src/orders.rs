@@ -204,8 +204,8 @@ impl Ra {
         // Until the work's first write the database still says ready, so the order's key in
         // `ra::in_flight` is what keeps a second request of this instance from signing again: it
         // waits for the first one's write, and the durable path then finds the order no longer
-        // ready. A request that read the order just before the first one wrote and let go still
-        // signs, and its write is refused as not ready: a signature thrown away, never stored.
+        // ready. A request that read the order just before the first one wrote and let go has
+        // its reservation refused as not ready, before anything is signed.
         let held = match self.inner.in_flight.enter(Key::Order(order.id)) {
             Ok(held) => held,
             Err(busy) => {
@@ -341,6 +341,23 @@ impl Ra {
             .into()),
         }
     }
+}
+
+/// The validity window of an order's certificate, fixed when it is signed at `now`, never when
+/// the order was made: a requested notBefore that has fallen more than `backdate` behind is
+/// moved up to `now - backdate` (an order finalized days after it asked for notBefore = then
+/// gets no certificate backdated by days), and a requested notAfter that has passed refuses the
+/// issuance with `malformed`, the type a window refused at new-order gets (RFC 8555 has no
+/// type of its own for it; the order cannot be fixed, only replaced). Without a requested
+/// window the start is `now - backdate` and the end the profile's validity after it.
+pub fn signing_window(
+    profile: &issuance::Profile,
+    not_before: Option<OffsetDateTime>,
+    not_after: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+    backdate: time::Duration,
+) -> Result<(OffsetDateTime, OffsetDateTime), Problem> {
+    profiles::signing_window(profile, not_before, not_after, now, backdate)
 }
 
 fn offered_challenges(id: &Identifier) -> Vec<ChallengeType> {

@@ -59,6 +59,21 @@ pub(crate) fn finalize<'p>(
     Ok(profile)
 }
 
+/// The certificate's window when `profile`'s order that asked for `not_before`/`not_after` is
+/// signed at `now` ([`Profile::signing_window`]); `malformed` when the asked-for notAfter has
+/// passed, as for a window refused at new-order.
+pub(crate) fn signing_window(
+    profile: &Profile,
+    not_before: Option<OffsetDateTime>,
+    not_after: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+    backdate: Duration,
+) -> Result<(OffsetDateTime, OffsetDateTime), Problem> {
+    profile
+        .signing_window(not_before, not_after, now, backdate)
+        .map_err(problem)
+}
+
 /// The ACME problem for a refusal of the profile checks.
 fn problem(error: issuance::Error) -> Problem {
     use issuance::Error as E;

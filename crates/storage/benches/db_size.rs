@@ -31,13 +31,14 @@ use sqlx::Connection;
 use storage::Backend;
 use storage::Storage;
 use storage::model::Authorization;
-use storage::model::Completion;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewCertificate;
 use storage::model::NewOrder;
+use storage::model::NewReservation;
 use storage::model::Order;
 use storage::model::OrderGuards;
+use storage::model::Reserved;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -341,23 +342,31 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     let mut serial = vec![0x01];
     serial.extend_from_slice(&i.to_be_bytes());
     serial.extend_from_slice(&filler(i.wrapping_add(1 << 41), 7));
-    let completion = s
-        .complete_order(
+    let cert = NewCertificate {
+        serial: Serial::from_bytes(serial),
+        der: filler(i, LEAF_DER_BYTES),
+        issuer_chain_pem: base64_text(1 << 40, ISSUER_CHAIN_PEM_CHARS),
+        not_before: now,
+        not_after: now + Duration::days(90),
+        crl_shard: None,
+    };
+    // As a worker does: the serial is reserved before it is signed, then stored against it.
+    let reserved = s
+        .reserve_serial(
             order.id,
-            NewCertificate {
-                serial: Serial::from_bytes(serial),
-                der: filler(i, LEAF_DER_BYTES),
-                issuer_chain_pem: base64_text(1 << 40, ISSUER_CHAIN_PEM_CHARS),
-                not_before: now,
-                not_after: now + Duration::days(90),
-                crl_shard: None,
+            NewReservation {
+                serial: cert.serial.clone(),
+                not_before: cert.not_before,
+                not_after: cert.not_after,
+                issuer_chain_pem: cert.issuer_chain_pem.clone(),
+                crl_shard: cert.crl_shard,
             },
             now,
-            None,
         )
         .await
         .unwrap();
-    assert!(matches!(completion, Completion::Issued(_)));
+    assert!(matches!(reserved, Reserved::Reserved(_)));
+    s.complete_order(order.id, cert, now, None).await.unwrap();
 }
 
 /// Claims and completes the job just enqueued, as a worker would once it ran.

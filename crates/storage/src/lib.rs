@@ -24,6 +24,7 @@ mod pauses;
 mod private_file;
 mod prune;
 mod renewals;
+mod reservations;
 mod rows;
 mod sql;
 mod state;
@@ -53,15 +54,14 @@ use crate::model::CertificateFilter;
 use crate::model::CertificateSummary;
 use crate::model::Challenge;
 use crate::model::ChallengeAttempt;
-use crate::model::Completion;
 use crate::model::EabKey;
 use crate::model::GuardUsage;
-use crate::model::IssuedAtOnce;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
 use crate::model::NewEabKey;
 use crate::model::NewOrder;
+use crate::model::NewReservation;
 use crate::model::Order;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
@@ -69,6 +69,9 @@ use crate::model::Page;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
 use crate::model::RenewEarly;
+use crate::model::Reservation;
+use crate::model::Reserved;
+use crate::model::ReservedAtOnce;
 use crate::model::ValidationRecorded;
 
 /// `Result` with this crate's error.
@@ -377,37 +380,67 @@ impl Storage {
     ) -> Result<(Order, Option<Job>)> {
         orders::begin_finalize(self, id, csr_der, now, Some(lease)).await
     }
-    /// A certificate signed before anything about its finalization was recorded (the request
-    /// signed it at once): ready → valid with the CSR and the certificate stored, in one
-    /// transaction that checks the account first, as [`Storage::complete_order`] does. No job ever
-    /// exists for it. `Error::OrderNotReady(status)` when the order is no longer ready (expiry
-    /// applied first, as in [`Storage::begin_finalize`]).
-    pub async fn issue_ready_order(
+    /// The at-once path of a finalization, before anything is signed: ready → processing with
+    /// the CSR, a `Finalize` job claimed by the caller for `lease`, and the serial reserved with
+    /// what the certificate is to be (`intent`), all in one transaction that checks the account
+    /// first (on PostgreSQL share-locked, so a deactivation commits before or after it) and that
+    /// the order is ready with every authorization valid. The caller then signs exactly the
+    /// reservation and stores it with [`Storage::complete_order`], settling the job; after a
+    /// crash the job resumes it ([`Storage::reserve_serial`]). `Error::OrderNotReady(status)`
+    /// when the order is no longer ready (expiry applied first, as in
+    /// [`Storage::begin_finalize`]).
+    pub async fn reserve_ready_order(
         &self,
         id: OrderId,
         csr_der: &[u8],
-        cert: NewCertificate,
+        intent: NewReservation,
         now: OffsetDateTime,
-    ) -> Result<IssuedAtOnce> {
-        orders::issue_ready(self, id, csr_der, cert, now).await
+        lease: Duration,
+    ) -> Result<ReservedAtOnce> {
+        reservations::reserve_ready(self, id, csr_der, intent, now, lease).await
+    }
+    /// Records what the certificate of order `id` (in `processing`) is to be before it is
+    /// signed, after checking in the same transaction that the account and every
+    /// authorization of the order are still valid. An open reservation of the order (a job
+    /// resumed after a crash) is returned instead, to be signed again exactly, unless its
+    /// issuer differs: it is then marked abandoned and a new one recorded.
+    pub async fn reserve_serial(
+        &self,
+        id: OrderId,
+        intent: NewReservation,
+        now: OffsetDateTime,
+    ) -> Result<Reserved> {
+        reservations::reserve(self, id, intent, now).await
+    }
+    /// Every serial reserved for order `id`, oldest first.
+    pub async fn serial_reservations(&self, id: OrderId) -> Result<Vec<Reservation>> {
+        reservations::of_order(self, id).await
+    }
+    /// Reservations made before `before` and still open, oldest first (at most `limit`):
+    /// serials that may have been signed and whose certificates are not stored.
+    pub async fn open_reservations(
+        &self,
+        before: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<Reservation>> {
+        reservations::open_before(self, before, limit).await
     }
     /// The stored CSR of an order in processing.
     pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {
         orders::csr(self, id).await
     }
-    /// Stores the certificate and moves the order processing → valid, in one transaction that
-    /// also checks (and on PostgreSQL share-locks) the account: a deactivation commits either
-    /// before (nothing is stored: `AccountNotValid`) or after the certificate exists. Idempotent:
-    /// an order that is already valid returns its certificate.
-    /// `settle` as for [`Storage::record_validation`], except that `AccountNotValid` leaves the
-    /// job in place (the caller fails the order next and settles it then).
+    /// Stores the certificate signed from the open reservation of its serial (which must match
+    /// it exactly) and moves the order processing → valid; the reservation becomes `issued`.
+    /// Nothing is checked again: the checks ran when the serial was reserved, and a signed
+    /// certificate is kept. Idempotent: an order that is already valid returns its
+    /// certificate. `settle` as for [`Storage::record_validation`].
     pub async fn complete_order(
         &self,
         id: OrderId,
         cert: NewCertificate,
         now: OffsetDateTime,
         settle: Option<&Job>,
-    ) -> Result<Completion> {
+    ) -> Result<Certificate> {
         orders::complete(self, id, cert, now, settle).await
     }
     /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].

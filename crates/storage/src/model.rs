@@ -265,24 +265,97 @@ pub struct ChallengeAttempt {
     pub problem: Problem,
 }
 
-/// What recording an issued certificate did.
+/// What a certificate is to be, recorded before it is signed ([`crate::Storage::reserve_serial`],
+/// [`crate::Storage::reserve_ready_order`]): the signer then signs exactly this, and the
+/// certificate is stored against it ([`crate::Storage::complete_order`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Completion {
-    /// The certificate is stored and the order is valid (or was already).
-    Issued(Box<Certificate>),
-    /// The account is no longer valid (deactivated while the order was processing): nothing was
-    /// stored and the order is still processing; the caller fails it with its own problem.
-    AccountNotValid(AccountStatus),
+pub struct NewReservation {
+    pub serial: Serial,
+    /// Whole seconds, as the certificate will say.
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    /// The chain the issuing CA heads: names the issuer (stored once, as for certificates).
+    pub issuer_chain_pem: String,
+    /// The CRL shard the certificate will name; `None` without CRLs.
+    pub crl_shard: Option<u16>,
 }
 
-/// What recording a certificate signed before anything about its finalization was recorded did
-/// ([`crate::Storage::issue_ready_order`]).
+/// Where a reservation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationState {
+    /// Recorded, maybe signed, not stored yet: a resumed job signs it again.
+    Reserved,
+    /// Its certificate is stored.
+    Issued,
+    /// Never stored: the order failed, or a resumed job could not sign it again (another
+    /// issuer). The serial may have been signed, so it is never used again.
+    Abandoned,
+}
+
+impl ReservationState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserved => "reserved",
+            Self::Issued => "issued",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+impl std::str::FromStr for ReservationState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::Reserved, Self::Issued, Self::Abandoned]
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| format!("reservation state {s:?}"))
+    }
+}
+
+/// A serial recorded before its certificate was signed (migration 0014).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IssuedAtOnce {
-    /// The order went from ready to valid with the certificate.
-    Issued {
+pub struct Reservation {
+    pub serial: Serial,
+    pub order_id: OrderId,
+    pub account_id: AccountId,
+    pub identifiers: Vec<Identifier>,
+    /// The `issuer_chains` row of the issuer.
+    pub issuer_chain_id: i64,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub crl_shard: Option<u16>,
+    pub reserved_at: OffsetDateTime,
+    /// How many times signing it was begun: more than 1 after a resumed job signed it again.
+    pub signings: u32,
+    pub state: ReservationState,
+    pub certificate_id: Option<CertificateId>,
+}
+
+/// What reserving a serial for an order in `processing` found ([`crate::Storage::reserve_serial`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// Recorded and committed: sign exactly this. After a crash it is the order's open
+    /// reservation, its `signings` counted up.
+    Reserved(Box<Reservation>),
+    /// The account is no longer valid: nothing was recorded.
+    AccountNotValid(AccountStatus),
+    /// An authorization of the order is no longer valid, or expired: nothing was recorded.
+    AuthorizationNotValid,
+    /// The order is no longer processing (already issued, or failed): nothing to sign.
+    Settled(OrderStatus),
+}
+
+/// What reserving a serial for a ready order did ([`crate::Storage::reserve_ready_order`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReservedAtOnce {
+    /// The order went from ready to processing with the CSR, under a `Finalize` job claimed by
+    /// the caller, and the reservation was recorded, all committed together.
+    Reserved {
         order: Box<Order>,
-        certificate: Box<Certificate>,
+        job: Job,
+        reservation: Box<Reservation>,
     },
     /// The account is no longer valid: nothing was stored (a deactivation has already made the
     /// account's unfinished orders invalid).

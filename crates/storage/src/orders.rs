@@ -18,10 +18,8 @@ use crate::codec;
 use crate::error::Error;
 use crate::issuer_chains;
 use crate::model::Certificate;
-use crate::model::Completion;
 use crate::model::DuplicateUsage;
 use crate::model::GuardUsage;
-use crate::model::IssuedAtOnce;
 use crate::model::Job;
 use crate::model::JobKind;
 use crate::model::NewCertificate;
@@ -30,6 +28,7 @@ use crate::model::Order;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
 use crate::model::PendingAuthzUsage;
+use crate::reservations;
 use crate::rows;
 use crate::state;
 
@@ -570,7 +569,7 @@ pub(crate) async fn of_account(
 /// finalizations only one can see `ready`, and an order whose authorization is no longer valid
 /// (expired since it became ready) is not finalized even if its own expiry has not come yet.
 /// Returns the order's account and identifier-set hash when it moved.
-async fn take_ready(
+pub(crate) async fn take_ready(
     conn: &mut Conn,
     id: OrderId,
     csr_der: &[u8],
@@ -595,7 +594,12 @@ async fn take_ready(
 
 /// Persists why an order is not ready: expired authorizations expire (and invalidate the
 /// order), then the order's own expiry. Returns the refusal that says what the order now is.
-async fn not_ready(s: &Storage, conn: &mut Conn, id: OrderId, now_s: i64) -> Result<Error> {
+pub(crate) async fn not_ready(
+    s: &Storage,
+    conn: &mut Conn,
+    id: OrderId,
+    now_s: i64,
+) -> Result<Error> {
     let authz_ids =
         sql::query_scalar::<i64>("SELECT authz_id FROM order_authorizations WHERE order_id = $1")
             .bind(id.0)
@@ -637,109 +641,16 @@ pub(crate) async fn begin_finalize(
     Ok((order, job))
 }
 
-/// A certificate signed before anything about the finalization was recorded: ready → valid with
-/// the CSR and the certificate stored, in one transaction. The account is checked (and on
-/// PostgreSQL share-locked) first, as [`complete`] does, so a deactivation commits either before
-/// (nothing is stored) or after the certificate exists.
-pub(crate) async fn issue_ready(
-    s: &Storage,
-    id: OrderId,
-    csr_der: &[u8],
-    cert: NewCertificate,
-    now: OffsetDateTime,
-) -> Result<IssuedAtOnce> {
-    let now_s = codec::unix(now);
-    let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
-    if s.backend == Backend::Postgres {
-        return issue_ready_pg(s, id, csr_der, cert, chain_id, now_s).await;
-    }
-    let mut tx = s.begin_write().await?;
-    let account_status = account_of_order(s, &mut tx, id).await?;
-    if account_status != AccountStatus::Valid {
-        tx.rollback().await?;
-        return Ok(IssuedAtOnce::AccountNotValid(account_status));
-    }
-    let Some((account_id, set_hash)) = take_ready(&mut tx, id, csr_der, now_s).await? else {
-        let refusal = not_ready(s, &mut tx, id, now_s).await?;
-        tx.commit().await?;
-        return Err(refusal);
-    };
-    let stored = Stored {
-        account_id,
-        set_hash: &set_hash,
-        chain_id,
-        now_s,
-    };
-    let certificate = store_certificate(&mut tx, id, stored, cert).await?;
-    let order = rows::load_order(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    tx.commit().await?;
-    Ok(IssuedAtOnce::Issued {
-        order: Box::new(order),
-        certificate: Box::new(certificate),
-    })
-}
-
-/// [`issue_ready`] on PostgreSQL: the same transaction, lock for lock, as the function
-/// `certeasy_issue_ready` (migration 0013), in one round trip instead of seven, and the order
-/// read after it. When the order was not ready the function wrote nothing; why is then
-/// persisted and told in a transaction of its own, as a request that came a moment later would
-/// find it.
-async fn issue_ready_pg(
-    s: &Storage,
-    id: OrderId,
-    csr_der: &[u8],
-    cert: NewCertificate,
-    chain_id: i64,
-    now_s: i64,
-) -> Result<IssuedAtOnce> {
-    let row = sql::query("SELECT * FROM certeasy_issue_ready($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-        .bind(id.0)
-        .bind(csr_der)
-        .bind(now_s)
-        .bind(cert.serial.to_hex())
-        .bind(cert.der)
-        .bind(chain_id)
-        .bind(codec::unix(cert.not_before))
-        .bind(codec::unix(cert.not_after))
-        .bind(cert.crl_shard.map(i64::from))
-        .fetch_optional(&s.db)
-        .await?
-        .ok_or(Error::NotFound)?;
-    match row.try_get::<String, _>("outcome")?.as_str() {
-        "issued" => {
-            let certificate = rows::certificate_stored(&row, Some(&cert.issuer_chain_pem))?;
-            let mut conn = s.db.acquire().await?;
-            let order = rows::load_order(&mut conn, id)
-                .await?
-                .ok_or(Error::NotFound)?;
-            Ok(IssuedAtOnce::Issued {
-                order: Box::new(order),
-                certificate: Box::new(certificate),
-            })
-        }
-        "account" => Ok(IssuedAtOnce::AccountNotValid(codec::parse(
-            &row.try_get::<String, _>("account_status")?,
-        )?)),
-        "not_ready" => {
-            let mut tx = s.begin_write().await?;
-            let refusal = not_ready(s, &mut tx, id, now_s).await?;
-            tx.commit().await?;
-            Err(refusal)
-        }
-        other => Err(Error::Corrupt(format!(
-            "certeasy_issue_ready answered {other}"
-        ))),
-    }
-}
-
 /// The status of the account that owns order `id`, locked before the order in the order account
 /// deactivation takes them, so the two cannot deadlock. FOR SHARE makes a concurrent
-/// deactivation wait for this commit (or this read wait for its commit): a certificate is never
-/// stored for an account that was deactivated first. SQLite's IMMEDIATE transaction already
+/// deactivation wait for this commit (or this read wait for its commit): a serial is never
+/// reserved, so nothing is signed, for an account that was deactivated first. SQLite's IMMEDIATE transaction already
 /// serialises writers.
-async fn account_of_order(s: &Storage, conn: &mut Conn, id: OrderId) -> Result<AccountStatus> {
+pub(crate) async fn account_of_order(
+    s: &Storage,
+    conn: &mut Conn,
+    id: OrderId,
+) -> Result<AccountStatus> {
     let account = match s.backend {
         Backend::Postgres => sql::query_scalar::<String>(
             "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
@@ -819,19 +730,21 @@ pub(crate) async fn csr(s: &Storage, id: OrderId) -> Result<Option<Vec<u8>>> {
     Ok(csr.flatten())
 }
 
-/// `settle`: as for [`crate::authz::record_validation`]; a refusal (`AccountNotValid`) leaves
-/// the job to the caller, which fails the order next.
+/// Stores the certificate signed from the open reservation of its serial and makes the order
+/// valid with it; the reservation becomes `issued`. Nothing checked when the serial was reserved
+/// is checked again (the certificate exists now, and must be kept). `settle`: as for
+/// [`crate::authz::record_validation`]. A repeat (an order already valid) returns the stored
+/// certificate.
 pub(crate) async fn complete(
     s: &Storage,
     id: OrderId,
     cert: NewCertificate,
     now: OffsetDateTime,
     settle: Option<&Job>,
-) -> Result<Completion> {
+) -> Result<Certificate> {
     let now_s = codec::unix(now);
     let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
     let mut tx = s.begin_write().await?;
-    let account_status = account_of_order(s, &mut tx, id).await?;
     let read = match s.backend {
         Backend::Postgres => sql::query(
             "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1 FOR UPDATE",
@@ -857,11 +770,27 @@ pub(crate) async fn complete(
                 .await?
                 .ok_or(Error::NotFound)?
         }
-        OrderStatus::Processing if account_status != AccountStatus::Valid => {
-            tx.rollback().await?;
-            return Ok(Completion::AccountNotValid(account_status));
-        }
         OrderStatus::Processing => {
+            let reserved = reservations::open_for(&mut tx, id, &cert.serial)
+                .await?
+                .ok_or_else(|| {
+                    Error::WrongState(format!(
+                        "serial {} is not reserved for order {id}",
+                        cert.serial.to_hex()
+                    ))
+                })?;
+            if (
+                reserved.not_before,
+                reserved.not_after,
+                reserved.issuer_chain_id,
+                reserved.crl_shard,
+            ) != (cert.not_before, cert.not_after, chain_id, cert.crl_shard)
+            {
+                return Err(Error::Corrupt(format!(
+                    "the certificate of serial {} differs from its reservation",
+                    cert.serial.to_hex()
+                )));
+            }
             let account_id: i64 = row.try_get("account_id")?;
             let set_hash: String = row.try_get("set_hash")?;
             let stored = Stored {
@@ -870,7 +799,10 @@ pub(crate) async fn complete(
                 chain_id,
                 now_s,
             };
-            store_certificate(&mut tx, id, stored, cert).await?
+            let serial = cert.serial.clone();
+            let certificate = store_certificate(&mut tx, id, stored, cert).await?;
+            reservations::mark_issued(&mut tx, &serial, certificate.id, now).await?;
+            certificate
         }
         other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
     };
@@ -878,7 +810,7 @@ pub(crate) async fn complete(
         state::settle_job(&mut tx, job).await?;
     }
     tx.commit().await?;
-    Ok(Completion::Issued(Box::new(certificate)))
+    Ok(certificate)
 }
 
 pub(crate) async fn fail(
@@ -905,6 +837,9 @@ pub(crate) async fn fail(
     let order = rows::load_order(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
+    if moved {
+        reservations::abandon_open(&mut tx, id, now).await?;
+    }
     // A repeated failure report (a retried job) finds the order already invalid.
     if moved || order.status == OrderStatus::Invalid {
         if let Some(job) = settle {

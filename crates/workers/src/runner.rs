@@ -11,6 +11,7 @@ use acme_core::status::AccountStatus;
 use acme_core::status::ChallengeStatus;
 use issuance::Ca;
 use issuance::CheckedCsr;
+use issuance::Intent;
 use ra::in_flight::Held;
 use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
@@ -20,12 +21,14 @@ use ra::jobs::ValidationTarget;
 use ra::verdicts::ValidationHook;
 use storage::Storage;
 use storage::model::Challenge;
-use storage::model::Completion;
-use storage::model::IssuedAtOnce;
 use storage::model::Job;
 use storage::model::JobKind;
 use storage::model::NewCertificate;
+use storage::model::NewReservation;
 use storage::model::Order;
+use storage::model::Reservation;
+use storage::model::Reserved;
+use storage::model::ReservedAtOnce;
 use storage::model::ValidationRecorded;
 use tokio::sync::Notify;
 use tokio::sync::Semaphore;
@@ -707,8 +710,8 @@ async fn finalize(
             .await?;
         return Ok(Settled::Yes);
     }
-    let cert = match sign(inner, &order, &checked, now) {
-        Ok(cert) => cert,
+    let intent = match prepare(inner, &order, &checked, now) {
+        Ok(intent) => intent,
         Err(problem) => {
             inner
                 .storage
@@ -717,21 +720,61 @@ async fn finalize(
             return Ok(Settled::Yes);
         }
     };
-    match inner
+    let reserved = inner
+        .storage
+        .reserve_serial(id, new_reservation(inner, &intent), inner.clock.now())
+        .await?;
+    let reservation = match reserved {
+        Reserved::Reserved(reservation) => reservation,
+        // Deactivated since the finalization was accepted: nothing was reserved or signed.
+        Reserved::AccountNotValid(_) => {
+            return refuse_deactivated(inner, job, id, inner.clock.now()).await;
+        }
+        Reserved::AuthorizationNotValid => {
+            tracing::info!(order_id = %id, "an authorization of the order is no longer valid; the order is not issued");
+            inner
+                .storage
+                .fail_order(
+                    id,
+                    Problem::new(
+                        ProblemType::Unauthorized,
+                        "An authorization of this order expired or was deactivated before the certificate was issued",
+                    ),
+                    inner.clock.now(),
+                    Some(job),
+                )
+                .await?;
+            return Ok(Settled::Yes);
+        }
+        // Settled meanwhile (a repeat after a crash between commit and job deletion).
+        Reserved::Settled(_) => return Ok(Settled::No),
+    };
+    if reservation.signings > 1 {
+        tracing::warn!(order_id = %id, serial = %reservation.serial, signings = reservation.signings, "signing a reserved serial again: an earlier finalization stopped between reserving and storing it");
+    }
+    let intent = Intent {
+        serial: reservation.serial,
+        not_before: reservation.not_before,
+        not_after: reservation.not_after,
+        crl_shard: reservation.crl_shard,
+    };
+    let cert = match sign(inner, &order, &checked, &intent) {
+        Ok(cert) => cert,
+        Err(problem) => {
+            // The order fails, and its reservation is marked abandoned with it.
+            inner
+                .storage
+                .fail_order(id, problem, inner.clock.now(), Some(job))
+                .await?;
+            return Ok(Settled::Yes);
+        }
+    };
+    let stored = inner
         .storage
         .complete_order(id, cert, inner.clock.now(), Some(job))
-        .await?
-    {
-        Completion::Issued(stored) => {
-            issued(&order, &stored);
-            Ok(Settled::Yes)
-        }
-        // Deactivated while signing: the certificate was never stored, so it never existed for
-        // anyone; it is dropped here.
-        Completion::AccountNotValid(_) => {
-            refuse_deactivated(inner, job, id, inner.clock.now()).await
-        }
-    }
+        .await?;
+    issued(&order, &stored);
+    Ok(Settled::Yes)
 }
 
 fn issued(order: &Order, stored: &storage::model::Certificate) {
@@ -739,51 +782,92 @@ fn issued(order: &Order, stored: &storage::model::Certificate) {
     metrics::counter!("certeasy_certificates_issued_total").increment(1);
 }
 
-/// Signs `order`'s certificate for the checked CSR under the order's profile, or says with which
-/// problem the order fails: its profile was removed from the configuration since the order was
-/// created (signing it under another would give the client a certificate it did not ask for),
-/// the profile no longer certifies the CSR's key type, or the CA failed.
-fn sign(
+/// What `order`'s certificate is to be for the checked CSR under the order's profile, decided
+/// at `now` and checked, nothing signed; or with which problem the order fails: its profile was
+/// removed from the configuration since the order was created (signing it under another would
+/// give the client a certificate it did not ask for), the order's notAfter has passed
+/// (`ra::orders::signing_window`), the profile no longer certifies the CSR's key type, or the CA
+/// refuses.
+fn prepare(
     inner: &Inner,
     order: &Order,
     checked: &CheckedCsr,
     now: time::OffsetDateTime,
-) -> Result<NewCertificate, Problem> {
+) -> Result<Intent, Problem> {
     let id = order.id;
-    let profile = inner
-        .settings
-        .profiles
-        .select(order.profile.as_deref())
-        .map_err(|e| {
-            tracing::warn!(order_id = %id, error = %e, "the order's profile is gone; the order fails");
-            Problem::new(ProblemType::InvalidProfile, e.to_string())
-        })?;
-    let (not_before, not_after) = profile.window(
+    let profile = profile_of(inner, order)?;
+    let (not_before, not_after) = ra::orders::signing_window(
+        profile,
         order.not_before,
         order.not_after,
         now,
         inner.settings.backdate,
-    );
+    )
+    .inspect_err(|problem| {
+        tracing::info!(order_id = %id, detail = %problem.detail, "the order's validity window cannot be signed");
+    })?;
     // A certificate can never outlive the CA that signs it.
     let not_after = not_after.min(inner.ca.issuing_not_after());
+    inner
+        .ca
+        .prepare(checked, &order.identifiers, profile, not_before, not_after)
+        .map_err(|e| ca_problem(id, e))
+}
+
+/// The order's profile; `invalidProfile` when it is gone from the configuration.
+fn profile_of<'a>(inner: &'a Inner, order: &Order) -> Result<&'a issuance::Profile, Problem> {
+    inner
+        .settings
+        .profiles
+        .select(order.profile.as_deref())
+        .map_err(|e| {
+            tracing::warn!(order_id = %order.id, error = %e, "the order's profile is gone; the order fails");
+            Problem::new(ProblemType::InvalidProfile, e.to_string())
+        })
+}
+
+/// The problem an order fails with when the CA refuses or fails.
+fn ca_problem(id: OrderId, e: issuance::Error) -> Problem {
+    match e {
+        // The profile no longer certifies this key type (its definition changed since the
+        // finalize request was accepted).
+        issuance::Error::BadCsr(detail) => {
+            tracing::warn!(order_id = %id, detail, "the CSR's key is refused by the order's profile");
+            Problem::new(ProblemType::BadCsr, detail)
+        }
+        e => {
+            tracing::error!(order_id = %id, error = %e, "signing failed");
+            Problem::new(
+                ProblemType::ServerInternal,
+                "The CA could not sign the certificate",
+            )
+        }
+    }
+}
+
+/// The reservation that records `intent` before it is signed.
+fn new_reservation(inner: &Inner, intent: &Intent) -> NewReservation {
+    NewReservation {
+        serial: intent.serial.clone(),
+        not_before: intent.not_before,
+        not_after: intent.not_after,
+        issuer_chain_pem: inner.ca.chain_pem().to_owned(),
+        crl_shard: intent.crl_shard,
+    }
+}
+
+/// Signs exactly the reserved `intent` for `order`'s checked CSR under the order's profile.
+fn sign(
+    inner: &Inner,
+    order: &Order,
+    checked: &CheckedCsr,
+    intent: &Intent,
+) -> Result<NewCertificate, Problem> {
+    let profile = profile_of(inner, order)?;
     let issued = inner
         .ca
-        .issue(checked, &order.identifiers, profile, not_before, not_after)
-        .map_err(|e| match e {
-            // The profile no longer certifies this key type (its definition changed since the
-            // finalize request was accepted).
-            issuance::Error::BadCsr(detail) => {
-                tracing::warn!(order_id = %id, detail, "the CSR's key is refused by the order's profile");
-                Problem::new(ProblemType::BadCsr, detail)
-            }
-            e => {
-                tracing::error!(order_id = %id, error = %e, "signing failed");
-                Problem::new(
-                    ProblemType::ServerInternal,
-                    "The CA could not sign the certificate",
-                )
-            }
-        })?;
+        .issue(checked, &order.identifiers, profile, intent)
+        .map_err(|e| ca_problem(order.id, e))?;
     Ok(NewCertificate {
         serial: issued.serial,
         der: issued.der,
@@ -803,8 +887,11 @@ struct AtOnceFinalization {
     held: Held,
 }
 
-/// Signs and records in one transaction when nothing needs the network; otherwise the durable
-/// way, the order `processing` under a job, answered after at most the wait.
+/// When nothing needs the network: every check, then one transaction that moves the order to
+/// processing under a job this request holds and reserves the serial, then the signature and
+/// the certificate stored (a crash between the two leaves the job to resume the reservation).
+/// Otherwise the durable way, the order `processing` under a job, answered after at most the
+/// wait.
 async fn finalize_at_once(
     inner: &Inner,
     work: AtOnceFinalization,
@@ -820,29 +907,54 @@ async fn finalize_at_once(
     let now = inner.clock.now();
     // CAA that must be looked up again goes the durable way: network time is not spent before
     // anything is recorded, and a refusal fails the order as the job records it.
-    let signed = match caa_rechecks_due(inner, &order, now).await {
-        Ok(false) => Some(sign(inner, &order, &csr, now)),
+    let prepared = match caa_rechecks_due(inner, &order, now).await {
+        Ok(false) => Some(prepare(inner, &order, &csr, now)),
         Ok(true) => None,
         Err(e) => {
             tracing::warn!(order_id = %order.id, error = %e, "could not tell whether CAA must be checked again; finalizing through a job");
             None
         }
     };
-    if let Some(Ok(cert)) = signed {
-        let recorded = inner
+    if let Some(Ok(intent)) = &prepared {
+        let reserved = inner
             .storage
-            .issue_ready_order(order.id, &csr_der, cert, inner.clock.now())
+            .reserve_ready_order(
+                order.id,
+                &csr_der,
+                new_reservation(inner, intent),
+                inner.clock.now(),
+                inner.settings.lease,
+            )
             .await;
-        drop(held);
-        let answer = recorded.map(|recorded| match recorded {
-            IssuedAtOnce::Issued { order, certificate } => {
-                issued(&order, &certificate);
-                Finalized::Order(order)
+        let answer = match reserved {
+            Ok(ReservedAtOnce::Reserved {
+                order: processing,
+                job,
+                reservation,
+            }) => {
+                let work = sign_reserved(inner, &job, &processing, &csr, &reservation);
+                finish_job(inner, &job, work).await;
+                // Held until the certificate is stored: a concurrent finalization of this
+                // instance then finds the order valid, not processing.
+                drop(held);
+                let id = processing.id;
+                inner
+                    .storage
+                    .order(id, inner.clock.now())
+                    .await
+                    .map(|order| Finalized::Order(Box::new(order.unwrap_or(*processing))))
             }
-            // Deactivated since the request was authenticated: what was signed is dropped
-            // unseen, and the order stays as it was.
-            IssuedAtOnce::AccountNotValid(status) => Finalized::AccountNotValid(status),
-        });
+            // Deactivated since the request was authenticated: nothing was reserved or signed,
+            // and the order stays as it was.
+            Ok(ReservedAtOnce::AccountNotValid(status)) => {
+                drop(held);
+                Ok(Finalized::AccountNotValid(status))
+            }
+            Err(e) => {
+                drop(held);
+                Err(e)
+            }
+        };
         let _ = reply.send(answer);
         return;
     }
@@ -867,8 +979,9 @@ async fn finalize_at_once(
     drop(held);
     let id = processing.id;
     let work = async {
-        match signed {
-            // Signing failed for a reason of the order's own: the order fails with it.
+        match prepared {
+            // Refused before anything was reserved, for a reason of the order's own: the order
+            // fails with it.
             Some(Err(problem)) => {
                 inner
                     .storage
@@ -904,6 +1017,38 @@ async fn finalize_at_once(
     if !finished {
         run.await;
     }
+}
+
+/// Signs the reservation [`finalize_at_once`] made and stores the certificate, settling `job`.
+async fn sign_reserved(
+    inner: &Inner,
+    job: &Job,
+    order: &Order,
+    csr: &CheckedCsr,
+    reservation: &Reservation,
+) -> Result<Settled, Error> {
+    let intent = Intent {
+        serial: reservation.serial.clone(),
+        not_before: reservation.not_before,
+        not_after: reservation.not_after,
+        crl_shard: reservation.crl_shard,
+    };
+    let cert = match sign(inner, order, csr, &intent) {
+        Ok(cert) => cert,
+        Err(problem) => {
+            inner
+                .storage
+                .fail_order(order.id, problem, inner.clock.now(), Some(job))
+                .await?;
+            return Ok(Settled::Yes);
+        }
+    };
+    let stored = inner
+        .storage
+        .complete_order(order.id, cert, inner.clock.now(), Some(job))
+        .await?;
+    issued(order, &stored);
+    Ok(Settled::Yes)
 }
 
 /// Validates before anything is recorded; see [`JobRunner::validate_at_once`].

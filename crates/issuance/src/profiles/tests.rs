@@ -181,6 +181,56 @@ fn windows_are_held_to_the_profile() {
 }
 
 #[test]
+fn the_signing_window_is_fixed_when_signing_not_when_ordering() {
+    let profiles = Profiles::shipped();
+    let default = profiles.default_profile();
+    let ordered = NOW;
+    let signed = ordered + Duration::days(6);
+    // notBefore = the moment of ordering, finalized six days later: backdated by the
+    // configured minute from the signing time, not by six days.
+    assert_eq!(
+        default
+            .signing_window(Some(ordered), None, signed, BACKDATE)
+            .unwrap(),
+        (signed - BACKDATE, signed - BACKDATE + DEFAULT_VALIDITY)
+    );
+    // An asked-for end is kept; the certificate is only shorter.
+    let end = ordered + Duration::days(30);
+    assert_eq!(
+        default
+            .signing_window(Some(ordered), Some(end), signed, BACKDATE)
+            .unwrap(),
+        (signed - BACKDATE, end)
+    );
+    // A start still ahead is kept as asked.
+    let ahead = signed + Duration::hours(3);
+    assert_eq!(
+        default
+            .signing_window(Some(ahead), Some(end), signed, BACKDATE)
+            .unwrap(),
+        (ahead, end)
+    );
+    // Nothing asked: from the signing time.
+    assert_eq!(
+        default
+            .signing_window(None, None, signed, BACKDATE)
+            .unwrap(),
+        default.window(None, None, signed, BACKDATE)
+    );
+    // An end that has passed, or passes now, is refused.
+    for end in [signed - Duration::days(1), signed] {
+        let refused = default.signing_window(Some(ordered), Some(end), signed, BACKDATE);
+        assert!(
+            matches!(&refused, Err(Error::BadValidity(m)) if m.contains("has passed")),
+            "{refused:?}"
+        );
+    }
+    default
+        .signing_window(None, Some(signed + Duration::seconds(1)), signed, BACKDATE)
+        .unwrap();
+}
+
+#[test]
 fn usage_names_round_trip() {
     for usage in KeyUsage::ALL {
         assert_eq!(usage.as_str().parse::<KeyUsage>().unwrap(), usage);

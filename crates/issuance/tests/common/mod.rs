@@ -199,3 +199,30 @@ pub fn server_client() -> issuance::Profile {
         .unwrap()
         .clone()
 }
+
+/// Prepares and signs in one go, as the tests of what a certificate holds need (the server
+/// records the intent between the two).
+pub trait SignNow {
+    fn sign_now(
+        &self,
+        csr: &issuance::CheckedCsr,
+        identifiers: &[Identifier],
+        profile: &issuance::Profile,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<issuance::IssuedCertificate, issuance::Error>;
+}
+
+impl SignNow for Ca {
+    fn sign_now(
+        &self,
+        csr: &issuance::CheckedCsr,
+        identifiers: &[Identifier],
+        profile: &issuance::Profile,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<issuance::IssuedCertificate, issuance::Error> {
+        let intent = self.prepare(csr, identifiers, profile, not_before, not_after)?;
+        self.issue(csr, identifiers, profile, &intent)
+    }
+}

@@ -1,6 +1,7 @@
-//! Recording a validation or an issuance that happened before anything about it was stored
-//! (`record_valid_at_once`, `issue_ready_order`): each is one transaction that must keep the
-//! checks and effects of the two-step paths it replaces, and must never leave a job behind.
+//! Recording a validation that happened before anything about it was stored
+//! (`record_valid_at_once`), and the at-once issuance (`reserve_ready_order`, then the
+//! certificate stored against the reservation): each must keep the checks and effects of the
+//! two-step paths it replaces, and must never leave a job behind once done.
 
 use acme_core::ids::AccountId;
 use acme_core::ids::ChallengeId;
@@ -15,9 +16,11 @@ use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::Certificate;
-use storage::model::IssuedAtOnce;
 use storage::model::JobKind;
+use storage::model::NewCertificate;
 use storage::model::Order;
+use storage::model::ReservationState;
+use storage::model::ReservedAtOnce;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -47,6 +50,52 @@ const VALID: Duration = Duration::hours(2);
 
 fn with_short_lifetime(s: &Storage) -> Storage {
     s.clone().with_valid_authorization_lifetime(VALID)
+}
+
+/// What issuing at once did ([`issue_ready`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IssuedAtOnce {
+    Issued {
+        order: Box<Order>,
+        certificate: Box<Certificate>,
+    },
+    AccountNotValid(AccountStatus),
+}
+
+/// The lease of the job an at-once issuance holds.
+const LEASE: Duration = Duration::seconds(60);
+
+/// Issues `cert` for ready order `id` as the at-once path does: the reservation (ready →
+/// processing under a claimed job), then the certificate stored against it, settling the job.
+async fn issue_ready(
+    s: &Storage,
+    id: OrderId,
+    csr: &[u8],
+    cert: NewCertificate,
+    now: OffsetDateTime,
+) -> Result<IssuedAtOnce, Error> {
+    match s
+        .reserve_ready_order(id, csr, harness::reservation_of(&cert), now, LEASE)
+        .await?
+    {
+        ReservedAtOnce::Reserved {
+            order,
+            job,
+            reservation,
+        } => {
+            assert_eq!(order.status, OrderStatus::Processing);
+            assert_eq!(job.kind, JobKind::Finalize(id));
+            assert_eq!(reservation.serial, cert.serial);
+            assert_eq!(reservation.state, ReservationState::Reserved);
+            let certificate = s.complete_order(id, cert, now, Some(&job)).await?;
+            let order = s.order(id, now).await?.ok_or(Error::NotFound)?;
+            Ok(IssuedAtOnce::Issued {
+                order: Box::new(order),
+                certificate: Box::new(certificate),
+            })
+        }
+        ReservedAtOnce::AccountNotValid(status) => Ok(IssuedAtOnce::AccountNotValid(status)),
+    }
 }
 
 /// Far enough ahead that every job, leased or not, is due.
@@ -545,7 +594,7 @@ async fn at_once_agrees_with_start_then_record(s: &Storage) {
     assert_eq!(claim_all(s).await, started);
 }
 
-// ---- issue_ready_order ----
+// ---- issuing at once ----
 
 async fn a_ready_order_is_issued_at_once(s: &Storage) {
     let now = t0();
@@ -556,8 +605,7 @@ async fn a_ready_order_is_issued_at_once(s: &Storage) {
 
     let at = now + Duration::seconds(5);
     let new = harness::new_cert(1, at);
-    let issued = s
-        .issue_ready_order(order.id, b"the csr", new.clone(), at)
+    let issued = issue_ready(s, order.id, b"the csr", new.clone(), at)
         .await
         .unwrap();
     let IssuedAtOnce::Issued {
@@ -608,8 +656,7 @@ async fn a_second_issue_is_refused_and_stores_nothing(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = ready_at_once(s, acct.id, &["a.example.com"], now).await;
-    let first = match s
-        .issue_ready_order(order.id, b"first csr", harness::new_cert(1, now), now)
+    let first = match issue_ready(s, order.id, b"first csr", harness::new_cert(1, now), now)
         .await
         .unwrap()
     {
@@ -619,9 +666,14 @@ async fn a_second_issue_is_refused_and_stores_nothing(s: &Storage) {
     let before = s.order(order.id, now).await.unwrap().unwrap();
 
     let later = now + Duration::minutes(1);
-    let again = s
-        .issue_ready_order(order.id, b"second csr", harness::new_cert(2, later), later)
-        .await;
+    let again = issue_ready(
+        s,
+        order.id,
+        b"second csr",
+        harness::new_cert(2, later),
+        later,
+    )
+    .await;
     assert!(
         matches!(again, Err(Error::OrderNotReady(OrderStatus::Valid))),
         "{again:?}"
@@ -659,8 +711,7 @@ async fn a_deactivated_account_is_refused_before_anything_is_stored(s: &Storage)
     assert_eq!(before.status, OrderStatus::Invalid);
 
     let new = harness::new_cert(7, now);
-    let answer = s
-        .issue_ready_order(order.id, b"csr", new.clone(), now)
+    let answer = issue_ready(s, order.id, b"csr", new.clone(), now)
         .await
         .unwrap();
     assert_eq!(
@@ -690,9 +741,7 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
         harness::pending_order(s, acct.id, &["a.example.com", "b.example.com"], now).await;
     let chal = challenge_of(s, &pending, 0, 0, now).await;
     s.record_valid_at_once(chal, now).await.unwrap();
-    let refused = s
-        .issue_ready_order(pending.id, b"csr", harness::new_cert(1, now), now)
-        .await;
+    let refused = issue_ready(s, pending.id, b"csr", harness::new_cert(1, now), now).await;
     assert!(
         matches!(refused, Err(Error::OrderNotReady(OrderStatus::Pending))),
         "{refused:?}"
@@ -714,9 +763,7 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
     s.begin_finalize(finalizing.id, b"queued csr", now)
         .await
         .unwrap();
-    let refused = s
-        .issue_ready_order(finalizing.id, b"csr", harness::new_cert(2, now), now)
-        .await;
+    let refused = issue_ready(s, finalizing.id, b"csr", harness::new_cert(2, now), now).await;
     assert!(
         matches!(refused, Err(Error::OrderNotReady(OrderStatus::Processing))),
         "{refused:?}"
@@ -739,7 +786,8 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
 
     // Unknown.
     assert!(matches!(
-        s.issue_ready_order(
+        issue_ready(
+            s,
             OrderId(finalizing.id.0 + 1000),
             b"csr",
             harness::new_cert(3, now),
@@ -756,9 +804,7 @@ async fn an_order_whose_authorization_expired_is_refused_and_invalidated(s: &Sto
     let acct = harness::account(s, now).await;
     let order = ready_at_once(s, acct.id, &["a.example.com", "b.example.com"], now).await;
     let later = now + VALID;
-    let refused = s
-        .issue_ready_order(order.id, b"csr", harness::new_cert(1, later), later)
-        .await;
+    let refused = issue_ready(s, order.id, b"csr", harness::new_cert(1, later), later).await;
     assert!(
         matches!(refused, Err(Error::OrderNotReady(OrderStatus::Invalid))),
         "{refused:?}"
@@ -804,9 +850,7 @@ async fn an_expired_order_is_refused_and_invalidated(s: &Storage) {
     assert_eq!(ready.expires_at, now + Duration::hours(1));
 
     let at = ready.expires_at;
-    let refused = s
-        .issue_ready_order(order.id, b"csr", harness::new_cert(1, at), at)
-        .await;
+    let refused = issue_ready(s, order.id, b"csr", harness::new_cert(1, at), at).await;
     assert!(
         matches!(refused, Err(Error::OrderNotReady(OrderStatus::Invalid))),
         "{refused:?}"
@@ -840,12 +884,10 @@ async fn concurrent_issues_have_one_winner(s: &Storage) {
     let order = ready_at_once(s, acct.id, &["a.example.com"], now).await;
     let (s1, s2) = (s.clone(), s.clone());
     let one = tokio::spawn(async move {
-        s1.issue_ready_order(order.id, b"one", harness::new_cert(1, now), now)
-            .await
+        issue_ready(&s1, order.id, b"one", harness::new_cert(1, now), now).await
     });
     let two = tokio::spawn(async move {
-        s2.issue_ready_order(order.id, b"two", harness::new_cert(2, now), now)
-            .await
+        issue_ready(&s2, order.id, b"two", harness::new_cert(2, now), now).await
     });
     let results = [one.await.unwrap(), two.await.unwrap()];
     let won: Vec<&Certificate> = results
@@ -856,11 +898,21 @@ async fn concurrent_issues_have_one_winner(s: &Storage) {
         })
         .collect();
     assert_eq!(won.len(), 1, "{results:?}");
+    // The loser came while the winner's order was processing (reserved, being signed) or
+    // after it was valid: either way before anything of its own was reserved.
     assert!(
-        results
-            .iter()
-            .any(|r| matches!(r, Err(Error::OrderNotReady(OrderStatus::Valid)))),
+        results.iter().any(|r| matches!(
+            r,
+            Err(Error::OrderNotReady(
+                OrderStatus::Processing | OrderStatus::Valid
+            ))
+        )),
         "{results:?}"
+    );
+    assert_eq!(
+        s.serial_reservations(order.id).await.unwrap().len(),
+        1,
+        "only the winner reserved a serial"
     );
     let winner = won[0];
     let stored = s.order(order.id, now).await.unwrap().unwrap();
@@ -891,8 +943,7 @@ async fn issue_at_once_agrees_with_finalize_then_complete(s: &Storage) {
     let queued = ready_at_once(s, acct.id, &names, now).await;
     let at = now + Duration::seconds(3);
 
-    let direct = match s
-        .issue_ready_order(at_once.id, b"csr", harness::new_cert(1, at), at)
+    let direct = match issue_ready(s, at_once.id, b"csr", harness::new_cert(1, at), at)
         .await
         .unwrap()
     {
@@ -900,11 +951,7 @@ async fn issue_at_once_agrees_with_finalize_then_complete(s: &Storage) {
         other => panic!("expected an issued certificate, got {other:?}"),
     };
     s.begin_finalize(queued.id, b"csr", at).await.unwrap();
-    let completed = harness::issued(
-        s.complete_order(queued.id, harness::new_cert(2, at), at, None)
-            .await
-            .unwrap(),
-    );
+    let completed = harness::complete(s, queued.id, harness::new_cert(2, at), at, None).await;
 
     let one = seen(s, at_once.id, at).await;
     assert_eq!(one, seen(s, queued.id, at).await);

@@ -25,7 +25,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
     let mut new = harness::new_cert(1, now);
     new.crl_shard = Some(1);
-    let sharded = harness::issued(s.complete_order(order.id, new, now, None).await.unwrap());
+    let sharded = harness::complete(s, order.id, new, now, None).await;
     let legacy = harness::issue(s, acct.id, &["legacy.example.com"], 2, now).await;
     let kept = harness::issue(s, acct.id, &["kept.example.com"], 3, now).await;
 

@@ -11,6 +11,7 @@ use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::ChallengeId;
+use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::status::ChallengeType;
 use sqlx::AnyConnection;
@@ -19,13 +20,15 @@ use sqlx::Connection;
 use storage::Storage;
 use storage::model::Account;
 use storage::model::Certificate;
-use storage::model::Completion;
+use storage::model::Job;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewCertificate;
 use storage::model::NewOrder;
+use storage::model::NewReservation;
 use storage::model::Order;
 use storage::model::OrderGuards;
+use storage::model::Reserved;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -385,19 +388,38 @@ pub(crate) async fn issue(
 ) -> Certificate {
     let order = ready_order(s, account, names, now).await;
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
-    issued(
-        s.complete_order(order.id, new_cert(serial, now), now, None)
-            .await
-            .unwrap(),
-    )
+    complete(s, order.id, new_cert(serial, now), now, None).await
 }
 
-/// The certificate of a completion that must have issued.
-pub(crate) fn issued(completion: Completion) -> Certificate {
-    match completion {
-        Completion::Issued(cert) => *cert,
-        other => panic!("expected an issued certificate, got {other:?}"),
+/// What a worker records before it signs `cert`.
+pub(crate) fn reservation_of(cert: &NewCertificate) -> NewReservation {
+    NewReservation {
+        serial: cert.serial.clone(),
+        not_before: cert.not_before,
+        not_after: cert.not_after,
+        issuer_chain_pem: cert.issuer_chain_pem.clone(),
+        crl_shard: cert.crl_shard,
     }
+}
+
+/// Reserves `cert`'s serial for order `id` (processing), then stores `cert` against it, as a
+/// worker does around signing; `settle` as for `complete_order`.
+pub(crate) async fn complete(
+    s: &Storage,
+    id: OrderId,
+    cert: NewCertificate,
+    now: OffsetDateTime,
+    settle: Option<&Job>,
+) -> Certificate {
+    let reserved = s
+        .reserve_serial(id, reservation_of(&cert), now)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&reserved, Reserved::Reserved(r) if r.serial == cert.serial),
+        "{reserved:?}"
+    );
+    s.complete_order(id, cert, now, settle).await.unwrap()
 }
 
 #[test]

@@ -7,8 +7,8 @@ use sqlx::AnyConnection;
 use sqlx::Connection;
 use storage::Storage;
 use storage::model::Certificate;
-use storage::model::IssuedAtOnce;
 use storage::model::NewCertificate;
+use storage::model::ReservedAtOnce;
 
 use crate::harness;
 use crate::harness::t0;
@@ -48,7 +48,7 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
     let account = harness::account(&s, now).await;
     let shared_chain = harness::new_cert(0, now).issuer_chain_pem;
 
-    // Three through finalize-then-complete, one at once, one under another CA.
+    // Three through finalize-reserve-complete, one at once, one under another CA.
     let mut issued = Vec::new();
     for (i, name) in ["a.example", "b.example", "c.example"].iter().enumerate() {
         let serial = u8::try_from(i + 1).unwrap();
@@ -58,14 +58,25 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         ));
     }
     let order = harness::ready_order(&s, account.id, &["d.example"], now).await;
+    let cert = harness::new_cert(4, now);
     let at_once = s
-        .issue_ready_order(order.id, b"csr", harness::new_cert(4, now), now)
+        .reserve_ready_order(
+            order.id,
+            b"csr",
+            harness::reservation_of(&cert),
+            now,
+            time::Duration::seconds(60),
+        )
         .await
         .unwrap();
-    let IssuedAtOnce::Issued { certificate, .. } = at_once else {
-        panic!("expected an issued certificate, got {at_once:?}");
+    let ReservedAtOnce::Reserved { job, .. } = at_once else {
+        panic!("expected a reservation, got {at_once:?}");
     };
-    issued.push((*certificate, shared_chain.clone()));
+    let certificate = s
+        .complete_order(order.id, cert, now, Some(&job))
+        .await
+        .unwrap();
+    issued.push((certificate, shared_chain.clone()));
     let order = harness::ready_order(&s, account.id, &["e.example"], now).await;
     s.begin_finalize(order.id, b"csr", now).await.unwrap();
     let other = NewCertificate {
@@ -73,7 +84,7 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         ..harness::new_cert(5, now)
     };
     issued.push((
-        harness::issued(s.complete_order(order.id, other, now, None).await.unwrap()),
+        harness::complete(&s, order.id, other, now, None).await,
         OTHER_CHAIN.to_owned(),
     ));
 

@@ -361,11 +361,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     let job = job.expect("claimed finalize job");
     assert_eq!(job.kind, JobKind::Finalize(order.id));
     assert_eq!(s.claim_job(now, lease, 3).await.unwrap(), None);
-    harness::issued(
-        s.complete_order(order.id, harness::new_cert(7, now), now, Some(&job))
-            .await
-            .unwrap(),
-    );
+    harness::complete(s, order.id, harness::new_cert(7, now), now, Some(&job)).await;
     assert_eq!(s.next_job_due().await.unwrap(), None);
     assert_eq!(
         s.order(order.id, now).await.unwrap().unwrap().status,

@@ -25,3 +25,4 @@ mod jobs;
 mod orders;
 mod pauses;
 mod prune;
+mod reservations;

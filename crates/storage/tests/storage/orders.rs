@@ -200,11 +200,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     );
 
     let later = now + Duration::seconds(5);
-    let cert = harness::issued(
-        s.complete_order(order.id, harness::new_cert(1, later), later, None)
-            .await
-            .unwrap(),
-    );
+    let cert = harness::complete(s, order.id, harness::new_cert(1, later), later, None).await;
     assert_eq!(cert.order_id, order.id);
     assert_eq!(cert.account_id, acct.id);
     assert_eq!(cert.set_hash, order.set_hash);
@@ -222,11 +218,9 @@ async fn valid_path_to_certificate(s: &Storage) {
     assert_eq!(valid.certificate_id, Some(cert.id));
     // A repeated completion (a retried job) returns the stored certificate.
     assert_eq!(
-        harness::issued(
-            s.complete_order(order.id, harness::new_cert(2, later), later, None)
-                .await
-                .unwrap()
-        ),
+        s.complete_order(order.id, harness::new_cert(2, later), later, None)
+            .await
+            .unwrap(),
         cert
     );
     assert_eq!(s.certificate(cert.id).await.unwrap(), Some(cert.clone()));

@@ -1,0 +1,429 @@
+//! Sign last, and only what the record says: a finalization signs nothing before every check
+//! has passed and the serial is reserved in a committed transaction; a refusal of the database
+//! leaves no signature behind; a finalization that stopped between reserving and storing is
+//! resumed with the same serial. Real parts: SQLite or PostgreSQL storage, a generated CA, the
+//! workers; the CA counts every subscriber certificate it signs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use acme_core::clock::SystemClock;
+use acme_core::identifier::Identifier;
+use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::OrderId;
+use acme_core::status::AccountStatus;
+use acme_core::status::ChallengeType;
+use acme_core::status::OrderStatus;
+use issuance::Ca;
+use issuance::CaSettings;
+use issuance::Profiles;
+use ra::in_flight::InFlight;
+use ra::in_flight::Key;
+use ra::jobs::Finalized;
+use ra::jobs::JobRunner;
+use ra::verdicts::ValidationHook;
+use storage::Backend;
+use storage::Storage;
+use storage::error::Error;
+use storage::model::NewAccount;
+use storage::model::NewAuthz;
+use storage::model::NewOrder;
+use storage::model::NewReservation;
+use storage::model::Order;
+use storage::model::OrderGuards;
+use storage::model::ReservationState;
+use storage::model::ReservedAtOnce;
+use storage::model::ValidationRecorded;
+use time::OffsetDateTime;
+use validation::ValidationSettings;
+use validation::Validator;
+use workers::Workers;
+use workers::settings::WorkerSettings;
+
+/// A fresh PostgreSQL database, dropped with the value.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    fn create() -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!(
+            "certeasy_sign_last_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let out = std::process::Command::new("psql")
+            .arg(&admin)
+            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
+            .arg(format!("CREATE DATABASE {name}"))
+            .output()
+            .expect("psql must be installed");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        Self { admin, name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .arg(&self.admin)
+            .arg("-qc")
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .output();
+    }
+}
+
+struct Env {
+    _pg: Option<PgDatabase>,
+    _dir: tempfile::TempDir,
+    storage: Storage,
+    ca: Arc<Ca>,
+    workers: Workers,
+}
+
+struct Silent;
+
+impl ValidationHook for Silent {
+    fn on_validation<'a>(
+        &'a self,
+        _recorded: &'a ValidationRecorded,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+}
+
+/// One-second leases, so that a job left by a finalization that stopped is soon claimed again.
+async fn env(backend: Backend) -> Env {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let pg = (backend == Backend::Postgres).then(PgDatabase::create);
+    let url = match &pg {
+        Some(pg) => pg.url.clone(),
+        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
+    };
+    let storage = Storage::connect(&url).await.unwrap();
+    let ca = Arc::new(
+        Ca::load_or_create(
+            &CaSettings::new(dir.path().join("ca")),
+            OffsetDateTime::now_utc(),
+        )
+        .unwrap(),
+    );
+    let validator = Validator::new(ValidationSettings::default()).unwrap();
+    let workers = Workers::spawn(
+        storage.clone(),
+        validator,
+        Arc::clone(&ca),
+        Arc::new(SystemClock),
+        WorkerSettings {
+            concurrency: 2,
+            lease: time::Duration::seconds(1),
+            poll_interval: Duration::from_millis(100),
+            profiles: Profiles::shipped(),
+            ..WorkerSettings::default()
+        },
+        Arc::new(Silent),
+    );
+    Env {
+        _pg: pg,
+        _dir: dir,
+        storage,
+        ca,
+        workers,
+    }
+}
+
+/// A ready order for `name` of a fresh account (validated at once: no job exists).
+async fn ready_order(env: &Env, name: &str) -> Order {
+    let now = OffsetDateTime::now_utc();
+    let account = env
+        .storage
+        .create_account(
+            NewAccount {
+                jwk_json: "{}".into(),
+                thumbprint: format!("tp-{name}"),
+                contacts: vec![],
+                tos_agreed: true,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let id = Identifier::dns(name).unwrap();
+    let order = env
+        .storage
+        .create_order(
+            NewOrder {
+                account_id: account.id,
+                identifiers: vec![id.clone()],
+                set_hash: canonical_set_hash(std::slice::from_ref(&id)),
+                not_before: None,
+                not_after: None,
+                expires_at: now + time::Duration::days(1),
+                authorizations: vec![NewAuthz {
+                    identifier: id,
+                    expires_at: now + time::Duration::days(1),
+                    challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
+                }],
+                reuse_valid_authz: false,
+                replaces: None,
+                profile: "tls-server".to_owned(),
+            },
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    let authz = env
+        .storage
+        .authorization(order.authz_ids[0], now)
+        .await
+        .unwrap()
+        .unwrap();
+    env.storage
+        .record_valid_at_once(authz.challenges[0].id, now)
+        .await
+        .unwrap();
+    let order = order_now(env, order.id).await;
+    assert_eq!(order.status, OrderStatus::Ready);
+    order
+}
+
+async fn order_now(env: &Env, id: OrderId) -> Order {
+    env.storage
+        .order(id, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn wait_for(env: &Env, id: OrderId, want: OrderStatus) -> Order {
+    for _ in 0..300 {
+        let order = order_now(env, id).await;
+        if order.status == want {
+            return order;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("order {id} never became {}", want.as_str());
+}
+
+fn csr(name: &str) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.serialize_request(&key).unwrap().der().to_vec()
+}
+
+/// Finalizes `order` at once, as a request that found a free place: with the order as the
+/// request read it, which the database may have moved on from since.
+async fn finalize_at_once(env: &Env, order: Order, der: Vec<u8>) -> Result<Finalized, Error> {
+    let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
+    let in_flight = InFlight::default();
+    let held = in_flight.enter(Key::Order(order.id)).unwrap();
+    let slot = loop {
+        if let Some(slot) = env.workers.try_slot() {
+            break slot;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    JobRunner::finalize_at_once(
+        &env.workers,
+        slot,
+        order,
+        der,
+        checked,
+        Duration::from_secs(5),
+        held,
+    )
+    .await
+    .expect("a reply is always sent")
+}
+
+/// Every serial the CA signed is in the database: as many signatures as reservations were
+/// signed, each reservation issued with its certificate stored under the same serial.
+async fn assert_every_signature_recorded(env: &Env, orders: &[OrderId]) {
+    let mut recorded = 0;
+    for id in orders {
+        for reservation in env.storage.serial_reservations(*id).await.unwrap() {
+            assert_eq!(
+                reservation.state,
+                ReservationState::Issued,
+                "{reservation:?}"
+            );
+            let cert = env
+                .storage
+                .certificate(reservation.certificate_id.unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(cert.serial, reservation.serial);
+            recorded += u64::from(reservation.signings);
+        }
+    }
+    assert_eq!(env.ca.leaves_signed(), recorded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_the_database_leaves_no_signature_sqlite() {
+    a_refusal_of_the_database_leaves_no_signature(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_the_database_leaves_no_signature_postgres() {
+    a_refusal_of_the_database_leaves_no_signature(Backend::Postgres).await;
+}
+
+/// The request's checks pass (it read a ready order of a valid account), and then the database
+/// refuses: the account was deactivated, or another finalization took the order, meanwhile.
+/// Nothing is signed for the refused request; what the other finalization signed is recorded.
+async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
+    let env = env(backend).await;
+
+    // Deactivated after the request read the order.
+    let name = "deactivated.sign-last.test";
+    let order = ready_order(&env, name).await;
+    env.storage
+        .deactivate_account(order.account_id, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let refused = finalize_at_once(&env, order.clone(), csr(name)).await;
+    assert!(
+        matches!(
+            refused,
+            Ok(Finalized::AccountNotValid(AccountStatus::Deactivated))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(env.ca.leaves_signed(), 0, "nothing signed");
+    assert_eq!(env.storage.serial_reservations(order.id).await.unwrap(), []);
+
+    // Taken by a queued finalization after the request read it ready.
+    let name = "taken.sign-last.test";
+    let order = ready_order(&env, name).await;
+    env.storage
+        .begin_finalize(order.id, &csr(name), OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let refused = finalize_at_once(&env, order.clone(), csr(name)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::OrderNotReady(
+                OrderStatus::Processing | OrderStatus::Valid
+            ))
+        ),
+        "{refused:?}"
+    );
+    env.workers.wake();
+    let valid = wait_for(&env, order.id, OrderStatus::Valid).await;
+    assert!(valid.certificate_id.is_some());
+    // One signature, the queued job's, and it is the stored certificate.
+    assert_eq!(env.ca.leaves_signed(), 1);
+    assert_every_signature_recorded(&env, &[order.id]).await;
+    env.workers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_serial_sqlite() {
+    a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_serial(Backend::Sqlite)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_serial_postgres() {
+    a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_serial(Backend::Postgres)
+        .await;
+}
+
+/// A request reserved a serial (and may have signed it) and its process stopped before the
+/// certificate was stored: the reservation is committed, and the order's job, once its lease
+/// runs out, signs the same serial and window again and stores it. No second serial.
+async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_serial(
+    backend: Backend,
+) {
+    let env = env(backend).await;
+    let name = "resumed.sign-last.test";
+    let order = ready_order(&env, name).await;
+    let der = csr(name);
+    let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let profiles = Profiles::shipped();
+    let profile = profiles.select(Some("tls-server")).unwrap();
+    let intent = env
+        .ca
+        .prepare(
+            &checked,
+            &order.identifiers,
+            profile,
+            now - time::Duration::minutes(1),
+            now + time::Duration::days(3),
+        )
+        .unwrap();
+    let reserved = env
+        .storage
+        .reserve_ready_order(
+            order.id,
+            &der,
+            NewReservation {
+                serial: intent.serial.clone(),
+                not_before: intent.not_before,
+                not_after: intent.not_after,
+                issuer_chain_pem: env.ca.chain_pem().to_owned(),
+                crl_shard: intent.crl_shard,
+            },
+            now,
+            time::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(reserved, ReservedAtOnce::Reserved { .. }),
+        "{reserved:?}"
+    );
+    // The stopped request had signed it: a signature the database knows of only by its
+    // reservation.
+    env.ca
+        .issue(&checked, &order.identifiers, profile, &intent)
+        .unwrap();
+
+    let valid = wait_for(&env, order.id, OrderStatus::Valid).await;
+    let cert = env
+        .storage
+        .certificate(valid.certificate_id.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        cert.serial, intent.serial,
+        "the reserved serial, signed again"
+    );
+    assert_eq!(
+        (cert.not_before, cert.not_after),
+        (intent.not_before, intent.not_after),
+        "the reserved window"
+    );
+    let reservations = env.storage.serial_reservations(order.id).await.unwrap();
+    assert_eq!(reservations.len(), 1, "no second serial: {reservations:?}");
+    assert_eq!(reservations[0].signings, 2);
+    assert_eq!(env.ca.leaves_signed(), 2);
+    assert_every_signature_recorded(&env, &[order.id]).await;
+    env.workers.shutdown().await;
+}
