@@ -96,10 +96,16 @@ pub enum Refusal {
     /// operator (`crate::keys`). The front end answers `badPublicKey` for an account key and
     /// `badCSR` for a CSR's key (RFC 8555 §7.3, §7.4).
     #[error("{detail}")]
-    BadKey {
-        key: crate::keys::KeyUse,
-        detail: String,
-    },
+    BadKey { key: KeyUse, detail: String },
+}
+
+/// What a key is being accepted as (`crate::keys`): the refusal's problem type follows it,
+/// `badPublicKey` for an account key, `badCSR` for a CSR's key. Here, not in `keys.rs`, so
+/// that this leaf module imports no other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    Account,
+    Certificate,
 }
 
 impl Refusal {

@@ -31,13 +31,7 @@ use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
 
-/// What a key is being accepted as: the refusal's problem type follows it (`badPublicKey`
-/// for an account key, `badCSR` for a CSR's key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyUse {
-    Account,
-    Certificate,
-}
+pub use crate::error::KeyUse;
 
 /// The detail of a refusal for a blocked key.
 pub const BLOCKED_DETAIL: &str = "key is blocked by the operator";
