@@ -236,7 +236,39 @@ async fn blocked_and_weak_keys_are_refused(db: Db) {
         .post(&finalize, Some(&json!({"csr": csr(&[&name], &csr_key)})))
         .await;
     assert_eq!(r.status, 200, "{r:?}");
-    wait_for_status(&raw, &order_url, "valid").await;
+    let valid = wait_for_status(&raw, &order_url, "valid").await;
+
+    // The key of an issued certificate, blocked by naming the certificate's PEM file: the leaf's
+    // key is the one blocked, and it cannot be certified again.
+    let chain = raw
+        .post(valid["certificate"].as_str().unwrap(), None)
+        .await
+        .text;
+    let cert_path = env.dir.path().join("issued.pem");
+    std::fs::write(&cert_path, &chain).unwrap();
+    let (ok, out) = admin(
+        &env,
+        &["keys", "block", cert_path.to_str().unwrap(), "--json"],
+    );
+    assert!(ok, "{out}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        doc["spki_sha256"],
+        SpkiHash::of_spki_der(&rcgen::PublicKeyData::subject_public_key_info(&csr_key))
+            .unwrap()
+            .to_hex()
+            .as_str(),
+        "{out}"
+    );
+    let (order_url, order) = ready_order(&env, &raw, &name).await;
+    let r = raw
+        .post(
+            order["finalize"].as_str().unwrap(),
+            Some(&json!({"csr": csr(&[&name], &csr_key)})),
+        )
+        .await;
+    assert_problem(&r, 400, "badCSR", "the key of a blocked certificate");
+    assert_eq!(raw.post(&order_url, None).await.body["status"], "ready");
 
     // The database key unblocked registers; the file's stays blocked until the file changes.
     let (ok, out) = admin(&env, &["keys", "unblock", &db_hash]);
