@@ -189,11 +189,10 @@ pub async fn serve(
     kind: ListenerKind,
     listener: TcpListener,
     transport: Transport,
-    router: Router,
+    mut router: Router,
     limits: ListenerLimits,
     shutdown: CancellationToken,
 ) {
-    let mut router = router;
     if let Some(timeout) = limits.request_timeout {
         router = router.layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -203,7 +202,7 @@ pub async fn serve(
     let router = router
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::new());
-    let listener_state = Arc::new(Accepting {
+    let accepting = Arc::new(Accepting {
         kind,
         acceptor: match transport {
             Transport::Tls(config) => Some(TlsAcceptor::from(config)),
@@ -219,10 +218,10 @@ pub async fn serve(
         shutdown,
         connections: TaskTracker::new(),
     });
-    listener_state.accept_until_shutdown(&listener).await;
+    accepting.accept_until_shutdown(&listener).await;
     drop(listener);
-    listener_state.connections.close();
-    listener_state.connections.wait().await;
+    accepting.connections.close();
+    accepting.connections.wait().await;
 }
 
 /// What the accept loop of one listener shares with its connections.
