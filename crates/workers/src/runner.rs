@@ -868,6 +868,10 @@ fn sign(
         .ca
         .issue(checked, &order.identifiers, profile, intent)
         .map_err(|e| ca_problem(order.id, e))?;
+    // The one place the server signs a subscriber certificate: more signatures than
+    // `certeasy_certificates_issued_total` means reserved serials signed again after a
+    // finalization stopped between signing and storing.
+    metrics::counter!("certeasy_certificates_signed_total").increment(1);
     Ok(NewCertificate {
         serial: issued.serial,
         der: issued.der,

@@ -572,7 +572,8 @@ async fn concurrent_finalizes_issue_one_certificate_postgres() {
 /// Six finalize POSTs with the same CSR at the same moment, on a ready order: one is answered
 /// 200 with the order `valid` and its certificate URL; the five others 403 `orderNotReady`
 /// (RFC 8555 §7.4), as finalizing a valid order is, whether they waited for the first one's
-/// write or came after it. One certificate exists for the account, the one the order links.
+/// write or came after it. One certificate exists for the account, the one the order links, and
+/// the CA signed exactly one.
 async fn concurrent_finalizes_issue_one_certificate(db: Db) {
     let target = CountingTarget::start(Duration::ZERO, true).await;
     let env = server(db, &target, 32).await;
@@ -589,6 +590,7 @@ async fn concurrent_finalizes_issue_one_certificate(db: Db) {
     assert_eq!(r.status, 200, "{r:?}");
     wait_for(&raw, &order_url, "ready", Duration::from_secs(20)).await;
     let issued_before = metric(&env, "certeasy_certificates_issued_total", "").await;
+    let signed_before = metric(&env, "certeasy_certificates_signed_total", "").await;
 
     let finalize = order["finalize"].as_str().unwrap().to_owned();
     let payload = json!({"csr": csr(&name)});
@@ -658,6 +660,12 @@ async fn concurrent_finalizes_issue_one_certificate(db: Db) {
     storage.close().await;
     assert_eq!(
         metric(&env, "certeasy_certificates_issued_total", "").await - issued_before,
+        1.0
+    );
+    // Signed once: the five that lost were refused when they tried to reserve the serial,
+    // before anything was signed.
+    assert_eq!(
+        metric(&env, "certeasy_certificates_signed_total", "").await - signed_before,
         1.0
     );
 }
@@ -733,4 +741,142 @@ async fn a_slow_target_is_answered_processing_and_validated_later(db: Db) {
     assert!(valid.get("error").is_none(), "{authz}");
     wait_for(&raw, &order_url, "ready", Duration::from_secs(5)).await;
     assert_eq!(target.hits(token), 1, "the slow target was asked once");
+}
+
+// ---- 4. the validity window is fixed when signing ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_window_is_fixed_when_signing_sqlite() {
+    the_window_is_fixed_when_signing(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_window_is_fixed_when_signing_postgres() {
+    the_window_is_fixed_when_signing(Db::Postgres).await;
+}
+
+/// On a fake clock: an order that asks for notBefore = now and is finalized six days later gets
+/// a certificate backdated by the configured minute from the signing time, not by six days; an
+/// order whose notAfter has passed by the time it is finalized is refused with `malformed`
+/// (the type a window refused at new-order gets) and becomes invalid, nothing signed.
+async fn the_window_is_fixed_when_signing(db: Db) {
+    use time::format_description::well_known::Rfc3339;
+
+    let target = CountingTarget::start(Duration::ZERO, true).await;
+    let mut env = TestEnv::new(db).await;
+    let section = format!(
+        "  dns-servers: [\"{}\"]\n  http-port: {}\n  tls-alpn-port: {}\n  allow-loopback: true\n  retries: 0\n",
+        env.dns.addr(),
+        target.port,
+        env.tls.port()
+    );
+    env.section("validation", &section);
+    env.write_config_for_test();
+    let config = certeasy::config::load(&env.config_path).unwrap_or_else(|e| panic!("{e}"));
+    let start =
+        time::OffsetDateTime::from_unix_timestamp(time::OffsetDateTime::now_utc().unix_timestamp())
+            .unwrap();
+    let clock = acme_core::clock::FakeClock::new(start);
+    env.server = Some(
+        certeasy::serve::start(&config, Some(&env.config_path), Arc::new(clock.clone()))
+            .await
+            .unwrap(),
+    );
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let signed_before = metric(&env, "certeasy_certificates_signed_total", "").await;
+
+    // A ready order for `name` asking for `window` (notBefore, notAfter).
+    let ready = |name: String, window: Value| {
+        let (raw, target) = (&raw, &target);
+        async move {
+            let mut request = json!({"identifiers": [{"type": "dns", "value": name}]});
+            for key in ["notBefore", "notAfter"] {
+                if !window[key].is_null() {
+                    request[key] = window[key].clone();
+                }
+            }
+            let order = raw.post(&raw.url("/acme/new-order"), Some(&request)).await;
+            assert_eq!(order.status, 201, "{order:?}");
+            let authz = raw
+                .post(order.body["authorizations"][0].as_str().unwrap(), None)
+                .await;
+            let http01 = challenge_of(&authz.body, "http-01");
+            let token = http01["token"].as_str().unwrap();
+            target.add(token, &raw.key_authorization(token));
+            let r = raw
+                .post(http01["url"].as_str().unwrap(), Some(&json!({})))
+                .await;
+            assert_eq!(r.status, 200, "{r:?}");
+            let url = order.location();
+            wait_for(raw, &url, "ready", Duration::from_secs(20)).await;
+            (url, order.body)
+        }
+    };
+    let rfc3339 = |t: time::OffsetDateTime| t.format(&Rfc3339).unwrap();
+
+    // notBefore = the moment of ordering.
+    let late = env.name("late");
+    let (url, order) = ready(late.clone(), json!({"notBefore": rfc3339(start)})).await;
+    clock.advance(time::Duration::days(6));
+    let signed_at = start + time::Duration::days(6);
+    let r = raw
+        .post(
+            order["finalize"].as_str().unwrap(),
+            Some(&json!({"csr": csr(&late)})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let valid = wait_for(&raw, &url, "valid", Duration::from_secs(20)).await;
+    let cert = raw.post(valid["certificate"].as_str().unwrap(), None).await;
+    let leaf = crate::certcheck::assert_chain(&cert.text, &env.root_pem(), &[&late]);
+    let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+    let not_before = parsed.validity().not_before.to_datetime();
+    let not_after = parsed.validity().not_after.to_datetime();
+    assert_eq!(
+        not_before,
+        signed_at - time::Duration::minutes(1),
+        "backdated by the configured minute from signing, not to the order's notBefore"
+    );
+    assert_eq!(not_after - not_before, time::Duration::days(90));
+
+    // notAfter passed while the order waited.
+    let expired = env.name("expired");
+    let asked_end = signed_at + time::Duration::days(1);
+    let (url, order) = ready(expired.clone(), json!({"notAfter": rfc3339(asked_end)})).await;
+    clock.advance(time::Duration::days(2));
+    let r = raw
+        .post(
+            order["finalize"].as_str().unwrap(),
+            Some(&json!({"csr": csr(&expired)})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let now = raw.post(&url, None).await;
+        if now.body["status"] != "processing" {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "still processing: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refused.body["status"], "invalid", "{refused:?}");
+    assert_eq!(
+        refused.body["error"]["type"],
+        format!("{ERR}malformed"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.body["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("notAfter")),
+        "{refused:?}"
+    );
+    assert_eq!(refused.body.get("certificate"), None, "{refused:?}");
+    assert_eq!(
+        metric(&env, "certeasy_certificates_signed_total", "").await - signed_before,
+        1.0,
+        "only the first order's certificate was signed"
+    );
 }
