@@ -433,6 +433,7 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         caa_recheck_after: config.validation.caa_recheck_after.time(),
         validation_retries: config.validation.retries,
         retry_backoff: config.validation.retry_backoff.time(),
+        retry_window: config.validation.retry_window.time(),
         always_valid: config.test_mode.enabled && config.test_mode.always_valid,
         ..WorkerSettings::default()
     }

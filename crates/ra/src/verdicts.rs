@@ -4,11 +4,22 @@
 //! They run just before the transaction that records the verdict, never inside it (so the
 //! database write lock is not held while a limiter talks to Redis), and never after it: a client
 //! that re-orders the instant it sees `invalid` must already find the failure counted.
+//!
+//! The same hooks decide whether a failed attempt that could be repeated (a dns-01 record that
+//! may still be propagating) is: [`ValidationHook::grants_retry`]. A retry is a courtesy to a
+//! pair that has not failed lately. A pair with a failure still in its failed-validation bucket,
+//! counting towards a pause, paused, or in its re-pause grace gets none, so a failing client
+//! costs one attempt per challenge, as before retries existed, and its failures are counted as
+//! promptly as the verdict of its first attempt.
 
 use std::future::Future;
 use std::pin::Pin;
 
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
 use acme_core::problem::Problem;
+use ratelimits::limit::LimitName;
+use ratelimits::limiter::Limiter;
 use storage::model::ChallengeAttempt;
 use storage::model::ValidationRecorded;
 use time::OffsetDateTime;
@@ -61,13 +72,46 @@ pub fn final_problem(
 /// Observer of validation verdicts.
 pub trait ValidationHook: Send + Sync + 'static {
     /// Called once per verdict of a challenge that was still processing (its final one: an
-    /// attempt that fails transiently and is retried is no verdict), before the verdict is
+    /// attempt that failed and is retried is no verdict), before the verdict is
     /// committed (and so before any client can see it). A worker that dies between the two runs
     /// it again on the retry: spends may over-count by one, never under-count.
     fn on_validation<'a>(
         &'a self,
         recorded: &'a ValidationRecorded,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+    /// Whether `account`'s challenge for `identifier`, whose attempt just failed in a way that
+    /// may be repeated, may be attempted again instead of failing now. Asked only once every
+    /// other condition of a retry holds (see the workers' `validation.retries`); nothing is
+    /// spent. The default grants it.
+    fn grants_retry<'a>(
+        &'a self,
+        account: AccountId,
+        identifier: &'a Identifier,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let _ = (account, identifier);
+        Box::pin(std::future::ready(true))
+    }
+}
+
+/// Whether the pair's bucket of `limit` is full: nothing of it spent lately. A disabled limit
+/// has no bucket and holds nothing against the pair; a limiter that cannot tell refuses (a retry
+/// is a courtesy, never owed).
+async fn bucket_full(
+    limiter: &Limiter,
+    now: OffsetDateTime,
+    limit: LimitName,
+    account: AccountId,
+    identifier: &Identifier,
+) -> bool {
+    match limiter.show(now, limit, &pair(account, identifier)).await {
+        Ok(None) => true,
+        Ok(Some(state)) => state.remaining >= state.limit.burst(),
+        Err(e) => {
+            tracing::warn!(error = %e, limit = %limit, "could not read a pair's bucket; no retry");
+            false
+        }
+    }
 }
 
 /// A hook that does nothing.
@@ -87,16 +131,13 @@ impl ValidationHook for NoHook {
 /// turns invalid (layer 4 of the limiter chain). Spend-only: an already exhausted bucket stays
 /// exhausted, and a limiter failure never affects the verdict that was recorded.
 pub struct FailedValidationHook {
-    limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
+    limiter: std::sync::Arc<Limiter>,
     clock: acme_core::clock::SharedClock,
 }
 
 impl FailedValidationHook {
     /// A hook spending through `limiter`.
-    pub fn new(
-        limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
-        clock: acme_core::clock::SharedClock,
-    ) -> Self {
+    pub fn new(limiter: std::sync::Arc<Limiter>, clock: acme_core::clock::SharedClock) -> Self {
         Self { limiter, clock }
     }
 }
@@ -111,7 +152,7 @@ impl ValidationHook for FailedValidationHook {
                 return;
             }
             let request = ratelimits::limiter::Request::new(
-                ratelimits::limit::LimitName::FailedValidationPerAccountIdentifier,
+                LimitName::FailedValidationPerAccountIdentifier,
                 pair(recorded.account_id, &recorded.identifier),
                 1,
             )
@@ -120,6 +161,22 @@ impl ValidationHook for FailedValidationHook {
                 tracing::warn!(error = %e, "could not count a failed validation");
             }
         })
+    }
+
+    /// Only a pair whose failed-validation bucket is full: one failure within the limit's
+    /// emission interval and its next challenge fails at its first attempt.
+    fn grants_retry<'a>(
+        &'a self,
+        account: AccountId,
+        identifier: &'a Identifier,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(bucket_full(
+            &self.limiter,
+            self.clock.now(),
+            LimitName::FailedValidationPerAccountIdentifier,
+            account,
+            identifier,
+        ))
     }
 }
 
@@ -137,6 +194,22 @@ impl ValidationHook for HookChain {
             }
         })
     }
+
+    /// Granted only if every hook grants it.
+    fn grants_retry<'a>(
+        &'a self,
+        account: AccountId,
+        identifier: &'a Identifier,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(async move {
+            for hook in &self.0 {
+                if !hook.grants_retry(account, identifier).await {
+                    return false;
+                }
+            }
+            true
+        })
+    }
 }
 
 /// Zombie-client pausing: each failed validation spends one token of the pair's
@@ -146,7 +219,7 @@ impl ValidationHook for HookChain {
 /// when it was unpaused, so after the grace the count starts fresh rather than from the old,
 /// nearly empty bucket.
 pub struct ZombieHook {
-    limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
+    limiter: std::sync::Arc<Limiter>,
     storage: storage::Storage,
     clock: acme_core::clock::SharedClock,
     grace: time::Duration,
@@ -155,7 +228,7 @@ pub struct ZombieHook {
 impl ZombieHook {
     /// A hook pausing through `storage` with the given re-pause grace.
     pub fn new(
-        limiter: std::sync::Arc<ratelimits::limiter::Limiter>,
+        limiter: std::sync::Arc<Limiter>,
         storage: storage::Storage,
         clock: acme_core::clock::SharedClock,
         grace: time::Duration,
@@ -191,7 +264,7 @@ impl ZombieHook {
             }
         }
         let request = ratelimits::limiter::Request::new(
-            ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier,
+            LimitName::ConsecutiveFailuresPerAccountIdentifier,
             pair(recorded.account_id, &recorded.identifier),
             1,
         );
@@ -239,6 +312,38 @@ impl ZombieHook {
 }
 
 impl ValidationHook for ZombieHook {
+    /// Only a pair that is not paused, not in its re-pause grace (where failures go uncounted,
+    /// so its bucket would say nothing) and owes nothing to its consecutive-failure bucket: a
+    /// zombie's failing orders cost one attempt each.
+    fn grants_retry<'a>(
+        &'a self,
+        account: AccountId,
+        identifier: &'a Identifier,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(async move {
+            match self.storage.pause_state(account, identifier).await {
+                Ok(None) => {}
+                Ok(Some(state)) => match state.unpaused_at {
+                    None => return false,
+                    Some(at) if self.clock.now() - at < self.grace => return false,
+                    Some(_) => {}
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the pause state; no retry");
+                    return false;
+                }
+            }
+            bucket_full(
+                &self.limiter,
+                self.clock.now(),
+                LimitName::ConsecutiveFailuresPerAccountIdentifier,
+                account,
+                identifier,
+            )
+            .await
+        })
+    }
+
     fn on_validation<'a>(
         &'a self,
         recorded: &'a ValidationRecorded,
@@ -247,8 +352,7 @@ impl ValidationHook for ZombieHook {
             match recorded.status {
                 acme_core::status::ChallengeStatus::Invalid => self.failed(recorded).await,
                 acme_core::status::ChallengeStatus::Valid => {
-                    let name =
-                        ratelimits::limit::LimitName::ConsecutiveFailuresPerAccountIdentifier;
+                    let name = LimitName::ConsecutiveFailuresPerAccountIdentifier;
                     if self
                         .limiter
                         .limit_for(name, &pair(recorded.account_id, &recorded.identifier))

@@ -19,8 +19,9 @@ pub(crate) async fn validate(
     identifier: &Identifier,
     key_authorization: &str,
 ) -> Result<(), Failure> {
-    // Every failure here is transient: a missing or stale TXT record is what propagation looks
-    // like, and retrying only queries DNS again (see `failure.rs`).
+    // A missing or stale TXT record is what propagation looks like, and retrying only queries
+    // DNS again: those failures may be retried. A DNS server failing (SERVFAIL, timeout) is no
+    // propagation and is the verdict (see `failure.rs`).
     let name = format!("_acme-challenge.{}", identifier.base_name());
     let expected = key_authorization::dns01_txt_value(key_authorization);
     let values = match inner.dns.query(&name, RecordType::TXT).await {
@@ -38,7 +39,7 @@ pub(crate) async fn validate(
             })
             .collect::<Vec<_>>(),
         Answer::NxDomain => {
-            return Err(Failure::transient(Problem::new(
+            return Err(Failure::propagation(Problem::new(
                 ProblemType::Dns,
                 format!(
                     "DNS problem: NXDOMAIN looking up TXT for {name} - check that a DNS record exists for this domain"
@@ -57,7 +58,7 @@ pub(crate) async fn validate(
         return Ok(());
     }
     if values.is_empty() {
-        return Err(Failure::transient(Problem::new(
+        return Err(Failure::propagation(Problem::new(
             ProblemType::Unauthorized,
             format!("No TXT record found at {name}; expected one with the value {expected:?}"),
         )));
@@ -77,7 +78,7 @@ pub(crate) async fn validate(
     } else {
         "records"
     };
-    Err(Failure::transient(Problem::new(
+    Err(Failure::propagation(Problem::new(
         ProblemType::IncorrectResponse,
         format!(
             "Incorrect TXT {plural} {}{more} found at {name}; expected {expected:?}",

@@ -2,30 +2,40 @@
 //!
 //! The classification is made where the failure is detected (a refused connection, a SERVFAIL, a
 //! wrong key authorization), never by reading problem text afterwards. Anything not explicitly
-//! marked transient is definite: retrying is the exception, because a retried attempt contacts
-//! the target again and the validator must never become a scanner.
+//! marked otherwise is definite.
 //!
-//! | Transient (retried within the authorization's lifetime) | Definite (the challenge fails at once) |
-//! |---|---|
-//! | connecting refused, reset or timed out; the attempt's time limit | the target answered with the wrong key authorization (http-01 body, tls-alpn-01 certificate) |
-//! | DNS SERVFAIL, REFUSED, timeout; NXDOMAIN or no A/AAAA for the target name | http-01 answered 4xx (404 included), 3xx that is not followed, or a body too large |
-//! | http-01 answered 5xx (a reverse proxy whose backend restarts) | a redirect refused by the rules; an address the target-address policy refuses |
-//! | dns-01: NXDOMAIN, no TXT record, or a TXT set without the expected value (propagation) | a TLS handshake the peer refuses or an ALPN mismatch; CAA refusals and CAA lookup failures |
-//! | a TLS handshake cut off (reset, EOF, timeout) | a malformed challenge (wildcard with http-01, dns-01 for an IP, bad token) |
+//! Only one class is ever retried: a dns-01 TXT record that is not (yet) there with the expected
+//! value ([`Retry::Propagation`]). Everything else is the verdict at once, as Let's Encrypt and
+//! Pebble do, so the client reports the real problem while it is still polling. The subscriber
+//! controls when validation starts; a client that fixes its web server or DNS asks again with a
+//! new order, and a retried attempt would contact the subscriber's hosts again (the validator
+//! must never become a scanner). DNS propagation is the exception because the subscriber cannot
+//! see it finish: a client's hook returns once the record is at the provider's API, while the
+//! authoritative servers and their secondaries may serve the previous set for a few seconds more.
 //!
-//! A dns-01 TXT set that holds other values but not ours is transient because it is what a
+//! | Propagation (retried, within `validation.retry-window`) | Transient (final; may pass with a new order) | Definite (final) |
+//! |---|---|---|
+//! | dns-01: NXDOMAIN at `_acme-challenge.<name>`, no TXT record there, or a TXT set without the expected value | connecting refused, reset or timed out; the attempt's time limit; a TLS handshake cut off | the target answered with the wrong key authorization (http-01 body, tls-alpn-01 certificate) |
+//! | | DNS SERVFAIL, REFUSED, timeout (dns-01 included); NXDOMAIN or no A/AAAA for an http-01 or tls-alpn-01 target | http-01 answered 4xx (404 included), 3xx that is not followed, or a body too large |
+//! | | http-01 answered 5xx (a reverse proxy whose backend restarts) | a redirect refused by the rules; an address the target-address policy refuses; a TLS alert or ALPN mismatch; CAA refusals and CAA lookup failures; a malformed challenge |
+//!
+//! A TXT set that holds other values but not ours counts as propagation because it is what a
 //! subscriber sees while an update propagates: secondaries and caches serve the previous set
 //! (often the value of an earlier order, or of the other authorization of a `*.name` + `name`
-//! pair) for up to the record's TTL. A wrong value stays wrong, so retrying it only costs a few
-//! queries to the subscriber's nameservers, never a connection to their hosts.
+//! pair) for up to the record's TTL. A wrong value stays wrong, so its retry costs one more query
+//! to the subscriber's nameservers, never a connection to their hosts. Transient and definite
+//! differ only in what the logs say about the target: neither is retried.
 
 use acme_core::problem::Problem;
 
-/// Whether an attempt that failed may succeed if repeated later.
+/// Whether an attempt that failed may succeed if repeated later, and whether it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
-    /// The failure may be temporary (network, DNS propagation, an overloaded target): the attempt
-    /// may be repeated within the authorization's lifetime.
+    /// dns-01: the TXT record is missing or lacks the expected value, as while an update
+    /// propagates. The only class the workers repeat (within `validation.retry-window`).
+    Propagation,
+    /// The failure may be temporary (network, an overloaded target), but it is the verdict:
+    /// the subscriber asks again once the target is up.
     Transient,
     /// The target gave a wrong answer or the CA refuses to go on: repeating it cannot help.
     Definite,
@@ -41,7 +51,15 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// A failure that may pass if the attempt is repeated later.
+    /// A dns-01 record not (yet) visible with the expected value: the attempt may be repeated.
+    pub fn propagation(problem: Problem) -> Self {
+        Self {
+            problem,
+            retry: Retry::Propagation,
+        }
+    }
+
+    /// A failure that may pass later, but is the verdict now.
     pub fn transient(problem: Problem) -> Self {
         Self {
             problem,
@@ -57,9 +75,18 @@ impl Failure {
         }
     }
 
-    /// Whether the attempt may be repeated.
-    pub fn is_transient(&self) -> bool {
-        self.retry == Retry::Transient
+    /// Whether the attempt may be repeated: only a record that may still be propagating.
+    pub fn may_propagate(&self) -> bool {
+        self.retry == Retry::Propagation
+    }
+
+    /// The class's name, for logs.
+    pub fn class(&self) -> &'static str {
+        match self.retry {
+            Retry::Propagation => "propagation",
+            Retry::Transient => "transient",
+            Retry::Definite => "definite",
+        }
     }
 
     /// The same failure with its problem changed by `f` (a prefix naming the URL, say).
@@ -71,8 +98,8 @@ impl Failure {
     }
 }
 
-/// A problem raised without a classification is definite: only what is known to be temporary is
-/// retried.
+/// A problem raised without a classification is definite: only a record known to be propagating
+/// is retried.
 impl From<Problem> for Failure {
     fn from(problem: Problem) -> Self {
         Self::definite(problem)

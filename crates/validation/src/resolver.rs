@@ -145,7 +145,8 @@ impl DnsClient {
     ///
     /// A name that resolves only to refused addresses is a `connection` problem (the CA will not
     /// connect there), not a `dns` one: DNS worked. It is definite, whereas a name that does not
-    /// resolve (NXDOMAIN, no address, SERVFAIL, timeout) is transient: records being published.
+    /// resolve (NXDOMAIN, no address, SERVFAIL, timeout) is transient (records may be published
+    /// later, but the verdict stands: the target has no address now).
     pub(crate) async fn lookup_ips(&self, name: &str) -> Result<Vec<IpAddr>, Failure> {
         let (v4, v6) = tokio::join!(
             self.query(name, RecordType::A),

@@ -101,8 +101,8 @@ impl Validator {
     }
 
     /// Performs one validation attempt for the account whose URI is `account_uri`, saying of a
-    /// failure whether it is transient (the attempt may be repeated later) or definite (see
-    /// `failure.rs`).
+    /// failure whether it may be repeated (a dns-01 record still propagating), may pass only later
+    /// (transient) or is definite (see `failure.rs`).
     ///
     /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
     /// configured, CAA permits issuance to this account by this challenge type. Otherwise a

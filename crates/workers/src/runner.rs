@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use acme_core::identifier::Identifier;
+use acme_core::ids::AccountId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
@@ -535,8 +537,8 @@ async fn attempt_validation(
         .await
 }
 
-/// Records the outcome of one attempt of `job`'s validation: a retry scheduled for a transient
-/// failure while retries are left, the verdict otherwise (after the hook has spent for it).
+/// Records the outcome of one attempt of `job`'s validation: a retry scheduled when
+/// [`retry_at`] grants one, the verdict otherwise (after the hook has spent for it).
 async fn record_attempt(
     inner: &Inner,
     job: &Job,
@@ -560,7 +562,7 @@ async fn record_attempt(
         // the subscriber's content, not the operator's: it stays out of info-level logs.
         Err(f) => span.in_scope(|| {
             let p = &f.problem;
-            tracing::info!(problem = p.kind.as_str(), transient = f.is_transient(), attempt, "validation failed");
+            tracing::info!(problem = p.kind.as_str(), class = f.class(), attempt, "validation failed");
             tracing::debug!(problem = p.kind.as_str(), detail = %p.detail, "validation failure detail");
         }),
     }
@@ -568,7 +570,23 @@ async fn record_attempt(
         Ok(()) => Ok(()),
         Err(failure) => {
             let now = inner.clock.now();
-            if let Some(run_at) = retry_at(inner, &failure, job.retries, now, *authz_expires) {
+            // Earlier attempts are read only after a retry, so a challenge decided at its first
+            // attempt costs no extra query; they date the first attempt and fill the final
+            // problem's detail.
+            let earlier = if job.retries > 0 {
+                inner.storage.challenge_attempts(id).await?
+            } else {
+                Vec::new()
+            };
+            let first_failed = earlier.first().map_or(now, |a| a.at);
+            let retry = RetryCandidate {
+                failure: &failure,
+                retries: job.retries,
+                first_failed,
+                now,
+                authz_expires: *authz_expires,
+            };
+            if let Some(run_at) = retry_at(inner, &retry, *account_id, identifier).await {
                 // Not a verdict: the challenge stays processing and no hook runs, so the
                 // failed-validation limit and zombie pausing count the challenge once, at its
                 // final verdict. The attempt and the new due time commit together.
@@ -591,13 +609,6 @@ async fn record_attempt(
                 // The job is not deleted but released: it is due again at `run_at`.
                 return Ok(Settled::Yes);
             }
-            // The final failure: earlier attempts are read only now, and only if there were any,
-            // so a challenge decided at its first attempt costs no extra query.
-            let earlier = if job.retries > 0 {
-                inner.storage.challenge_attempts(id).await?
-            } else {
-                Vec::new()
-            };
             Err(ra::verdicts::final_problem(
                 failure.problem,
                 attempt,
@@ -632,22 +643,46 @@ async fn record_attempt(
     Ok(Settled::Yes)
 }
 
-/// When to repeat an attempt that failed with `failure` after `retries` earlier failed attempts,
-/// if it is to be repeated at all: only a transient failure, only `validation_retries` times, and
-/// only when the next attempt would end before the authorization expires.
-fn retry_at(
-    inner: &Inner,
-    failure: &validation::Failure,
+/// A failed attempt that [`retry_at`] may repeat.
+struct RetryCandidate<'a> {
+    failure: &'a validation::Failure,
+    /// Failed attempts of the challenge before this one.
     retries: u32,
+    /// When the challenge's first attempt failed (this one's end, if it was the first).
+    first_failed: time::OffsetDateTime,
     now: time::OffsetDateTime,
     authz_expires: time::OffsetDateTime,
+}
+
+/// When to repeat the failed attempt of `account`'s challenge for `identifier`, if at all: only
+/// a dns-01 record that may still be propagating, only `validation_retries` times, only if the
+/// retry starts within `retry_window` of the first failure (so the client sees the verdict while
+/// it still polls) and ends before the authorization expires, and only if the hook grants it (a
+/// pair that failed lately gets none, so failing clients cost one attempt per challenge). The
+/// hook is asked last: it is the only check that reads anything.
+async fn retry_at(
+    inner: &Inner,
+    candidate: &RetryCandidate<'_>,
+    account: AccountId,
+    identifier: &Identifier,
 ) -> Option<time::OffsetDateTime> {
-    if !failure.is_transient() || retries >= inner.settings.validation_retries {
+    let settings = &inner.settings;
+    if !candidate.failure.may_propagate() || candidate.retries >= settings.validation_retries {
         return None;
     }
-    let run_at = now + inner.settings.retry_delay(retries.saturating_add(1));
+    let run_at = candidate.now + settings.retry_delay(candidate.retries.saturating_add(1));
+    if run_at - candidate.first_failed > settings.retry_window {
+        return None;
+    }
     let worst = time::Duration::try_from(inner.validator.worst_case_attempt()).ok()?;
-    (run_at + worst < authz_expires).then_some(run_at)
+    if run_at + worst >= candidate.authz_expires {
+        return None;
+    }
+    inner
+        .hook
+        .grants_retry(account, identifier)
+        .await
+        .then_some(run_at)
 }
 
 /// The challenge in `processing`, its authorization and its account: what a job from the queue

@@ -9,16 +9,25 @@ use time::Duration;
 /// worker's job is picked up again within one lease, and a long attempt keeps its lease anyway.
 pub const DEFAULT_JOB_LEASE: Duration = Duration::seconds(30);
 
-/// Default of `validation.retries`: attempts after the first one for a challenge whose attempts
-/// fail transiently (a refused connection, SERVFAIL, a TXT record not yet propagated). With the
-/// default backoff the last one starts about 35 s after the first: long enough for a DNS update
-/// to reach secondaries with short TTLs or a web server to come back, short enough that a client
-/// polling the challenge is not left waiting for minutes.
-pub const DEFAULT_VALIDATION_RETRIES: u32 = 3;
+/// Default of `validation.retries`: attempts after the first for a challenge whose attempt failed
+/// because its dns-01 record may still be propagating (`validation::Retry::Propagation`); no
+/// other failure is ever retried (see `validation::failure`). One retry catches a client whose
+/// hook returned as soon as its DNS provider took the record, before every authoritative server
+/// served it; a record still missing after that is the client's to wait for.
+pub const DEFAULT_VALIDATION_RETRIES: u32 = 1;
 
 /// Default of `validation.retry-backoff`: the wait before the first retry; each further retry
-/// waits twice as long as the previous one, at most [`MAX_RETRY_BACKOFF`].
-pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::seconds(5);
+/// waits twice as long as the previous one, at most [`MAX_RETRY_BACKOFF`]. Three seconds: the
+/// verdict then reaches a client that polls with `Retry-After` (certbot, lego's backoff from it)
+/// well within 15 s.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::seconds(3);
+
+/// Default of `validation.retry-window`: a retry is scheduled only if it starts at most this long
+/// after the challenge's first attempt failed, so a challenge never stays `processing` for
+/// retries longer than this, whatever `retries` and `retry-backoff` say. Clients give up polling
+/// after about 30 s (certbot 2.1 with "All authorizations were not finalized by the CA") and must
+/// see the real problem before then.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::seconds(10);
 
 /// The longest wait between two attempts of one challenge, whatever the retries and backoff
 /// configured: the doubling stops here.
@@ -54,13 +63,17 @@ pub struct WorkerSettings {
     /// CAA is checked again before signing for every authorization of the order validated more
     /// than this long before (`ra::caa`); only when the validator checks CAA at all.
     pub caa_recheck_after: Duration,
-    /// Attempts after the first for a challenge whose attempts fail transiently
-    /// (`validation::Retry::Transient`); a definite failure is never retried. Retries are
-    /// scheduled only while the authorization outlives them.
+    /// Attempts after the first for a challenge whose dns-01 record may still be propagating
+    /// (`validation::Retry::Propagation`); every other failure is the verdict at once. Retries
+    /// are scheduled only within `retry_window`, while the authorization outlives them, and
+    /// while the validation hook grants them (`ra::verdicts::ValidationHook::grants_retry`: a
+    /// pair with a recent failure gets none).
     pub validation_retries: u32,
     /// Wait before the first retry; doubled for each further one, capped at
     /// [`MAX_RETRY_BACKOFF`].
     pub retry_backoff: Duration,
+    /// The latest a retry may start, counted from the end of the challenge's first attempt.
+    pub retry_window: Duration,
     /// Test mode only (`certeasy serve --test-mode --always-valid`): every challenge is recorded
     /// valid without any network traffic (no HTTP, TLS or DNS query, and no CAA check), like
     /// Pebble's `PEBBLE_VA_ALWAYS_VALID`, so a client's CI needs no challenge responder.
@@ -120,6 +133,7 @@ impl Default for WorkerSettings {
             caa_recheck_after: ra::caa::DEFAULT_RECHECK_AFTER,
             validation_retries: DEFAULT_VALIDATION_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            retry_window: DEFAULT_RETRY_WINDOW,
             always_valid: false,
         }
     }
@@ -135,7 +149,7 @@ mod tests {
         let delays: Vec<i64> = (1..=4)
             .map(|n| settings.retry_delay(n).whole_seconds())
             .collect();
-        assert_eq!(delays, [5, 10, 20, 40]);
+        assert_eq!(delays, [3, 6, 12, 24]);
         assert_eq!(settings.retry_delay(30), MAX_RETRY_BACKOFF);
         assert_eq!(settings.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
     }

@@ -12,9 +12,11 @@ use std::time::Instant;
 use acme_core::clock::SystemClock;
 use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::AccountId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
+use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
@@ -194,6 +196,16 @@ fn spawn_with(env: &Env, hook: Arc<dyn ValidationHook>, settings: WorkerSettings
 
 /// An account whose key thumbprint is `tp`, and an order for `name` with one http-01 challenge.
 async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, ChallengeId) {
+    order_with(env, name, token, ChallengeType::Http01).await
+}
+
+/// An account whose key thumbprint is `tp`, and an order for `name` with one challenge of `kind`.
+async fn order_with(
+    env: &Env,
+    name: &str,
+    token: &str,
+    kind: ChallengeType,
+) -> (OrderId, ChallengeId) {
     let now = OffsetDateTime::now_utc();
     env.dns.set_a(name, Ipv4Addr::LOCALHOST);
     let account = match env.storage.account_by_thumbprint("tp").await.unwrap() {
@@ -226,7 +238,7 @@ async fn order_for(env: &Env, name: &str, token: &str) -> (OrderId, ChallengeId)
                 authorizations: vec![NewAuthz {
                     identifier: id,
                     expires_at: now + time::Duration::days(1),
-                    challenges: vec![(ChallengeType::Http01, token.to_owned())],
+                    challenges: vec![(kind, token.to_owned())],
                 }],
                 reuse_valid_authz: false,
                 replaces: None,
@@ -907,21 +919,22 @@ async fn finalization_rechecks_caa_of_old_validations() {
     workers.shutdown().await;
 }
 
-/// A challenge whose attempts keep failing transiently is retried `validation_retries` times and
-/// then failed with every attempt in its error; the hook (failed-validation spend, zombie count)
-/// runs once, at that final verdict. The claims that ended in a retry are not held against
-/// `max_attempts`, so even `max_attempts: 1` lets every retry run.
+/// A dns-01 challenge whose record never appears (it may be propagating, the one retried class)
+/// is retried `validation_retries` times and then failed with every attempt in its error; the
+/// hook (failed-validation spend, zombie count) runs once, at that final verdict. The claims that
+/// ended in a retry are not held against `max_attempts`, so even `max_attempts: 1` lets every
+/// retry run.
 #[tokio::test]
-async fn transient_failures_are_retried_and_the_hook_runs_once() {
-    transient_failures_retried_on(Backend::Sqlite).await;
+async fn propagation_failures_are_retried_and_the_hook_runs_once() {
+    propagation_failures_retried_on(Backend::Sqlite).await;
 }
 
 #[tokio::test]
-async fn transient_failures_are_retried_and_the_hook_runs_once_on_postgres() {
-    transient_failures_retried_on(Backend::Postgres).await;
+async fn propagation_failures_are_retried_and_the_hook_runs_once_on_postgres() {
+    propagation_failures_retried_on(Backend::Postgres).await;
 }
 
-async fn transient_failures_retried_on(backend: Backend) {
+async fn propagation_failures_retried_on(backend: Backend) {
     let env = env_on(backend).await;
     let hook = Arc::new(Counting::default());
     let settings = WorkerSettings {
@@ -931,10 +944,13 @@ async fn transient_failures_retried_on(backend: Backend) {
         ..test_settings()
     };
     let workers = spawn_with(&env, Arc::clone(&hook) as Arc<dyn ValidationHook>, settings);
-    let (order, challenge) = order_for(&env, "refusing.workers.test", "tokretry").await;
-    // Nothing listens on 127.0.0.2 at the responder's port: every connection is refused.
-    env.dns
-        .set_a("refusing.workers.test", Ipv4Addr::new(127, 0, 0, 2));
+    let name = "propagating.workers.test";
+    let (order, challenge) = order_with(&env, name, "tokretry", ChallengeType::Dns01).await;
+    // A TXT set without this challenge's value: what a secondary serves before the update.
+    env.dns.add_txt(
+        &format!("_acme-challenge.{name}"),
+        "value-of-an-earlier-order",
+    );
     env.storage
         .start_challenge(challenge, OffsetDateTime::now_utc())
         .await
@@ -964,7 +980,7 @@ async fn transient_failures_retried_on(backend: Backend) {
     let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
     assert_eq!(ch.status, ChallengeStatus::Invalid);
     let error = ch.error.unwrap();
-    assert_eq!(error.kind, ProblemType::Connection, "{error:?}");
+    assert_eq!(error.kind, ProblemType::IncorrectResponse, "{error:?}");
     assert!(
         error.detail.contains("failed after 3 attempts"),
         "{}",
@@ -981,6 +997,145 @@ async fn transient_failures_retried_on(backend: Backend) {
         "one failure per challenge"
     );
     assert_eq!(hook.0.load(Ordering::SeqCst), 0);
+}
+
+/// Runs one challenge of `kind` for `name` under `settings` and `hook` until its order is
+/// invalid; returns the challenge's final error and its recorded failed attempts.
+async fn fail_one(
+    env: &Env,
+    name: &str,
+    kind: ChallengeType,
+    settings: WorkerSettings,
+    hook: Arc<dyn ValidationHook>,
+) -> (Problem, usize) {
+    let workers = spawn_with(env, hook, settings);
+    let (order, challenge) = order_with(env, name, "tokfinal", kind).await;
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(env, order, OrderStatus::Invalid).await;
+    workers.shutdown().await;
+    let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+    let attempts = env.storage.challenge_attempts(challenge).await.unwrap();
+    (ch.error.unwrap(), attempts.len())
+}
+
+/// Settings that would retry up to five times a second apart, within a long window.
+fn retrying() -> WorkerSettings {
+    WorkerSettings {
+        validation_retries: 5,
+        retry_backoff: time::Duration::seconds(1),
+        retry_window: time::Duration::minutes(10),
+        ..test_settings()
+    }
+}
+
+/// A refused connection is the verdict at once, whatever `validation_retries` says: only a dns-01
+/// record may still be propagating.
+#[tokio::test]
+async fn a_refused_connection_is_final_at_once() {
+    let env = env().await;
+    let hook = Arc::new(Counting::default());
+    let name = "refusing.workers.test";
+    let workers = spawn_with(
+        &env,
+        Arc::clone(&hook) as Arc<dyn ValidationHook>,
+        retrying(),
+    );
+    let (order, challenge) = order_for(&env, name, "tokrefused").await;
+    // Nothing listens on 127.0.0.2 at the responder's port: the connection is refused.
+    env.dns.set_a(name, Ipv4Addr::new(127, 0, 0, 2));
+    env.storage
+        .start_challenge(challenge, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    workers.wake();
+    wait_for(&env, order, OrderStatus::Invalid).await;
+    workers.shutdown().await;
+    let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
+    let error = ch.error.unwrap();
+    assert_eq!(error.kind, ProblemType::Connection, "{error:?}");
+    assert!(!error.detail.contains("attempts"), "{}", error.detail);
+    assert!(
+        env.storage
+            .challenge_attempts(challenge)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(hook.1.load(Ordering::SeqCst), 1);
+}
+
+/// `retry_window` bounds how long retries keep a challenge processing, whatever `retries` says:
+/// a second retry would start 3 s after the first failure, past a 2 s window.
+#[tokio::test]
+async fn retries_stop_at_the_window() {
+    let env = env().await;
+    let settings = WorkerSettings {
+        retry_window: time::Duration::seconds(2),
+        ..retrying()
+    };
+    let (error, failed_before) = fail_one(
+        &env,
+        "window.workers.test",
+        ChallengeType::Dns01,
+        settings,
+        Arc::new(Counting::default()),
+    )
+    .await;
+    assert_eq!(error.kind, ProblemType::Dns, "{error:?}");
+    assert_eq!(failed_before, 1, "one retry, 1 s after the first failure");
+    assert!(
+        error.detail.contains("failed after 2 attempts"),
+        "{}",
+        error.detail
+    );
+}
+
+/// Counts verdicts as [`Counting`] does, and refuses every retry it is asked about (a pair that
+/// failed lately), counting the questions.
+#[derive(Default)]
+struct RefusesRetries(Counting, AtomicUsize);
+
+impl ValidationHook for RefusesRetries {
+    fn on_validation<'a>(
+        &'a self,
+        recorded: &'a ValidationRecorded,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        self.0.on_validation(recorded)
+    }
+
+    fn grants_retry<'a>(
+        &'a self,
+        _account: AccountId,
+        _identifier: &'a Identifier,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(false))
+    }
+}
+
+/// A retry the hook does not grant is not scheduled: the propagation failure is the verdict at
+/// its first attempt, and the hook spends for it once.
+#[tokio::test]
+async fn a_retry_the_hook_refuses_is_not_scheduled() {
+    let env = env().await;
+    let hook = Arc::new(RefusesRetries::default());
+    let (error, failed_before) = fail_one(
+        &env,
+        "refused-retry.workers.test",
+        ChallengeType::Dns01,
+        retrying(),
+        Arc::clone(&hook) as Arc<dyn ValidationHook>,
+    )
+    .await;
+    assert_eq!(error.kind, ProblemType::Dns, "{error:?}");
+    assert_eq!(failed_before, 0, "one attempt, nothing retried");
+    assert!(!error.detail.contains("attempts"), "{}", error.detail);
+    assert_eq!(hook.1.load(Ordering::SeqCst), 1, "asked once");
+    assert_eq!(hook.0.1.load(Ordering::SeqCst), 1, "one verdict");
 }
 
 /// The wait a request gives work it runs at once, when a test needs it to finish within it.

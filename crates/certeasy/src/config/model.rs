@@ -675,10 +675,13 @@ pub struct ValidationConfig {
     pub job_lease: ConfigDuration,
     /// CAA is checked again before signing for authorizations validated longer ago than this.
     pub caa_recheck_after: ConfigDuration,
-    /// Attempts after the first for a challenge whose attempts fail transiently.
+    /// Attempts after the first for a challenge whose dns-01 record may still be propagating
+    /// (nothing else is retried).
     pub retries: u32,
     /// Wait before the first retry of a challenge; doubled for each further one (capped).
     pub retry_backoff: ConfigDuration,
+    /// The latest a retry may start after the challenge's first attempt failed.
+    pub retry_window: ConfigDuration,
 }
 
 impl Default for ValidationConfig {
@@ -700,11 +703,8 @@ impl Default for ValidationConfig {
             ),
             caa_recheck_after: config_duration(ra::caa::DEFAULT_RECHECK_AFTER),
             retries: workers::settings::DEFAULT_VALIDATION_RETRIES,
-            retry_backoff: ConfigDuration::from_secs(
-                workers::settings::DEFAULT_RETRY_BACKOFF
-                    .whole_seconds()
-                    .unsigned_abs(),
-            ),
+            retry_backoff: config_duration(workers::settings::DEFAULT_RETRY_BACKOFF),
+            retry_window: config_duration(workers::settings::DEFAULT_RETRY_WINDOW),
         }
     }
 }

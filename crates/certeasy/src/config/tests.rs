@@ -778,9 +778,10 @@ fn retry_keys_parse_default_from_the_workers_and_are_checked() {
         defaults.retries,
         workers::settings::DEFAULT_VALIDATION_RETRIES
     );
-    assert_eq!(defaults.retry_backoff, ConfigDuration::from_secs(5));
+    assert_eq!(defaults.retry_backoff, ConfigDuration::from_secs(3));
+    assert_eq!(defaults.retry_window, ConfigDuration::from_secs(10));
     let config = from_str(
-        "validation:\n  retries: 0\n  retry-backoff: 2m\n",
+        "validation:\n  retries: 0\n  retry-backoff: 2m\n  retry-window: 1m\n",
         "certeasy.yaml",
     )
     .unwrap();
@@ -789,6 +790,12 @@ fn retry_keys_parse_default_from_the_workers_and_are_checked() {
         config.validation.retry_backoff,
         ConfigDuration::from_secs(120)
     );
+    assert_eq!(config.validation.retry_window, ConfigDuration::from_secs(60));
+    // With retries on, a first retry later than the window could never start.
+    let never = only_problem("validation:\n  retries: 1\n  retry-backoff: 20s\n");
+    assert_eq!(never.key_path, "validation.retry-backoff");
+    let zero = only_problem("validation:\n  retry-window: 0s\n  retries: 0\n");
+    assert_eq!(zero.key_path, "validation.retry-window");
 
     let short = only_problem("validation:\n  retry-backoff: 0s\n");
     assert_eq!(short.key_path, "validation.retry-backoff");

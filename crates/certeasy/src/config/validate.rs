@@ -531,6 +531,15 @@ impl Checker {
         if validation.retry_backoff.std() < std::time::Duration::from_secs(1) {
             self.fail("validation.retry-backoff", "must be at least 1s");
         }
+        self.positive_duration("validation.retry-window", validation.retry_window);
+        // A first retry that may never start would leave `retries` saying something untrue.
+        if validation.retries > 0 && validation.retry_backoff.std() > validation.retry_window.std()
+        {
+            self.fail(
+                "validation.retry-backoff",
+                "must not exceed validation.retry-window, or no retry can ever start (set retries: 0 to turn retries off)",
+            );
+        }
         if validation.caa_recheck_after.std() > MAX_CAA_RECHECK_AFTER {
             self.fail(
                 "validation.caa-recheck-after",

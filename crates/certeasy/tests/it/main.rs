@@ -18,6 +18,7 @@ mod e2e_certbot;
 mod e2e_lego;
 mod eab;
 mod exclusive;
+mod failure_reports;
 mod flow;
 mod harness;
 mod hostile;

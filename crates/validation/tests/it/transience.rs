@@ -1,6 +1,6 @@
-//! Whether a failed attempt is transient (repeated later by the workers) or definite, against
-//! real servers: the classification is made where the failure is seen, and an attempt repeated
-//! once the cause is gone succeeds.
+//! Whether a failed attempt may be propagating (repeated later by the workers), transient (final,
+//! but may pass with a new order) or definite, against real servers: the classification is made
+//! where the failure is seen, and an attempt repeated once the cause is gone succeeds.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -41,7 +41,7 @@ async fn dns01_servfail_then_nxdomain_then_the_record() {
 
     env.dns.remove(name);
     let failure = attempt(&validator, Dns01).await.unwrap_err();
-    assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
+    assert_eq!(failure.retry, Retry::Propagation, "{failure:?}");
     assert!(
         failure.problem.detail.contains("NXDOMAIN"),
         "{}",
@@ -53,23 +53,24 @@ async fn dns01_servfail_then_nxdomain_then_the_record() {
     attempt(&validator, Dns01).await.unwrap();
 }
 
-/// No TXT record, or a set without our value, is what propagation of an update looks like.
+/// No TXT record, or a set without our value, is what propagation of an update looks like: the
+/// one class the workers retry.
 #[tokio::test]
-async fn dns01_missing_or_stale_txt_is_transient() {
+async fn dns01_missing_or_stale_txt_may_be_propagating() {
     let env = Env::start().await;
     let validator = env.validator();
     env.dns.clear_txt("_acme-challenge.a.test");
     let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(
         (failure.retry, failure.problem.kind),
-        (Retry::Transient, ProblemType::Unauthorized)
+        (Retry::Propagation, ProblemType::Unauthorized)
     );
     env.dns
         .add_txt("_acme-challenge.a.test", "value-of-an-earlier-order");
     let failure = attempt(&validator, Dns01).await.unwrap_err();
     assert_eq!(
         (failure.retry, failure.problem.kind),
-        (Retry::Transient, ProblemType::IncorrectResponse)
+        (Retry::Propagation, ProblemType::IncorrectResponse)
     );
 }
 
@@ -156,7 +157,8 @@ async fn tls_alpn01_refused_connection_is_transient() {
     assert_eq!(failure.retry, Retry::Transient, "{failure:?}");
 }
 
-/// A name that does not resolve yet (NXDOMAIN) is transient for http-01 too.
+/// A name that does not resolve (NXDOMAIN) is transient for http-01: final, never retried, as
+/// only a dns-01 record may be propagating.
 #[tokio::test]
 async fn http01_unresolved_name_is_transient() {
     let env = Env::start().await;
