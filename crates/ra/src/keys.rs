@@ -21,6 +21,7 @@ use std::sync::RwLock;
 use acme_jose::Jwk;
 use acme_jose::SpkiHash;
 use acme_jose::goodkey;
+use acme_jose::goodkey::Weakness;
 use base64::Engine;
 use storage::blocked_keys::BlockedKey;
 use x509_parser::certificate::X509Certificate;
@@ -121,6 +122,13 @@ impl Ra {
     /// Refuses a key that is weak or blocked, as `what` it is about to become.
     pub(crate) async fn check_key(&self, key: &Jwk, what: KeyUse) -> Result<(), Error> {
         if let Err(weakness) = goodkey::check(key) {
+            let reason = match weakness {
+                Weakness::Exponent(_) => "exponent",
+                Weakness::SmallPrimeFactor(_) => "small_prime",
+                Weakness::Roca => "roca",
+                Weakness::CloseFactors => "fermat",
+            };
+            count_refusal(what, reason);
             return Err(bad_key(what, weakness.to_string()));
         }
         let hash = SpkiHash::of(key);
@@ -128,6 +136,7 @@ impl Ra {
             || self.inner.storage.is_key_blocked(hash.as_bytes()).await?
         {
             tracing::info!(spki_sha256 = %hash, ?what, "blocked key refused");
+            count_refusal(what, "blocked");
             return Err(bad_key(what, BLOCKED_DETAIL.to_owned()));
         }
         Ok(())
@@ -231,6 +240,17 @@ pub fn named_key(text: &str) -> Result<SpkiHash, String> {
         }
     };
     SpkiHash::of_spki_der(&spki).map_err(|e| format!("the key cannot be read: {e}"))
+}
+
+/// `certeasy_keys_refused_total{use, reason}`: keys refused, by what they were to become
+/// (`account`, `certificate`) and why (`exponent`, `small_prime`, `roca`, `fermat`, `blocked`).
+fn count_refusal(what: KeyUse, reason: &'static str) {
+    let key_use = match what {
+        KeyUse::Account => "account",
+        KeyUse::Certificate => "certificate",
+    };
+    metrics::counter!("certeasy_keys_refused_total", "use" => key_use, "reason" => reason)
+        .increment(1);
 }
 
 fn bad_key(what: KeyUse, detail: String) -> Error {

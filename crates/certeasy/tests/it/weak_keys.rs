@@ -297,4 +297,27 @@ async fn blocked_and_weak_keys_are_refused(db: Db) {
     assert!(!ok && out.contains("blocked keys"), "{out}");
     let r = new_account(&raw_with(&env, copy(&file_blocked))).await;
     assert_problem(&r, 400, "badPublicKey", "the previous list stays");
+
+    // The refusals are counted by what the key was to become and why.
+    let metrics = reqwest::get(format!("http://{}/metrics", env.admin_addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (key_use, reason) in [
+        ("account", "blocked"),
+        ("account", "fermat"),
+        ("certificate", "blocked"),
+        ("certificate", "fermat"),
+    ] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("certeasy_keys_refused_total{")
+                    && l.contains(&format!("use=\"{key_use}\""))
+                    && l.contains(&format!("reason=\"{reason}\""))),
+            "{key_use} {reason}: {metrics}"
+        );
+    }
 }
