@@ -76,7 +76,9 @@ stop_pid() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
-# The CA both instances issue under (ca.existing), and nginx's certificate, signed by it.
+# The CA both instances issue under (ca.existing), the listener intermediate beside it (it signs
+# the instances' own HTTPS certificates and nginx's, never the issuing intermediate, whose every
+# certificate the database records), and nginx's certificate.
 make_pki() {
   local ca="$dir/ca" tls="$dir/tls"
   mkdir -p "$ca" "$tls"
@@ -98,18 +100,26 @@ make_pki() {
       "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid:always" > intermediate.ext
     openssl x509 -req -in intermediate.csr -CA root.pem -CAkey root.key -CAcreateserial \
       -days 1825 -sha256 -extfile intermediate.ext -out intermediate.pem 2>/dev/null
-    rm -f intermediate.csr intermediate.ext root.srl
-    chmod 644 root.pem intermediate.pem
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out listener.key 2>/dev/null
+    openssl req -new -key listener.key -out listener.csr \
+      -subj "/O=Certeasy cluster/CN=Certeasy cluster listener $id"
+    printf '%s\n' "basicConstraints=critical,CA:TRUE,pathlen:0" \
+      "keyUsage=critical,digitalSignature,keyCertSign" "extendedKeyUsage=serverAuth,clientAuth" \
+      "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid:always" > listener.ext
+    openssl x509 -req -in listener.csr -CA root.pem -CAkey root.key -CAcreateserial \
+      -days 1825 -sha256 -extfile listener.ext -out listener.pem 2>/dev/null
+    rm -f intermediate.csr intermediate.ext listener.csr listener.ext root.srl
+    chmod 644 root.pem intermediate.pem listener.pem
     cd "$tls"
     openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out nginx.key 2>/dev/null
     openssl req -new -key nginx.key -out nginx.csr -subj "/CN=$host"
     printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
       "extendedKeyUsage=serverAuth" "subjectAltName=DNS:$host,DNS:localhost,IP:127.0.0.1" \
       "authorityKeyIdentifier=keyid" > nginx.ext
-    openssl x509 -req -in nginx.csr -CA "$ca/intermediate.pem" -CAkey "$ca/intermediate.key" \
+    openssl x509 -req -in nginx.csr -CA "$ca/listener.pem" -CAkey "$ca/listener.key" \
       -CAcreateserial -days 365 -sha256 -extfile nginx.ext -out nginx.crt 2>/dev/null
-    cat nginx.crt "$ca/intermediate.pem" > nginx.pem
-    rm -f nginx.csr nginx.ext nginx.crt "$ca/intermediate.srl"
+    cat nginx.crt "$ca/listener.pem" > nginx.pem
+    rm -f nginx.csr nginx.ext nginx.crt "$ca/listener.srl"
   )
 }
 

@@ -1,5 +1,12 @@
 //! The ACME listener's certificate, swapped while the server runs.
 //!
+//! A self-issued certificate is signed by the CA's listener intermediate
+//! ([`Ca::issue_server_tls`]), never by the issuing intermediate: the database records every
+//! certificate the issuing key signs, and these are not recorded. A CA without a listener
+//! intermediate (an old `ca/` whose `root.key` is offline, or `ca.existing` without
+//! `listener.pem` beside it) makes [`ListenerCert::load`] fail, naming what to do, unless the
+//! operator's certificate files are configured.
+//!
 //! A server lives for years and its self-issued certificate for weeks, so the certificate is
 //! renewed after two thirds of its lifetime; an operator's certificate files are read again on
 //! reload (SIGHUP, `certeasy admin reload`). rustls asks [`ListenerCert`] for the certificate at
@@ -42,7 +49,7 @@ const MAX_SLEEP_STEP: Duration = Duration::from_secs(600);
 
 /// Where the certificate comes from.
 enum Source {
-    /// Issued by our own CA for `server.tls-names`, renewed in the background.
+    /// Issued by our CA's listener intermediate for `server.tls-names`, renewed in the background.
     SelfIssued {
         ca: Arc<Ca>,
         names: Vec<String>,
@@ -216,7 +223,8 @@ async fn sleep_by_wall_clock(wait: Duration, shutdown: &CancellationToken) -> bo
     }
 }
 
-/// A fresh certificate from our CA, and how long to serve it before renewing.
+/// A fresh certificate from our CA's listener intermediate, and how long to serve it before
+/// renewing.
 fn issue(source: &Source, provider: &CryptoProvider) -> anyhow::Result<(CertifiedKey, Duration)> {
     let Source::SelfIssued {
         ca,
@@ -268,4 +276,78 @@ fn read_files(
             certificate.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use acme_core::clock::SystemClock;
+    use issuance::Ca;
+    use issuance::CaSettings;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    use super::ListenerCert;
+    use crate::config::ServerConfig;
+
+    fn server() -> ServerConfig {
+        ServerConfig {
+            tls_names: vec!["localhost".to_owned()],
+            ..ServerConfig::default()
+        }
+    }
+
+    fn first_pem(path: &std::path::Path) -> Vec<u8> {
+        CertificateDer::pem_file_iter(path)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .to_vec()
+    }
+
+    /// The listener's chain is its leaf and the listener intermediate, never the issuing one.
+    #[test]
+    fn the_listener_is_signed_by_its_own_intermediate() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = CaSettings::new(dir.path().join("ca"));
+        let ca = Arc::new(Ca::load_or_create(&settings, time::OffsetDateTime::now_utc()).unwrap());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cert = ListenerCert::load(&server(), ca, Arc::new(SystemClock), provider).unwrap();
+        let served = cert.current.load_full();
+        assert_eq!(served.cert.len(), 2);
+        let listener = first_pem(&settings.dir.join("listener.pem"));
+        let intermediate = first_pem(&settings.dir.join("intermediate.pem"));
+        assert_eq!(served.cert[1].as_ref(), listener.as_slice());
+        assert!(
+            !served
+                .cert
+                .iter()
+                .any(|c| c.as_ref() == intermediate.as_slice())
+        );
+    }
+
+    /// Without a listener intermediate the issuing one is not used instead: a self-issued
+    /// listener refuses to start, saying what to do.
+    #[test]
+    fn without_a_listener_intermediate_a_self_issued_listener_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = CaSettings::new(dir.path().join("ca"));
+        let now = time::OffsetDateTime::now_utc();
+        Ca::load_or_create(&settings, now).unwrap();
+        for name in ["root.key", "listener.pem", "listener.key"] {
+            std::fs::remove_file(settings.dir.join(name)).unwrap();
+        }
+        let ca = Arc::new(Ca::load_or_create(&settings, now).unwrap());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let err = ListenerCert::load(&server(), ca, Arc::new(SystemClock), provider).unwrap_err();
+        let message = format!("{err:#}");
+        assert!(
+            message.contains("listener.pem") && message.contains("server.tls-certificate"),
+            "{message}"
+        );
+    }
 }
