@@ -18,6 +18,7 @@
 
 use acme_core::ids::AccountId;
 use acme_core::ids::CertificateId;
+use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::status::AccountStatus;
@@ -31,6 +32,7 @@ use crate::Storage;
 use crate::codec;
 use crate::error::Error;
 use crate::issuer_chains;
+use crate::model::Job;
 use crate::model::JobKind;
 use crate::model::NewReservation;
 use crate::model::Reservation;
@@ -134,6 +136,9 @@ pub(crate) async fn reserve_ready(
 ) -> Result<ReservedAtOnce> {
     let now_s = codec::unix(now);
     let chain_id = issuer_chains::id_of(s, &intent.issuer_chain_pem).await?;
+    if s.backend == Backend::Postgres {
+        return reserve_ready_pg(s, id, csr_der, &intent, chain_id, now, lease).await;
+    }
     let mut tx = s.begin_write().await?;
     let account_status = orders::account_of_order(s, &mut tx, id).await?;
     if account_status != AccountStatus::Valid {
@@ -161,6 +166,71 @@ pub(crate) async fn reserve_ready(
         job,
         reservation: Box::new(reservation),
     })
+}
+
+/// [`reserve_ready`] on PostgreSQL: the same transaction, lock for lock, as the function
+/// `certeasy_reserve_ready` (migration 0014), in one round trip, and the order read after it.
+/// When the order was not ready the function wrote nothing; why is then persisted and told in a
+/// transaction of its own, as a request that came a moment later would find it.
+async fn reserve_ready_pg(
+    s: &Storage,
+    id: OrderId,
+    csr_der: &[u8],
+    intent: &NewReservation,
+    chain_id: i64,
+    now: OffsetDateTime,
+    lease: Duration,
+) -> Result<ReservedAtOnce> {
+    let now_s = codec::unix(now);
+    let lease_until = codec::lease_end(now, lease);
+    let row =
+        sql::query("SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+            .bind(id.0)
+            .bind(csr_der)
+            .bind(now_s)
+            .bind(lease_until)
+            .bind(intent.serial.to_hex())
+            .bind(chain_id)
+            .bind(codec::unix(intent.not_before))
+            .bind(codec::unix(intent.not_after))
+            .bind(intent.crl_shard.map(i64::from))
+            .fetch_optional(&s.db)
+            .await?
+            .ok_or(Error::NotFound)?;
+    match row.try_get::<String, _>("outcome")?.as_str() {
+        "reserved" => {
+            let job = Job {
+                id: JobId(row.try_get("job_id")?),
+                kind: JobKind::Finalize(id),
+                attempts: 1,
+                retries: 0,
+                lease_until: codec::time_from_unix(lease_until)?,
+                exhausted: false,
+            };
+            let reservation = reservation(&row)?;
+            let mut conn = s.db.acquire().await?;
+            let order = rows::load_order(&mut conn, id)
+                .await?
+                .ok_or(Error::NotFound)?;
+            Ok(ReservedAtOnce::Reserved {
+                order: Box::new(order),
+                job,
+                reservation: Box::new(reservation),
+            })
+        }
+        "account" => Ok(ReservedAtOnce::AccountNotValid(codec::parse(
+            &row.try_get::<String, _>("account_status")?,
+        )?)),
+        "not_ready" => {
+            let mut tx = s.begin_write().await?;
+            let refusal = orders::not_ready(s, &mut tx, id, now_s).await?;
+            tx.commit().await?;
+            Err(refusal)
+        }
+        other => Err(Error::Corrupt(format!(
+            "certeasy_reserve_ready answered {other}"
+        ))),
+    }
 }
 
 /// Records `intent` for order `id` with the order's account and identifiers.
