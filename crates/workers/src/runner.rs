@@ -721,6 +721,11 @@ async fn load_validation(
     }))
 }
 
+/// Finalizes an order in `processing`: every check first (the account and the CSR when read
+/// from the queue, CAA at issuance time, the validity window at signing time), then the serial
+/// reserved and committed with what will be signed, then the signature, then the certificate
+/// stored against the reservation. A job resumed after a crash between reservation and storage
+/// finds the order's open reservation and signs the same serial and window again.
 async fn finalize(
     inner: &Inner,
     job: &Job,
