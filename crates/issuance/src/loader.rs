@@ -103,7 +103,7 @@ pub(crate) fn load(
                 certificate.display()
             ))
         })?;
-    probe(&issuer, issuing, certificate, now)?;
+    probe(&issuer, &sourced[0].der, issuing, certificate, now)?;
 
     let may_sign_crls = match issuing.key_usage() {
         Ok(Some(ku)) => ku.value.crl_sign(),
@@ -188,15 +188,48 @@ fn check_is_ca(cert: &X509Certificate<'_>, path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Signs a throw-away certificate and checks it chains to the issuing certificate: the key
-/// really signs for it, and the issuer name rcgen writes is byte-identical to the CA's subject
-/// (name chaining in many clients compares bytes).
+/// Checks, without the CA key ever signing a certificate (every certificate the issuing key
+/// signs is recorded in the database first, and a probe would not be), that the key really signs
+/// for the certificate: a signature over random bytes verifies under the certificate's public
+/// key. And that the issuer name rcgen writes is byte-identical to the CA's subject (name
+/// chaining in many clients compares bytes): a certificate is made under that name with a
+/// throw-away key, not the CA's.
 fn probe(
     issuer: &Issuer<'static, KeyPair>,
+    issuing_der: &[u8],
     issuing: &X509Certificate<'_>,
     path: &Path,
     now: OffsetDateTime,
 ) -> Result<(), Error> {
+    use rcgen::SigningKey as _;
+
+    let key = issuer.key();
+    let mut message = [0_u8; 32];
+    aws_lc_rs::rand::SecureRandom::fill(&aws_lc_rs::rand::SystemRandom::new(), &mut message)
+        .map_err(|_| Error::Signing("the system random number generator failed".to_owned()))?;
+    let signature = key.sign(&message).map_err(Error::signing)?;
+    if let Some(verification) = verification_of(key.algorithm()) {
+        aws_lc_rs::signature::UnparsedPublicKey::new(
+            verification,
+            issuing.public_key().subject_public_key.data.as_ref(),
+        )
+        .verify(&message, &signature)
+        .map_err(|_| {
+            Error::InvalidCa(format!(
+                "{}: signatures made with the configured key do not verify under this certificate",
+                path.display()
+            ))
+        })?;
+    }
+
+    let throwaway = KeyPair::generate().map_err(Error::signing)?;
+    let namesake = Issuer::from_ca_cert_der(&CertificateDer::from(issuing_der), throwaway)
+        .map_err(|e| {
+            Error::InvalidCa(format!(
+                "{}: this certificate cannot be used to issue: {e}",
+                path.display()
+            ))
+        })?;
     let serial = serial::random_serial()?;
     let mut params = rcgen::CertificateParams::default();
     params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
@@ -204,11 +237,11 @@ fn probe(
     params.not_after = now + Duration::minutes(1);
     params.is_ca = IsCa::ExplicitNoCa;
     let der = params
-        .signed_by(issuer.key(), issuer)
+        .signed_by(namesake.key(), &namesake)
         .map_err(Error::signing)?;
     let (_, probe) = x509_parser::parse_x509_certificate(der.der()).map_err(|e| {
         Error::Signing(format!(
-            "a probe certificate signed with this CA cannot be parsed: {e}"
+            "a probe certificate made under this CA's name cannot be parsed: {e}"
         ))
     })?;
     if probe.issuer().as_raw() != issuing.subject().as_raw() {
@@ -217,12 +250,93 @@ fn probe(
             path.display()
         )));
     }
-    probe
-        .verify_signature(Some(issuing.public_key()))
-        .map_err(|_| {
-            Error::InvalidCa(format!(
-                "{}: signatures made with the configured key do not verify under this certificate",
-                path.display()
-            ))
-        })
+    Ok(())
+}
+
+/// How a signature of a key of `algorithm` is verified; `None` for one Certeasy does not
+/// generate (its public key was still compared to the certificate's).
+fn verification_of(
+    algorithm: &'static rcgen::SignatureAlgorithm,
+) -> Option<&'static dyn aws_lc_rs::signature::VerificationAlgorithm> {
+    use aws_lc_rs::signature;
+    if algorithm == &rcgen::PKCS_ECDSA_P256_SHA256 {
+        Some(&signature::ECDSA_P256_SHA256_ASN1)
+    } else if algorithm == &rcgen::PKCS_ECDSA_P384_SHA384 {
+        Some(&signature::ECDSA_P384_SHA384_ASN1)
+    } else if algorithm == &rcgen::PKCS_RSA_SHA256 {
+        Some(&signature::RSA_PKCS1_2048_8192_SHA256)
+    } else if algorithm == &rcgen::PKCS_RSA_SHA384 {
+        Some(&signature::RSA_PKCS1_2048_8192_SHA384)
+    } else if algorithm == &rcgen::PKCS_RSA_SHA512 {
+        Some(&signature::RSA_PKCS1_2048_8192_SHA512)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::Path;
+
+    use rcgen::BasicConstraints;
+    use rcgen::CertificateParams;
+    use rcgen::DnType;
+    use rcgen::IsCa;
+    use rcgen::Issuer;
+    use rcgen::KeyPair;
+    use rustls_pki_types::CertificateDer;
+    use time::OffsetDateTime;
+
+    use super::probe;
+    use crate::error::Error;
+
+    /// A self-signed CA certificate of `key`, DER.
+    fn ca_cert(key: &KeyPair) -> Vec<u8> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Probe CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.self_signed(key).unwrap().der().to_vec()
+    }
+
+    /// The probe checks the key by a signature over random bytes, for every key type the CA
+    /// generates, and refuses a key whose signatures do not verify under the certificate.
+    #[test]
+    fn the_probe_checks_the_key_without_signing_a_certificate_with_it() {
+        let now = OffsetDateTime::now_utc();
+        for alg in [
+            &rcgen::PKCS_ECDSA_P256_SHA256,
+            &rcgen::PKCS_ECDSA_P384_SHA384,
+            &rcgen::PKCS_RSA_SHA256,
+        ] {
+            let key = if alg == &rcgen::PKCS_RSA_SHA256 {
+                KeyPair::generate_rsa_for(alg, rcgen::RsaKeySize::_2048).unwrap()
+            } else {
+                KeyPair::generate_for(alg).unwrap()
+            };
+            assert!(super::verification_of(key.algorithm()).is_some());
+            let der = ca_cert(&key);
+            let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let issuer =
+                Issuer::from_ca_cert_der(&CertificateDer::from(der.as_slice()), key).unwrap();
+            probe(&issuer, &der, &parsed, Path::new("ca.pem"), now).unwrap();
+
+            // Another key of the same type: its signatures do not verify under the certificate.
+            let other = Issuer::from_ca_cert_der(
+                &CertificateDer::from(der.as_slice()),
+                KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap(),
+            )
+            .unwrap();
+            if alg == &rcgen::PKCS_ECDSA_P256_SHA256 {
+                let refused = probe(&other, &der, &parsed, Path::new("ca.pem"), now);
+                assert!(
+                    matches!(&refused, Err(Error::InvalidCa(m)) if m.contains("do not verify")),
+                    "{refused:?}"
+                );
+            }
+        }
+    }
 }
