@@ -790,7 +790,10 @@ fn retry_keys_parse_default_from_the_workers_and_are_checked() {
         config.validation.retry_backoff,
         ConfigDuration::from_secs(120)
     );
-    assert_eq!(config.validation.retry_window, ConfigDuration::from_secs(60));
+    assert_eq!(
+        config.validation.retry_window,
+        ConfigDuration::from_secs(60)
+    );
     // With retries on, a first retry later than the window could never start.
     let never = only_problem("validation:\n  retries: 1\n  retry-backoff: 20s\n");
     assert_eq!(never.key_path, "validation.retry-backoff");
