@@ -24,6 +24,7 @@ mod pauses;
 mod private_file;
 mod prune;
 mod renewals;
+mod reservation_rows;
 mod reservations;
 mod rows;
 mod sql;
@@ -414,7 +415,7 @@ impl Storage {
     }
     /// Every serial reserved for order `id`, oldest first.
     pub async fn serial_reservations(&self, id: OrderId) -> Result<Vec<Reservation>> {
-        reservations::of_order(self, id).await
+        reservation_rows::of_order(self, id).await
     }
     /// Reservations made before `before` and still open, oldest first (at most `limit`):
     /// serials that may have been signed and whose certificates are not stored.
@@ -423,7 +424,7 @@ impl Storage {
         before: OffsetDateTime,
         limit: u32,
     ) -> Result<Vec<Reservation>> {
-        reservations::open_before(self, before, limit).await
+        reservation_rows::open_before(self, before, limit).await
     }
     /// The stored CSR of an order in processing.
     pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {

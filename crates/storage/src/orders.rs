@@ -28,7 +28,7 @@ use crate::model::Order;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
 use crate::model::PendingAuthzUsage;
-use crate::reservations;
+use crate::reservation_rows;
 use crate::rows;
 use crate::state;
 
@@ -774,7 +774,7 @@ pub(crate) async fn complete(
                 .ok_or(Error::NotFound)?
         }
         OrderStatus::Processing => {
-            let reserved = reservations::open_for(&mut tx, id, &cert.serial)
+            let reserved = reservation_rows::open_for(&mut tx, id, &cert.serial)
                 .await?
                 .ok_or_else(|| {
                     Error::WrongState(format!(
@@ -804,7 +804,7 @@ pub(crate) async fn complete(
             };
             let serial = cert.serial.clone();
             let certificate = store_certificate(&mut tx, id, stored, cert).await?;
-            reservations::mark_issued(&mut tx, &serial, certificate.id, now).await?;
+            reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
             certificate
         }
         other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
@@ -899,7 +899,7 @@ pub(crate) async fn fail(
         .await?
         .ok_or(Error::NotFound)?;
     if moved {
-        reservations::abandon_open(&mut tx, id, now).await?;
+        reservation_rows::abandon_open(&mut tx, id, now).await?;
     }
     // A repeated failure report (a retried job) finds the order already invalid.
     if moved || order.status == OrderStatus::Invalid {
