@@ -465,6 +465,11 @@ async fn serve(
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let server =
         certeasy::serve::start(&config, config_path.as_deref(), Arc::new(SystemClock)).await?;
+    // The handlers are installed before "ready" is printed: a supervisor (or a test) that sends
+    // SIGTERM or SIGHUP the moment it reads that line must reach them, not the default action,
+    // which would kill the process without its clean shutdown (a test instance's state
+    // directory would be left behind).
+    let signals = Signals::install()?;
     let root = server.root_path.as_ref().map_or_else(
         || "(loaded from the configured files)".to_owned(),
         |p| p.display().to_string(),
@@ -494,15 +499,15 @@ async fn serve(
             server.admin_addr
         );
     }
-    let reloader = server.reloader();
-    tokio::spawn(async move {
+    let Signals {
         #[cfg(unix)]
-        {
-            use tokio::signal::unix::SignalKind;
-            use tokio::signal::unix::signal;
-            let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-                return;
-            };
+        mut hangups,
+        stop,
+    } = signals;
+    #[cfg(unix)]
+    {
+        let reloader = server.reloader();
+        tokio::spawn(async move {
             while hangups.recv().await.is_some() {
                 match reloader.reload().await {
                     Ok(()) => tracing::info!(
@@ -513,11 +518,11 @@ async fn serve(
                     }
                 }
             }
-        }
-    });
+        });
+    }
     let token = server.shutdown_token();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.wait().await;
         tracing::info!("shutting down");
         token.cancel();
     });
@@ -594,20 +599,64 @@ fn announce_test_mode(
     }
 }
 
-async fn wait_for_signal() {
+/// The signals `serve` answers, registered with the kernel when installed.
+struct Signals {
+    /// SIGHUP: reload.
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::SignalKind;
-        use tokio::signal::unix::signal;
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+    hangups: tokio::signal::unix::Signal,
+    /// SIGTERM or SIGINT: shut down cleanly.
+    stop: StopSignals,
+}
+
+/// SIGTERM and SIGINT (Ctrl-C).
+struct StopSignals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use anyhow::Context as _;
+            use tokio::signal::unix::SignalKind;
+            use tokio::signal::unix::signal;
+            let listen = |kind: SignalKind, name: &str| {
+                signal(kind).with_context(|| format!("installing the {name} handler"))
+            };
+            Ok(Self {
+                hangups: listen(SignalKind::hangup(), "SIGHUP")?,
+                stop: StopSignals {
+                    terminate: listen(SignalKind::terminate(), "SIGTERM")?,
+                    interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+                },
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {
+            stop: StopSignals {},
+        })
     }
-    let _ = tokio::signal::ctrl_c().await;
+}
+
+impl StopSignals {
+    async fn wait(self) {
+        #[cfg(unix)]
+        {
+            let Self {
+                mut terminate,
+                mut interrupt,
+            } = self;
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn init_logging(config: &config::Config) {
