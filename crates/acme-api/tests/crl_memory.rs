@@ -2,7 +2,6 @@
 //! instance or another on the same database) is served once its number is seen to grow.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
@@ -16,6 +15,7 @@ use axum::http::Request;
 use axum::http::StatusCode;
 use storage::Storage;
 use storage::crls::PublishedCrl;
+use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use tower::ServiceExt;
 
@@ -113,57 +113,11 @@ async fn a_get_reads_no_database_and_a_new_number_is_served_after_a_refresh() {
     assert_eq!(get(&router, "0.crl").await.2, b"second");
 }
 
-/// A fresh PostgreSQL database, dropped with the value.
-struct PgDatabase {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    fn create() -> Self {
-        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = format!(
-            "certeasy_crl_{}_{}",
-            std::process::id(),
-            OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000
-        );
-        let out = Command::new("psql")
-            .arg(&admin)
-            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
-            .arg(format!("CREATE DATABASE {name}"))
-            .output()
-            .expect("psql");
-        assert!(
-            out.status.success(),
-            "PostgreSQL must be reachable at {admin}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-        let url = format!("{base}/{name}");
-        Self { admin, name, url }
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .arg(&self.admin)
-            .arg("-qc")
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .output();
-    }
-}
-
 #[tokio::test]
 async fn an_instance_serves_the_crl_another_instance_published() {
-    let pg = PgDatabase::create();
-    let publisher = Storage::connect(&pg.url).await.unwrap();
-    let server = Storage::connect(&pg.url).await.unwrap();
+    let pg = PgDatabase::create("certeasy_crl_").unwrap();
+    let publisher = Storage::connect(pg.url()).await.unwrap();
+    let server = Storage::connect(pg.url()).await.unwrap();
     publisher.ensure_crl_shards(1).await.unwrap();
     assert!(
         publisher

@@ -34,6 +34,7 @@ use instant_acme::NewOrder;
 use instant_acme::OrderStatus;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+use testkit::postgres::PgDatabase;
 use tokio::process::Command;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -52,55 +53,6 @@ fn env_or(name: &str, default: usize) -> usize {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A fresh PostgreSQL database on the local server, dropped with the value.
-struct PgDatabase {
-    url: String,
-    admin: String,
-    name: String,
-}
-
-impl PgDatabase {
-    async fn create() -> anyhow::Result<Self> {
-        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = format!("certeasy_bench_{}", std::process::id());
-        let out = Command::new("psql")
-            .arg(&admin)
-            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
-            .arg(format!("CREATE DATABASE {name}"))
-            .output()
-            .await
-            .context("running psql")?;
-        if !out.status.success() {
-            bail!(
-                "creating {name}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-        Ok(Self {
-            url: format!("{base}/{name}"),
-            admin: admin.clone(),
-            name,
-        })
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .arg(&self.admin)
-            .arg("-qc")
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 /// The configuration file of a bench server.
@@ -291,7 +243,7 @@ async fn throughput(label: &str, postgres: bool) -> anyhow::Result<()> {
     let orders_n = env_or("BENCH_ORDERS", 10);
     let concurrency = env_or("BENCH_CONCURRENCY", 40);
     let pg = if postgres {
-        Some(PgDatabase::create().await?)
+        Some(PgDatabase::create("certeasy_bench_")?)
     } else {
         None
     };
@@ -307,7 +259,7 @@ async fn throughput(label: &str, postgres: bool) -> anyhow::Result<()> {
         admin_port,
         &dns,
         http.port(),
-        pg.as_ref().map(|p| p.url.as_str()),
+        pg.as_ref().map(PgDatabase::url),
     )?;
     let config = certeasy::config::load(&config_path)?;
     let server = certeasy::serve::start(&config, Some(&config_path), Arc::new(SystemClock)).await?;

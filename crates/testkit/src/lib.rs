@@ -3,4 +3,5 @@
 pub mod acme_http;
 pub mod dns;
 pub mod http01;
+pub mod postgres;
 pub mod tls_alpn;

@@ -6,8 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use acme_core::clock::SystemClock;
@@ -37,58 +35,12 @@ use storage::model::OrderGuards;
 use storage::model::ReservationState;
 use storage::model::ReservedAtOnce;
 use storage::model::ValidationRecorded;
+use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use validation::ValidationSettings;
 use validation::Validator;
 use workers::Workers;
 use workers::settings::WorkerSettings;
-
-/// A fresh PostgreSQL database, dropped with the value.
-struct PgDatabase {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    fn create() -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = format!(
-            "certeasy_sign_last_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let out = std::process::Command::new("psql")
-            .arg(&admin)
-            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
-            .arg(format!("CREATE DATABASE {name}"))
-            .output()
-            .expect("psql must be installed");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-        let url = format!("{base}/{name}");
-        Self { admin, name, url }
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .arg(&self.admin)
-            .arg("-qc")
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .output();
-    }
-}
 
 struct Env {
     _pg: Option<PgDatabase>,
@@ -113,9 +65,10 @@ impl ValidationHook for Silent {
 async fn env(backend: Backend) -> Env {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let pg = (backend == Backend::Postgres).then(PgDatabase::create);
+    let pg =
+        (backend == Backend::Postgres).then(|| PgDatabase::create("certeasy_sign_last_").unwrap());
     let url = match &pg {
-        Some(pg) => pg.url.clone(),
+        Some(pg) => pg.url().to_owned(),
         None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
     };
     let storage = Storage::connect(&url).await.unwrap();

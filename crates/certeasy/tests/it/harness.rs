@@ -18,6 +18,7 @@ use acme_core::clock::SystemClock;
 use certeasy::serve::RunningServer;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+pub use testkit::postgres::PgDatabase;
 use testkit::tls_alpn::TlsAlpnResponder;
 
 /// Which database a test runs on.
@@ -65,54 +66,6 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// A fresh PostgreSQL database, dropped when the value is dropped.
-pub struct PgDatabase {
-    pub url: String,
-    admin: String,
-    name: String,
-}
-
-impl PgDatabase {
-    pub async fn create() -> Self {
-        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = unique("certeasy_it_");
-        let out = Command::new("psql")
-            .arg(&admin)
-            .args([
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-qc",
-                &format!("CREATE DATABASE {name}"),
-            ])
-            .output()
-            .expect("psql must be installed (scripts/test.sh installs it)");
-        assert!(
-            out.status.success(),
-            "PostgreSQL must be reachable at {admin} for this test: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-        Self {
-            url: format!("{base}/{name}"),
-            admin,
-            name,
-        }
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .arg(&self.admin)
-            .args([
-                "-qc",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
-    }
-}
-
 /// The pieces a test sets up before Certeasy starts.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -148,7 +101,9 @@ impl TestEnv {
         let admin_port = free_port();
         let crl_port = free_port();
         let pg = match db {
-            Db::Postgres => Some(PgDatabase::create().await),
+            Db::Postgres => {
+                Some(PgDatabase::create("certeasy_it_").expect("a throw-away database"))
+            }
             Db::Sqlite => None,
         };
         let mut sections = BTreeMap::new();
@@ -163,7 +118,7 @@ impl TestEnv {
             format!("  listen: \"127.0.0.1:{crl_port}\"\n"),
         );
         if let Some(pg) = &pg {
-            sections.insert("database".to_owned(), format!("  url: \"{}\"\n", pg.url));
+            sections.insert("database".to_owned(), format!("  url: \"{}\"\n", pg.url()));
         }
         // No challenge retries: tests that are not about them (`retries.rs` is) see a transient
         // failure as the verdict at once, as before retries existed.
@@ -317,7 +272,7 @@ impl TestEnv {
     /// The database the server uses (PostgreSQL when the environment has one, else its SQLite file).
     pub fn database_url(&self) -> String {
         match &self._pg {
-            Some(pg) => pg.url.clone(),
+            Some(pg) => pg.url().to_owned(),
             None => format!(
                 "sqlite://{}",
                 self.dir.path().join("data/certeasy.db").display()

@@ -522,20 +522,20 @@ fn user_tables(url: &str) -> String {
 
 #[tokio::test]
 async fn test_mode_refuses_postgresql_before_connecting_and_config_check_says_so() {
-    let pg = crate::harness::PgDatabase::create().await;
-    assert_eq!(user_tables(&pg.url), "0", "a fresh database");
+    let pg = crate::harness::PgDatabase::create("certeasy_it_").expect("a throw-away database");
+    assert_eq!(user_tables(pg.url()), "0", "a fresh database");
     let work = tempfile::tempdir().unwrap();
     let tmp = work.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
 
     // The production file, turned into a test instance by the flags.
     let production = work.path().join("prod.yaml");
-    std::fs::write(&production, format!("database:\n  url: \"{}\"\n", pg.url)).unwrap();
+    std::fs::write(&production, format!("database:\n  url: \"{}\"\n", pg.url())).unwrap();
     let flags = ["--test-mode", "--always-valid"].map(str::to_owned);
     let served = refused_alike(Some(&production), &flags, "database.url", &tmp).await;
     assert!(served.stderr.contains("PostgreSQL"), "{}", served.stderr);
     assert!(
-        !served.stderr.contains(&pg.url),
+        !served.stderr.contains(pg.url()),
         "the URL is not printed (it may hold a password)"
     );
 
@@ -545,7 +545,7 @@ async fn test_mode_refuses_postgresql_before_connecting_and_config_check_says_so
         &in_file,
         format!(
             "test-mode:\n  enabled: true\ndatabase:\n  url: \"{}\"\n",
-            pg.url
+            pg.url()
         ),
     )
     .unwrap();
@@ -557,7 +557,7 @@ async fn test_mode_refuses_postgresql_before_connecting_and_config_check_says_so
     );
 
     assert_eq!(
-        user_tables(&pg.url),
+        user_tables(pg.url()),
         "0",
         "nothing was written to the database test mode refused"
     );

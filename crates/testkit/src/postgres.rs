@@ -1,0 +1,77 @@
+//! A throw-away PostgreSQL database for one test, on the server the tests share
+//! (`CERTEASY_TEST_POSTGRES_URL`, trust authentication for `postgres` on loopback by default).
+//!
+//! Each test gets a database of its own, named from a prefix, the process id and a counter, so
+//! tests running at once never see each other's rows; it is dropped (`WITH (FORCE)`, closing
+//! whatever connections the test left) with the value. `psql` creates and drops it, so a
+//! test needs no driver of its own for this.
+
+use std::process::Command;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use anyhow::bail;
+
+/// The shared server's maintenance database when `CERTEASY_TEST_POSTGRES_URL` is unset: the
+/// address `scripts/test.sh` makes sure answers.
+pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A fresh database, dropped with the value.
+pub struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    /// Creates a database whose name starts with `prefix` (letters, digits and `_`).
+    pub fn create(prefix: &str) -> anyhow::Result<Self> {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
+        let name = format!(
+            "{prefix}{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new("psql")
+            .arg(&admin)
+            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
+            .arg(format!("CREATE DATABASE {name}"))
+            .output()
+            .context("running psql (scripts/test.sh installs it)")?;
+        if !out.status.success() {
+            bail!(
+                "creating {name}: PostgreSQL must be reachable at {admin}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        Ok(Self { admin, name, url })
+    }
+
+    /// The database's URL, to connect to it.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .arg(&self.admin)
+            .arg("-qc")
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .output();
+    }
+}
