@@ -321,6 +321,24 @@ mod tests {
         assert_eq!(refused_keys(&config), ["test-mode.data-dir"]);
     }
 
+    /// The problems `text`, read as the file `name`, is refused with.
+    fn refused(text: &str, name: &str) -> Vec<super::super::ConfigProblem> {
+        let Err(super::super::ConfigError::Invalid { problems, .. }) =
+            super::super::from_str(text, name)
+        else {
+            panic!("accepted");
+        };
+        problems
+    }
+
+    /// Each problem's key and line.
+    fn keys_and_lines(problems: &[super::super::ConfigProblem]) -> Vec<(&str, Option<u64>)> {
+        problems
+            .iter()
+            .map(|p| (p.key_path.as_str(), p.line))
+            .collect()
+    }
+
     #[test]
     fn the_file_reports_test_mode_refusals_at_their_keys() {
         let text = "\
@@ -332,17 +350,9 @@ database:
 server:
   listen: 0.0.0.0:443
 ";
-        let Err(super::super::ConfigError::Invalid { problems, .. }) =
-            super::super::from_str(text, "prod.yaml")
-        else {
-            panic!("accepted");
-        };
-        let found: Vec<(&str, Option<u64>)> = problems
-            .iter()
-            .map(|p| (p.key_path.as_str(), p.line))
-            .collect();
+        let problems = refused(text, "prod.yaml");
         assert_eq!(
-            found,
+            keys_and_lines(&problems),
             [("database.url", Some(5)), ("server.listen", Some(7))]
         );
         let shown = problems[0].to_string();
@@ -362,17 +372,9 @@ ca:
     certificate: /etc/ca.pem
     private-key: /etc/ca.key
 ";
-        let Err(super::super::ConfigError::Invalid { problems, .. }) =
-            super::super::from_str(text, "t.yaml")
-        else {
-            panic!("accepted");
-        };
-        let found: Vec<(&str, Option<u64>)> = problems
-            .iter()
-            .map(|p| (p.key_path.as_str(), p.line))
-            .collect();
+        let problems = refused(text, "t.yaml");
         assert_eq!(
-            found,
+            keys_and_lines(&problems),
             [
                 ("test-mode.http-port", Some(3)),
                 ("test-mode.reject-nonces-percent", Some(4)),
