@@ -5,6 +5,10 @@
 //! one whose `number` still matches stores its CRL, the others' work is discarded. Every instance
 //! serves the stored bytes, so relying parties see one CRL per shard and number, whichever
 //! instance answers.
+//!
+//! A shard's CRL lists its revoked certificates and the serials reserved in it that were
+//! possibly signed and then abandoned (`serial_reservations`, migration 0014): the issuing key
+//! may have signed them, no certificate row exists to revoke, so the CRL revokes the serial.
 
 use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
@@ -14,6 +18,7 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::issuer_chains;
 use crate::rows;
 use crate::sql;
 use crate::sql::Conn;
@@ -90,13 +95,21 @@ fn state(row: &Row) -> Result<CrlShardState> {
     })
 }
 
-/// The revoked certificates of `shard` that have not expired at `now`. Certificates issued
-/// before CRLs were published have no shard and are listed in shard 0.
+/// The revoked certificates of `shard` that have not expired at `now`, with the serials of the
+/// issuer `issuer_chain_pem` heads that were reserved, possibly signed and abandoned (see
+/// [`abandoned_signed`]). Certificates issued before CRLs were published have no shard and are
+/// listed in shard 0, and so are reservations made while no CRL was published.
+///
+/// Certificates are listed whatever their issuer, as they were before reservations existed;
+/// abandoned serials only under their own issuer chain, since a CRL speaks for the key that
+/// signs it (RFC 5280 §5) and a serial another issuer signed is not this issuer's to revoke.
 pub(crate) async fn revoked(
     s: &Storage,
     shard: u16,
+    issuer_chain_pem: &str,
     now: OffsetDateTime,
 ) -> Result<Vec<RevokedCertificate>> {
+    let chain_id = issuer_chains::id_of(s, issuer_chain_pem).await?;
     let rows = sql::query(
         "SELECT serial, revoked_at, revocation_reason FROM certificates \
          WHERE revoked_at IS NOT NULL AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
@@ -106,13 +119,64 @@ pub(crate) async fn revoked(
     .bind(codec::unix(now))
     .fetch_all(&s.db)
     .await?;
-    rows.iter()
+    let mut listed = rows
+        .iter()
         .map(|row| {
             Ok(RevokedCertificate {
                 serial: rows::serial_column(row)?,
                 revoked_at: codec::time_from_unix(row.try_get("revoked_at")?)?,
                 reason: rows::revocation_reason_column(row)?
                     .unwrap_or(RevocationReason::Unspecified),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    listed.extend(abandoned_signed(s, shard, chain_id, now).await?);
+    // A serial is in one list at most: a certificate is stored only against an open
+    // reservation, and an abandoned one is never reopened.
+    listed.sort_by(|a, b| a.serial.as_bytes().cmp(b.serial.as_bytes()));
+    Ok(listed)
+}
+
+/// The reason an abandoned serial is revoked with: [`RevocationReason::Unspecified`], which a
+/// CRL writes as no reasonCode at all (RFC 5280 §5.3.1).
+///
+/// Why not cessationOfOperation: RFC 5280 gives it for a certificate "no longer needed for the
+/// purpose for which it was issued", and the Baseline Requirements and Mozilla's root store
+/// policy tie it to the subscriber's side (the site closed, the names given up): it asserts
+/// something about the subscriber, who neither asked for this revocation nor ever received the
+/// certificate. Nor superseded (nothing replaced it for the subscriber), nor any other reason,
+/// each of which names a cause. This cause is the CA's own: it recorded a serial, may have
+/// signed it, and never stored the certificate; both documents have the reasonCode omitted
+/// when none of the listed reasons applies, which is this case.
+pub const ABANDONED_SERIAL_REASON: RevocationReason = RevocationReason::Unspecified;
+
+/// Serial reservations of `shard` (NULL: shard 0) under issuer chain `chain_id` that were
+/// marked abandoned after signing was begun (`signings > 0`) and have not expired at `now`:
+/// serials the issuing key may have signed that have no certificate row, so nothing else could
+/// revoke them. Each is revoked as of the moment it was abandoned.
+async fn abandoned_signed(
+    s: &Storage,
+    shard: u16,
+    chain_id: i64,
+    now: OffsetDateTime,
+) -> Result<Vec<RevokedCertificate>> {
+    let rows = sql::query(
+        "SELECT serial, COALESCE(settled_at, reserved_at) AS revoked_at \
+         FROM serial_reservations WHERE state = 'abandoned' AND signings > 0 \
+         AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
+         AND issuer_chain_id = $3 AND not_after > $2",
+    )
+    .bind(i64::from(shard))
+    .bind(codec::unix(now))
+    .bind(chain_id)
+    .fetch_all(&s.db)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(RevokedCertificate {
+                serial: rows::serial_column(row)?,
+                revoked_at: codec::time_from_unix(row.try_get("revoked_at")?)?,
+                reason: ABANDONED_SERIAL_REASON,
             })
         })
         .collect()
@@ -175,6 +239,19 @@ pub(crate) async fn count_revocation(conn: &mut Conn, id: i64) -> Result<()> {
     .bind(id)
     .execute(conn)
     .await?;
+    Ok(())
+}
+
+/// Counts one more revocation in shard `shard` (NULL: shard 0, where such serials are listed)
+/// for a reservation marked abandoned after signing was begun, in the transaction that marks
+/// it: its serial is listed from then on ([`revoked`]), so the shard's CRL is stale. Raised
+/// whatever the reservation's issuer; one that is not the publishing CA's costs one CRL that
+/// lists nothing new.
+pub(crate) async fn count_abandoned(conn: &mut Conn, shard: Option<i64>) -> Result<()> {
+    sql::query("UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = $1")
+        .bind(shard.unwrap_or(0))
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -494,13 +494,16 @@ impl Storage {
     pub async fn crl_shard_states(&self) -> Result<Vec<crls::CrlShardState>> {
         crls::states(self).await
     }
-    /// The revoked, unexpired certificates listed in `shard`'s CRL.
+    /// What `shard`'s CRL lists: its revoked, unexpired certificates, and the unexpired serials
+    /// reserved under `issuer_chain_pem` (the publishing CA's chain) that were possibly signed
+    /// and abandoned.
     pub async fn revoked_in_crl_shard(
         &self,
         shard: u16,
+        issuer_chain_pem: &str,
         now: OffsetDateTime,
     ) -> Result<Vec<crls::RevokedCertificate>> {
-        crls::revoked(self, shard, now).await
+        crls::revoked(self, shard, issuer_chain_pem, now).await
     }
     /// Stores `crl` for `shard` if its number is still `expected`; `false` if another instance
     /// published first. `revocations` is the shard's counter the CRL was built after.

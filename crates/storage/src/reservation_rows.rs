@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use crate::Result;
 use crate::Storage;
 use crate::codec;
+use crate::crls;
 use crate::error::Error;
 use crate::model::NewReservation;
 use crate::model::Reservation;
@@ -104,18 +105,26 @@ pub(crate) async fn mark_issued(
 }
 
 /// Marks the open reservation of order `id` abandoned (the order failed, or it is replaced).
+/// One whose signing was begun (`signings > 0`; every reservation is recorded with 1, since it
+/// is committed just before the signature) names a serial the issuing key may have signed and
+/// that no certificate row will ever hold: its CRL shard's counter is raised here, in the same
+/// transaction, so the shard's next CRL lists it ([`crls::revoked`]).
 pub(crate) async fn abandon_open(conn: &mut Conn, id: OrderId, now: OffsetDateTime) -> Result<()> {
     let abandoned = sql::query(
         "UPDATE serial_reservations SET state = 'abandoned', settled_at = $2 \
-         WHERE order_id = $1 AND state = 'reserved'",
+         WHERE order_id = $1 AND state = 'reserved' RETURNING serial, crl_shard, signings",
     )
     .bind(id.0)
     .bind(codec::unix(now))
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if abandoned > 0 {
-        tracing::warn!(order_id = %id, "a reserved serial was never stored; marked abandoned");
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = abandoned {
+        let serial = rows::serial_column(&row)?;
+        let signings: i64 = row.try_get("signings")?;
+        tracing::warn!(order_id = %id, %serial, signings, "a reserved serial was never stored; marked abandoned");
+        if signings > 0 {
+            crls::count_abandoned(conn, row.try_get("crl_shard")?).await?;
+        }
     }
     Ok(())
 }

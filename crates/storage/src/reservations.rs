@@ -14,7 +14,9 @@
 //! crash finds it and signs the same serial and window again, counted in `signings`; if the
 //! issuer changed meanwhile, the open reservation is marked `abandoned` and a new one recorded,
 //! so two serials for one order are never signed without both being recorded. An order that
-//! fails marks its open reservation `abandoned`.
+//! fails marks its open reservation `abandoned`. An abandoned serial may have been signed and has
+//! no certificate row, so it is revoked on its CRL shard's CRL instead (`crls::revoked`, the
+//! shard's counter raised where it is marked).
 
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;

@@ -7,6 +7,10 @@
 //! Publishing is compare-and-set on the shard's CRL number: when several instances rebuild the
 //! same shard at once, one stores its CRL and the others discard theirs, so numbers grow by one
 //! per published CRL and no two CRLs of a shard share a number.
+//!
+//! A shard lists its revoked certificates and the serials reserved under this CA's chain that
+//! were possibly signed and then abandoned (no certificate row exists to revoke them); marking
+//! one abandoned raises its shard's counter like a revocation does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,7 +138,10 @@ async fn publish(
     // The counter was read before the entries: a revocation committed after this read raises it
     // past `state.revocations`, so the shard stays stale and is rebuilt on the next check.
     let now = clock.now();
-    let revoked = storage.revoked_in_crl_shard(state.shard, now).await?;
+    // The CA's own chain: abandoned serials are listed by the issuer that reserved them.
+    let revoked = storage
+        .revoked_in_crl_shard(state.shard, ca.chain_pem(), now)
+        .await?;
     let entries: Vec<RevokedEntry> = revoked
         .into_iter()
         .map(|r| RevokedEntry {
