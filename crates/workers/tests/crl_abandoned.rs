@@ -5,34 +5,31 @@
 //! CRLs are parsed with x509-parser and verified under the CA that signed them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use acme_core::clock::SharedClock;
 use acme_core::clock::SystemClock;
-use acme_core::identifier::Identifier;
-use acme_core::identifier::canonical_set_hash;
-use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
-use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
+use common::Silent;
+use common::csr;
+use common::ready_order;
+use common::storage_on;
+use common::wait_for;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::CrlDistribution;
 use issuance::Intent;
 use issuance::Profiles;
-use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
-use storage::model::NewAccount;
-use storage::model::NewAuthz;
-use storage::model::NewOrder;
 use storage::model::NewReservation;
 use storage::model::Order;
-use storage::model::OrderGuards;
 use storage::model::ReservationState;
 use storage::model::ReservedAtOnce;
-use storage::model::ValidationRecorded;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use validation::ValidationSettings;
@@ -52,27 +49,9 @@ struct Env {
     clock: SharedClock,
 }
 
-struct Silent;
-
-impl ValidationHook for Silent {
-    fn on_validation<'a>(
-        &'a self,
-        _recorded: &'a ValidationRecorded,
-    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
-        Box::pin(async {})
-    }
-}
-
 async fn env(backend: Backend) -> Env {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let pg = (backend == Backend::Postgres)
-        .then(|| PgDatabase::create("certeasy_crl_abandoned_").unwrap());
-    let url = match &pg {
-        Some(pg) => pg.url().to_owned(),
-        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
-    };
-    let storage = Storage::connect(&url).await.unwrap();
+    let (pg, storage) = storage_on(backend, dir.path(), "certeasy_crl_abandoned_").await;
     storage.ensure_crl_shards(SHARDS).await.unwrap();
     Env {
         _pg: pg,
@@ -142,81 +121,6 @@ impl Env {
             .collect()
     }
 
-    /// A ready order for `name` of a fresh account.
-    async fn ready_order(&self, name: &str) -> Order {
-        let now = OffsetDateTime::now_utc();
-        let account = self
-            .storage
-            .create_account(
-                NewAccount {
-                    jwk_json: "{}".into(),
-                    thumbprint: format!("tp-{name}"),
-                    contacts: vec![],
-                    tos_agreed: true,
-                },
-                now,
-            )
-            .await
-            .unwrap();
-        let id = Identifier::dns(name).unwrap();
-        let order = self
-            .storage
-            .create_order(
-                NewOrder {
-                    account_id: account.id,
-                    identifiers: vec![id.clone()],
-                    set_hash: canonical_set_hash(std::slice::from_ref(&id)),
-                    not_before: None,
-                    not_after: None,
-                    expires_at: now + time::Duration::days(1),
-                    authorizations: vec![NewAuthz {
-                        identifier: id,
-                        expires_at: now + time::Duration::days(1),
-                        challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
-                    }],
-                    reuse_valid_authz: false,
-                    replaces: None,
-                    profile: "tls-server".to_owned(),
-                },
-                &OrderGuards::default(),
-                now,
-            )
-            .await
-            .unwrap();
-        let authz = self
-            .storage
-            .authorization(order.authz_ids[0], now)
-            .await
-            .unwrap()
-            .unwrap();
-        self.storage
-            .record_valid_at_once(authz.challenges[0].id, now)
-            .await
-            .unwrap();
-        let order = self.order_now(order.id).await;
-        assert_eq!(order.status, OrderStatus::Ready);
-        order
-    }
-
-    async fn order_now(&self, id: OrderId) -> Order {
-        self.storage
-            .order(id, OffsetDateTime::now_utc())
-            .await
-            .unwrap()
-            .unwrap()
-    }
-
-    async fn wait_for(&self, id: OrderId, want: OrderStatus) -> Order {
-        for _ in 0..300 {
-            let order = self.order_now(id).await;
-            if order.status == want {
-                return order;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("order {id} never became {}", want.as_str());
-    }
-
     /// What a finalization at once does before it stops: reserves a serial under `ca` (the
     /// order's job claimed for a second) and signs it. Nothing stores the certificate.
     async fn reserve_sign_and_stop(&self, ca: &Ca, order: &Order, name: &str) -> Intent {
@@ -269,13 +173,6 @@ fn is_stale(states: &[storage::crls::CrlShardState], shard: u16) -> bool {
         .is_stale()
 }
 
-fn csr(name: &str) -> Vec<u8> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.serialize_request(&key).unwrap().der().to_vec()
-}
-
 /// A serial's magnitude: DER writes a leading zero before a first byte with its high bit set.
 fn unsigned(bytes: &[u8]) -> Vec<u8> {
     let first = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len());
@@ -307,7 +204,7 @@ async fn a_failed_order_s_signed_serial_is_on_its_shard_s_crl(backend: Backend) 
     assert_eq!(env.publish(&ca).await, usize::from(SHARDS), "first CRLs");
 
     let name = "failed.crl-abandoned.test";
-    let order = env.ready_order(name).await;
+    let order = ready_order(&env.storage, name).await;
     let before = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
     let intent = env.reserve_sign_and_stop(&ca, &order, name).await;
     let shard = intent
@@ -321,7 +218,7 @@ async fn a_failed_order_s_signed_serial_is_on_its_shard_s_crl(backend: Backend) 
     assert!(!is_stale(&states, shard), "nothing revoked yet");
 
     let workers = env.workers(&ca);
-    env.wait_for(order.id, OrderStatus::Invalid).await;
+    wait_for(&env.storage, order.id, OrderStatus::Invalid).await;
     workers.shutdown().await;
     let reservations = env.storage.serial_reservations(order.id).await.unwrap();
     assert_eq!(reservations.len(), 1, "{reservations:?}");
@@ -378,12 +275,12 @@ async fn an_issuer_change_abandons_the_old_serial_for_its_own_issuer_s_crl(backe
     assert_eq!(env.publish(&new).await, usize::from(SHARDS), "first CRLs");
 
     let name = "changed.crl-abandoned.test";
-    let order = env.ready_order(name).await;
+    let order = ready_order(&env.storage, name).await;
     let intent = env.reserve_sign_and_stop(&old, &order, name).await;
     let shard = intent.crl_shard.unwrap();
 
     let workers = env.workers(&new);
-    let valid = env.wait_for(order.id, OrderStatus::Valid).await;
+    let valid = wait_for(&env.storage, order.id, OrderStatus::Valid).await;
     workers.shutdown().await;
     let reservations = env.storage.serial_reservations(order.id).await.unwrap();
     let states: Vec<_> = reservations.iter().map(|r| r.state).collect();

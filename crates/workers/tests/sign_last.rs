@@ -5,16 +5,20 @@
 //! workers; the CA counts every subscriber certificate it signs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use acme_core::clock::SystemClock;
-use acme_core::identifier::Identifier;
-use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::OrderId;
 use acme_core::status::AccountStatus;
-use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
+use common::Silent;
+use common::csr;
+use common::ready_order;
+use common::storage_on;
+use common::wait_for;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::Profiles;
@@ -22,19 +26,13 @@ use ra::in_flight::InFlight;
 use ra::in_flight::Key;
 use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
-use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
 use storage::error::Error;
-use storage::model::NewAccount;
-use storage::model::NewAuthz;
-use storage::model::NewOrder;
 use storage::model::NewReservation;
 use storage::model::Order;
-use storage::model::OrderGuards;
 use storage::model::ReservationState;
 use storage::model::ReservedAtOnce;
-use storage::model::ValidationRecorded;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use validation::ValidationSettings;
@@ -50,28 +48,10 @@ struct Env {
     workers: Workers,
 }
 
-struct Silent;
-
-impl ValidationHook for Silent {
-    fn on_validation<'a>(
-        &'a self,
-        _recorded: &'a ValidationRecorded,
-    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
-        Box::pin(async {})
-    }
-}
-
 /// One-second leases, so that a job left by a finalization that stopped is soon claimed again.
 async fn env(backend: Backend) -> Env {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let pg =
-        (backend == Backend::Postgres).then(|| PgDatabase::create("certeasy_sign_last_").unwrap());
-    let url = match &pg {
-        Some(pg) => pg.url().to_owned(),
-        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
-    };
-    let storage = Storage::connect(&url).await.unwrap();
+    let (pg, storage) = storage_on(backend, dir.path(), "certeasy_sign_last_").await;
     let ca = Arc::new(
         Ca::load_or_create(
             &CaSettings::new(dir.path().join("ca")),
@@ -101,88 +81,6 @@ async fn env(backend: Backend) -> Env {
         ca,
         workers,
     }
-}
-
-/// A ready order for `name` of a fresh account (validated at once: no job exists).
-async fn ready_order(env: &Env, name: &str) -> Order {
-    let now = OffsetDateTime::now_utc();
-    let account = env
-        .storage
-        .create_account(
-            NewAccount {
-                jwk_json: "{}".into(),
-                thumbprint: format!("tp-{name}"),
-                contacts: vec![],
-                tos_agreed: true,
-            },
-            now,
-        )
-        .await
-        .unwrap();
-    let id = Identifier::dns(name).unwrap();
-    let order = env
-        .storage
-        .create_order(
-            NewOrder {
-                account_id: account.id,
-                identifiers: vec![id.clone()],
-                set_hash: canonical_set_hash(std::slice::from_ref(&id)),
-                not_before: None,
-                not_after: None,
-                expires_at: now + time::Duration::days(1),
-                authorizations: vec![NewAuthz {
-                    identifier: id,
-                    expires_at: now + time::Duration::days(1),
-                    challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
-                }],
-                reuse_valid_authz: false,
-                replaces: None,
-                profile: "tls-server".to_owned(),
-            },
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
-    let authz = env
-        .storage
-        .authorization(order.authz_ids[0], now)
-        .await
-        .unwrap()
-        .unwrap();
-    env.storage
-        .record_valid_at_once(authz.challenges[0].id, now)
-        .await
-        .unwrap();
-    let order = order_now(env, order.id).await;
-    assert_eq!(order.status, OrderStatus::Ready);
-    order
-}
-
-async fn order_now(env: &Env, id: OrderId) -> Order {
-    env.storage
-        .order(id, OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-async fn wait_for(env: &Env, id: OrderId, want: OrderStatus) -> Order {
-    for _ in 0..300 {
-        let order = order_now(env, id).await;
-        if order.status == want {
-            return order;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("order {id} never became {}", want.as_str());
-}
-
-fn csr(name: &str) -> Vec<u8> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.serialize_request(&key).unwrap().der().to_vec()
 }
 
 /// Finalizes `order` at once, as a request that found a free place: with the order as the
@@ -252,7 +150,7 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
 
     // Deactivated after the request read the order.
     let name = "deactivated.sign-last.test";
-    let order = ready_order(&env, name).await;
+    let order = ready_order(&env.storage, name).await;
     env.storage
         .deactivate_account(order.account_id, OffsetDateTime::now_utc())
         .await
@@ -270,7 +168,7 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
 
     // Taken by a queued finalization after the request read it ready.
     let name = "taken.sign-last.test";
-    let order = ready_order(&env, name).await;
+    let order = ready_order(&env.storage, name).await;
     env.storage
         .begin_finalize(order.id, &csr(name), OffsetDateTime::now_utc())
         .await
@@ -286,7 +184,7 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
         "{refused:?}"
     );
     env.workers.wake();
-    let valid = wait_for(&env, order.id, OrderStatus::Valid).await;
+    let valid = wait_for(&env.storage, order.id, OrderStatus::Valid).await;
     assert!(valid.certificate_id.is_some());
     // One signature, the queued job's, and it is the stored certificate.
     assert_eq!(env.ca.leaves_signed(), 1);
@@ -314,7 +212,7 @@ async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_se
 ) {
     let env = env(backend).await;
     let name = "resumed.sign-last.test";
-    let order = ready_order(&env, name).await;
+    let order = ready_order(&env.storage, name).await;
     let der = csr(name);
     let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
     let now = OffsetDateTime::now_utc();
@@ -357,7 +255,7 @@ async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_se
         .issue(&checked, &order.identifiers, profile, &intent)
         .unwrap();
 
-    let valid = wait_for(&env, order.id, OrderStatus::Valid).await;
+    let valid = wait_for(&env.storage, order.id, OrderStatus::Valid).await;
     let cert = env
         .storage
         .certificate(valid.certificate_id.unwrap())

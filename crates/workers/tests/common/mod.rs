@@ -1,0 +1,134 @@
+//! What the workers' integration tests share: a hook that ignores verdicts, the storage on
+//! either backend, and orders made ready without a validation job.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use acme_core::identifier::Identifier;
+use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::OrderId;
+use acme_core::status::ChallengeType;
+use acme_core::status::OrderStatus;
+use ra::verdicts::ValidationHook;
+use storage::Backend;
+use storage::Storage;
+use storage::model::NewAccount;
+use storage::model::NewAuthz;
+use storage::model::NewOrder;
+use storage::model::Order;
+use storage::model::OrderGuards;
+use storage::model::ValidationRecorded;
+use testkit::postgres::PgDatabase;
+use time::OffsetDateTime;
+
+/// A validation hook that ignores every verdict.
+pub(crate) struct Silent;
+
+impl ValidationHook for Silent {
+    fn on_validation<'a>(
+        &'a self,
+        _recorded: &'a ValidationRecorded,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+}
+
+/// Storage on `backend`: a SQLite file in `dir`, or a throw-away PostgreSQL database named from
+/// `prefix`, which lives as long as the returned guard.
+pub(crate) async fn storage_on(
+    backend: Backend,
+    dir: &Path,
+    prefix: &str,
+) -> (Option<PgDatabase>, Storage) {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let pg = (backend == Backend::Postgres).then(|| PgDatabase::create(prefix).unwrap());
+    let url = match &pg {
+        Some(pg) => pg.url().to_owned(),
+        None => format!("sqlite://{}", dir.join("db.sqlite").display()),
+    };
+    let storage = Storage::connect(&url).await.unwrap();
+    (pg, storage)
+}
+
+/// A ready order for `name` of a fresh account (validated at once: no job exists).
+pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
+    let now = OffsetDateTime::now_utc();
+    let account = storage
+        .create_account(
+            NewAccount {
+                jwk_json: "{}".into(),
+                thumbprint: format!("tp-{name}"),
+                contacts: vec![],
+                tos_agreed: true,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let id = Identifier::dns(name).unwrap();
+    let order = storage
+        .create_order(
+            NewOrder {
+                account_id: account.id,
+                identifiers: vec![id.clone()],
+                set_hash: canonical_set_hash(std::slice::from_ref(&id)),
+                not_before: None,
+                not_after: None,
+                expires_at: now + time::Duration::days(1),
+                authorizations: vec![NewAuthz {
+                    identifier: id,
+                    expires_at: now + time::Duration::days(1),
+                    challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
+                }],
+                reuse_valid_authz: false,
+                replaces: None,
+                profile: "tls-server".to_owned(),
+            },
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap();
+    let authz = storage
+        .authorization(order.authz_ids[0], now)
+        .await
+        .unwrap()
+        .unwrap();
+    storage
+        .record_valid_at_once(authz.challenges[0].id, now)
+        .await
+        .unwrap();
+    let order = order_now(storage, order.id).await;
+    assert_eq!(order.status, OrderStatus::Ready);
+    order
+}
+
+/// Order `id` as stored now.
+pub(crate) async fn order_now(storage: &Storage, id: OrderId) -> Order {
+    storage
+        .order(id, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Order `id` once it is `want`, polled for at most 15 s.
+pub(crate) async fn wait_for(storage: &Storage, id: OrderId, want: OrderStatus) -> Order {
+    for _ in 0..300 {
+        let order = order_now(storage, id).await;
+        if order.status == want {
+            return order;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("order {id} never became {}", want.as_str());
+}
+
+/// A CSR for `name` with a fresh P-256 key.
+pub(crate) fn csr(name: &str) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.serialize_request(&key).unwrap().der().to_vec()
+}
