@@ -69,18 +69,14 @@ pub(crate) fn listener_intermediate(
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
 ) -> CertificateParams {
-    let mut params = base(serial, not_before, not_after);
-    params.distinguished_name = ca_name(organization, common_name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyCertSign,
-    ];
+    let mut params = intermediate(organization, common_name, serial, not_before, not_after);
+    params
+        .key_usages
+        .retain(|usage| *usage != KeyUsagePurpose::CrlSign);
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    params.use_authority_key_identifier_extension = true;
     params
 }
 
