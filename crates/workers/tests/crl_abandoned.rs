@@ -15,21 +15,17 @@ use acme_core::clock::SystemClock;
 use acme_core::ids::Serial;
 use acme_core::status::OrderStatus;
 use common::Silent;
-use common::csr;
 use common::ready_order;
+use common::reserve_sign_and_stop;
 use common::storage_on;
 use common::wait_for;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::CrlDistribution;
-use issuance::Intent;
 use issuance::Profiles;
 use storage::Backend;
 use storage::Storage;
-use storage::model::NewReservation;
-use storage::model::Order;
 use storage::model::ReservationState;
-use storage::model::ReservedAtOnce;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use validation::ValidationSettings;
@@ -120,49 +116,6 @@ impl Env {
             })
             .collect()
     }
-
-    /// What a finalization at once does before it stops: reserves a serial under `ca` (the
-    /// order's job claimed for a second) and signs it. Nothing stores the certificate.
-    async fn reserve_sign_and_stop(&self, ca: &Ca, order: &Order, name: &str) -> Intent {
-        let der = csr(name);
-        let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let profiles = Profiles::shipped();
-        let profile = profiles.select(Some("tls-server")).unwrap();
-        let intent = ca
-            .prepare(
-                &checked,
-                &order.identifiers,
-                profile,
-                now - time::Duration::minutes(1),
-                now + time::Duration::days(3),
-            )
-            .unwrap();
-        let reserved = self
-            .storage
-            .reserve_ready_order(
-                order.id,
-                &der,
-                NewReservation {
-                    serial: intent.serial.clone(),
-                    not_before: intent.not_before,
-                    not_after: intent.not_after,
-                    issuer_chain_pem: ca.chain_pem().to_owned(),
-                    crl_shard: intent.crl_shard,
-                },
-                now,
-                time::Duration::seconds(1),
-            )
-            .await
-            .unwrap();
-        assert!(
-            matches!(reserved, ReservedAtOnce::Reserved { .. }),
-            "{reserved:?}"
-        );
-        ca.issue(&checked, &order.identifiers, profile, &intent)
-            .unwrap();
-        intent
-    }
 }
 
 fn is_stale(states: &[storage::crls::CrlShardState], shard: u16) -> bool {
@@ -206,7 +159,7 @@ async fn a_failed_order_s_signed_serial_is_on_its_shard_s_crl(backend: Backend) 
     let name = "failed.crl-abandoned.test";
     let order = ready_order(&env.storage, name).await;
     let before = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
-    let intent = env.reserve_sign_and_stop(&ca, &order, name).await;
+    let intent = reserve_sign_and_stop(&env.storage, &ca, &order, name).await;
     let shard = intent
         .crl_shard
         .expect("a CA publishing CRLs gives a shard");
@@ -276,7 +229,7 @@ async fn an_issuer_change_abandons_the_old_serial_for_its_own_issuer_s_crl(backe
 
     let name = "changed.crl-abandoned.test";
     let order = ready_order(&env.storage, name).await;
-    let intent = env.reserve_sign_and_stop(&old, &order, name).await;
+    let intent = reserve_sign_and_stop(&env.storage, &old, &order, name).await;
     let shard = intent.crl_shard.unwrap();
 
     let workers = env.workers(&new);

@@ -17,6 +17,7 @@ use acme_core::status::OrderStatus;
 use common::Silent;
 use common::csr;
 use common::ready_order;
+use common::reserve_sign_and_stop;
 use common::storage_on;
 use common::wait_for;
 use issuance::Ca;
@@ -29,10 +30,8 @@ use ra::jobs::JobRunner;
 use storage::Backend;
 use storage::Storage;
 use storage::error::Error;
-use storage::model::NewReservation;
 use storage::model::Order;
 use storage::model::ReservationState;
-use storage::model::ReservedAtOnce;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 use validation::ValidationSettings;
@@ -213,47 +212,9 @@ async fn a_finalization_that_stopped_after_reserving_is_resumed_with_the_same_se
     let env = env(backend).await;
     let name = "resumed.sign-last.test";
     let order = ready_order(&env.storage, name).await;
-    let der = csr(name);
-    let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
-    let now = OffsetDateTime::now_utc();
-    let profiles = Profiles::shipped();
-    let profile = profiles.select(Some("tls-server")).unwrap();
-    let intent = env
-        .ca
-        .prepare(
-            &checked,
-            &order.identifiers,
-            profile,
-            now - time::Duration::minutes(1),
-            now + time::Duration::days(3),
-        )
-        .unwrap();
-    let reserved = env
-        .storage
-        .reserve_ready_order(
-            order.id,
-            &der,
-            NewReservation {
-                serial: intent.serial.clone(),
-                not_before: intent.not_before,
-                not_after: intent.not_after,
-                issuer_chain_pem: env.ca.chain_pem().to_owned(),
-                crl_shard: intent.crl_shard,
-            },
-            now,
-            time::Duration::seconds(1),
-        )
-        .await
-        .unwrap();
-    assert!(
-        matches!(reserved, ReservedAtOnce::Reserved { .. }),
-        "{reserved:?}"
-    );
     // The stopped request had signed it: a signature the database knows of only by its
     // reservation.
-    env.ca
-        .issue(&checked, &order.identifiers, profile, &intent)
-        .unwrap();
+    let intent = reserve_sign_and_stop(&env.storage, &env.ca, &order, name).await;
 
     let valid = wait_for(&env.storage, order.id, OrderStatus::Valid).await;
     let cert = env

@@ -10,14 +10,19 @@ use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::OrderId;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
+use issuance::Ca;
+use issuance::Intent;
+use issuance::Profiles;
 use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewOrder;
+use storage::model::NewReservation;
 use storage::model::Order;
 use storage::model::OrderGuards;
+use storage::model::ReservedAtOnce;
 use storage::model::ValidationRecorded;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
@@ -131,4 +136,51 @@ pub(crate) fn csr(name: &str) -> Vec<u8> {
     let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.serialize_request(&key).unwrap().der().to_vec()
+}
+
+/// What a finalization at once does before it stops: reserves a serial under `ca` (the
+/// order's job claimed for a second) and signs it. Nothing stores the certificate.
+pub(crate) async fn reserve_sign_and_stop(
+    storage: &Storage,
+    ca: &Ca,
+    order: &Order,
+    name: &str,
+) -> Intent {
+    let der = csr(name);
+    let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let profiles = Profiles::shipped();
+    let profile = profiles.select(Some("tls-server")).unwrap();
+    let intent = ca
+        .prepare(
+            &checked,
+            &order.identifiers,
+            profile,
+            now - time::Duration::minutes(1),
+            now + time::Duration::days(3),
+        )
+        .unwrap();
+    let reserved = storage
+        .reserve_ready_order(
+            order.id,
+            &der,
+            NewReservation {
+                serial: intent.serial.clone(),
+                not_before: intent.not_before,
+                not_after: intent.not_after,
+                issuer_chain_pem: ca.chain_pem().to_owned(),
+                crl_shard: intent.crl_shard,
+            },
+            now,
+            time::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(reserved, ReservedAtOnce::Reserved { .. }),
+        "{reserved:?}"
+    );
+    ca.issue(&checked, &order.identifiers, profile, &intent)
+        .unwrap();
+    intent
 }
