@@ -164,140 +164,148 @@ fn summary(row: &Row) -> Result<CertificateSummary> {
     })
 }
 
-pub(crate) async fn certificates(
-    s: &Storage,
-    filter: &CertificateFilter,
-    page: Page<CertificateId>,
-) -> Result<Vec<CertificateSummary>> {
-    let mut cond = Conditions::new(s);
-    certificate_conditions(&mut cond, filter);
-    if let Some(before) = page.before {
-        cond.int("c.id < ?", before.0);
-    }
-    let limit = cond.params.one();
-    let sql = format!(
-        "SELECT c.id, c.account_id, c.order_id, c.serial, c.not_before, c.not_after, c.issued_at, \
-         c.revoked_at, c.revocation_reason, o.identifiers \
-         FROM certificates c JOIN orders o ON o.id = c.order_id {} \
-         ORDER BY c.id DESC LIMIT {limit}",
-        cond.where_clause()
-    );
-    let rows = cond
-        .bind(sql)
-        .bind(i64::from(page.limit))
-        .fetch_all(&s.db)
-        .await?;
-    rows.iter().map(summary).collect()
-}
-
-pub(crate) async fn count_certificates(s: &Storage, filter: &CertificateFilter) -> Result<u64> {
-    let mut cond = Conditions::new(s);
-    certificate_conditions(&mut cond, filter);
-    // Orders are read only when the name needs them.
-    let join = if filter.name.is_some() {
-        "JOIN orders o ON o.id = c.order_id"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM certificates c {join} {}",
-        cond.where_clause()
-    );
-    let row = cond.bind(sql).fetch_one(&s.db).await?;
-    let n: i64 = row.try_get("n")?;
-    u64::try_from(n).map_err(|_| Error::Corrupt(format!("count {n}")))
-}
-
-pub(crate) async fn revoke_certificates(
-    s: &Storage,
-    ids: &[CertificateId],
-    reason: RevocationReason,
-    now: OffsetDateTime,
-) -> Result<Vec<CertificateId>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut params = Params::new(s.backend);
-    let at = params.one();
-    let code = params.one();
-    let list = params.many(ids.len());
-    // Conditional on `revoked_at IS NULL`, as for one certificate: a revocation that got in
-    // first keeps its time and reason, and is not counted here.
-    let mut query = one_off(format!(
-        "UPDATE certificates SET revoked_at = {at}, revocation_reason = {code} \
-         WHERE id IN ({list}) AND revoked_at IS NULL RETURNING id"
-    ))
-    .bind(codec::unix(now))
-    .bind(reason.code());
-    for id in ids {
-        query = query.bind(id.0);
-    }
-    let mut tx = s.db.begin_write().await?;
-    let rows = query.fetch_all(&mut *tx).await?;
-    for row in &rows {
-        // In the same transaction: a committed revocation always makes its CRL shard stale.
-        crls::count_revocation(&mut tx, row.try_get::<i64, _>("id")?).await?;
-    }
-    tx.commit().await?;
-    let mut revoked = rows
-        .iter()
-        .map(|r| r.try_get::<i64, _>("id").map(CertificateId))
-        .collect::<Result<Vec<_>>>()?;
-    revoked.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(revoked)
-}
-
-pub(crate) async fn accounts(
-    s: &Storage,
-    filter: &AccountFilter,
-    page: Page<AccountId>,
-) -> Result<Vec<Account>> {
-    let mut cond = Conditions::new(s);
-    if let Some(status) = filter.status {
-        cond.text("status = ?", status.as_str().to_owned());
-    }
-    if let Some(contact) = &filter.contact {
-        cond.text(
-            "contacts LIKE ? ESCAPE '\\'",
-            format!("%{}%", like_literal(contact)),
+impl Storage {
+    /// Accounts matching `filter`, newest first, one keyset page.
+    pub async fn list_accounts(
+        &self,
+        filter: &AccountFilter,
+        page: Page<AccountId>,
+    ) -> Result<Vec<Account>> {
+        let mut cond = Conditions::new(self);
+        if let Some(status) = filter.status {
+            cond.text("status = ?", status.as_str().to_owned());
+        }
+        if let Some(contact) = &filter.contact {
+            cond.text(
+                "contacts LIKE ? ESCAPE '\\'",
+                format!("%{}%", like_literal(contact)),
+            );
+        }
+        if let Some(before) = page.before {
+            cond.int("id < ?", before.0);
+        }
+        let limit = cond.params.one();
+        let sql = format!(
+            concat!(
+                "SELECT ",
+                account_cols!(),
+                " FROM accounts {} ORDER BY id DESC LIMIT {}"
+            ),
+            cond.where_clause(),
+            limit
         );
+        let rows = cond
+            .bind(sql)
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.db)
+            .await?;
+        rows.iter().map(rows::account).collect()
     }
-    if let Some(before) = page.before {
-        cond.int("id < ?", before.0);
-    }
-    let limit = cond.params.one();
-    let sql = format!(
-        concat!(
-            "SELECT ",
-            account_cols!(),
-            " FROM accounts {} ORDER BY id DESC LIMIT {}"
-        ),
-        cond.where_clause(),
-        limit
-    );
-    let rows = cond
-        .bind(sql)
-        .bind(i64::from(page.limit))
-        .fetch_all(&s.db)
-        .await?;
-    rows.iter().map(rows::account).collect()
-}
 
-pub(crate) async fn account_counts(s: &Storage, account: AccountId) -> Result<AccountCounts> {
-    let orders = sql::query_scalar::<i64>("SELECT COUNT(*) FROM orders WHERE account_id = $1")
-        .bind(account.0)
-        .fetch_one(&s.db)
-        .await?;
-    let row = sql::query(
+    /// How many orders (still stored), certificates and revoked certificates the account has.
+    pub async fn account_counts(&self, account: AccountId) -> Result<AccountCounts> {
+        let orders = sql::query_scalar::<i64>("SELECT COUNT(*) FROM orders WHERE account_id = $1")
+            .bind(account.0)
+            .fetch_one(&self.db)
+            .await?;
+        let row = sql::query(
         "SELECT COUNT(*) AS n, COUNT(revoked_at) AS revoked FROM certificates WHERE account_id = $1",
     )
     .bind(account.0)
-    .fetch_one(&s.db)
+    .fetch_one(&self.db)
     .await?;
-    let count = |n: i64| u64::try_from(n).map_err(|_| Error::Corrupt(format!("count {n}")));
-    Ok(AccountCounts {
-        orders: count(orders)?,
-        certificates: count(row.try_get("n")?)?,
-        revoked_certificates: count(row.try_get("revoked")?)?,
-    })
+        let count = |n: i64| u64::try_from(n).map_err(|_| Error::Corrupt(format!("count {n}")));
+        Ok(AccountCounts {
+            orders: count(orders)?,
+            certificates: count(row.try_get("n")?)?,
+            revoked_certificates: count(row.try_get("revoked")?)?,
+        })
+    }
+
+    /// Certificates matching `filter` with the names they hold, newest first, one keyset page.
+    pub async fn list_certificates(
+        &self,
+        filter: &CertificateFilter,
+        page: Page<CertificateId>,
+    ) -> Result<Vec<CertificateSummary>> {
+        let mut cond = Conditions::new(self);
+        certificate_conditions(&mut cond, filter);
+        if let Some(before) = page.before {
+            cond.int("c.id < ?", before.0);
+        }
+        let limit = cond.params.one();
+        let sql = format!(
+            "SELECT c.id, c.account_id, c.order_id, c.serial, c.not_before, c.not_after, c.issued_at, \
+         c.revoked_at, c.revocation_reason, o.identifiers \
+         FROM certificates c JOIN orders o ON o.id = c.order_id {} \
+         ORDER BY c.id DESC LIMIT {limit}",
+            cond.where_clause()
+        );
+        let rows = cond
+            .bind(sql)
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.db)
+            .await?;
+        rows.iter().map(summary).collect()
+    }
+
+    /// How many certificates match `filter` (a bulk revocation's total, before it starts).
+    pub async fn count_certificates(&self, filter: &CertificateFilter) -> Result<u64> {
+        let mut cond = Conditions::new(self);
+        certificate_conditions(&mut cond, filter);
+        // Orders are read only when the name needs them.
+        let join = if filter.name.is_some() {
+            "JOIN orders o ON o.id = c.order_id"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM certificates c {join} {}",
+            cond.where_clause()
+        );
+        let row = cond.bind(sql).fetch_one(&self.db).await?;
+        let n: i64 = row.try_get("n")?;
+        u64::try_from(n).map_err(|_| Error::Corrupt(format!("count {n}")))
+    }
+
+    /// Revokes those of `ids` that are not revoked yet, in one statement, and returns them
+    /// (highest id first); one already revoked keeps its first revocation.
+    pub async fn revoke_certificates(
+        &self,
+        ids: &[CertificateId],
+        reason: RevocationReason,
+        now: OffsetDateTime,
+    ) -> Result<Vec<CertificateId>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut params = Params::new(self.backend);
+        let at = params.one();
+        let code = params.one();
+        let list = params.many(ids.len());
+        // Conditional on `revoked_at IS NULL`, as for one certificate: a revocation that got in
+        // first keeps its time and reason, and is not counted here.
+        let mut query = one_off(format!(
+            "UPDATE certificates SET revoked_at = {at}, revocation_reason = {code} \
+         WHERE id IN ({list}) AND revoked_at IS NULL RETURNING id"
+        ))
+        .bind(codec::unix(now))
+        .bind(reason.code());
+        for id in ids {
+            query = query.bind(id.0);
+        }
+        let mut tx = self.db.begin_write().await?;
+        let rows = query.fetch_all(&mut *tx).await?;
+        for row in &rows {
+            // In the same transaction: a committed revocation always makes its CRL shard stale.
+            crls::count_revocation(&mut tx, row.try_get::<i64, _>("id")?).await?;
+        }
+        tx.commit().await?;
+        let mut revoked = rows
+            .iter()
+            .map(|r| r.try_get::<i64, _>("id").map(CertificateId))
+            .collect::<Result<Vec<_>>>()?;
+        revoked.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(revoked)
+    }
 }

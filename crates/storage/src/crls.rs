@@ -62,27 +62,119 @@ pub struct PublishedCrl {
     pub next_update: OffsetDateTime,
 }
 
-/// Creates the rows of shards `0..shards` that do not exist yet, so that revocations always find
-/// their shard's counter.
-pub(crate) async fn ensure(s: &Storage, shards: u16) -> Result<()> {
-    let mut tx = s.db.begin_write().await?;
-    for shard in 0..shards {
-        sql::query("INSERT INTO crl_shards (shard) VALUES ($1) ON CONFLICT (shard) DO NOTHING")
-            .bind(i64::from(shard))
-            .execute(&mut *tx)
-            .await?;
+impl Storage {
+    /// Creates the rows of shards `0..shards` that do not exist yet, so that revocations always find
+    /// their shard's counter.
+    pub async fn ensure_crl_shards(&self, shards: u16) -> Result<()> {
+        let mut tx = self.db.begin_write().await?;
+        for shard in 0..shards {
+            sql::query("INSERT INTO crl_shards (shard) VALUES ($1) ON CONFLICT (shard) DO NOTHING")
+                .bind(i64::from(shard))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
     }
-    tx.commit().await
-}
 
-pub(crate) async fn states(s: &Storage) -> Result<Vec<CrlShardState>> {
-    let rows = sql::query(
-        "SELECT shard, number, revocations, published_revocations, this_update \
+    /// Every CRL shard's state, by shard.
+    pub async fn crl_shard_states(&self) -> Result<Vec<CrlShardState>> {
+        let rows = sql::query(
+            "SELECT shard, number, revocations, published_revocations, this_update \
          FROM crl_shards ORDER BY shard",
-    )
-    .fetch_all(&s.db)
-    .await?;
-    rows.iter().map(state).collect()
+        )
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(state).collect()
+    }
+
+    /// The revoked certificates of `shard` that have not expired at `now`, with the serials of the
+    /// issuer `issuer_chain_pem` heads that were reserved, possibly signed and abandoned (see
+    /// [`abandoned_signed`]). Certificates issued before CRLs were published have no shard and are
+    /// listed in shard 0, and so are reservations made while no CRL was published.
+    ///
+    /// Certificates are listed whatever their issuer, as they were before reservations existed;
+    /// abandoned serials only under their own issuer chain, since a CRL speaks for the key that
+    /// signs it (RFC 5280 §5) and a serial another issuer signed is not this issuer's to revoke.
+    pub async fn revoked_in_crl_shard(
+        &self,
+        shard: u16,
+        issuer_chain_pem: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<RevokedCertificate>> {
+        let chain_id = issuer_chains::id_of(self, issuer_chain_pem).await?;
+        let rows = sql::query(
+            "SELECT serial, revoked_at, revocation_reason FROM certificates \
+         WHERE revoked_at IS NOT NULL AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
+         AND not_after > $2 ORDER BY serial",
+        )
+        .bind(i64::from(shard))
+        .bind(codec::unix(now))
+        .fetch_all(&self.db)
+        .await?;
+        let mut listed = rows
+            .iter()
+            .map(|row| {
+                Ok(RevokedCertificate {
+                    serial: rows::serial_column(row)?,
+                    revoked_at: codec::time_from_unix(row.try_get("revoked_at")?)?,
+                    reason: rows::revocation_reason_column(row)?
+                        .unwrap_or(RevocationReason::Unspecified),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        listed.extend(abandoned_signed(self, shard, chain_id, now).await?);
+        // A serial is in one list at most: a certificate is stored only against an open
+        // reservation, and an abandoned one is never reopened.
+        listed.sort_by(|a, b| a.serial.as_bytes().cmp(b.serial.as_bytes()));
+        Ok(listed)
+    }
+
+    /// Stores `crl` as shard `shard`'s CRL if the shard's number is still `expected` (what the
+    /// caller built after). Returns whether it was stored; `false` means another instance published
+    /// first.
+    pub async fn publish_crl(
+        &self,
+        shard: u16,
+        expected: u64,
+        revocations: u64,
+        crl: &PublishedCrl,
+    ) -> Result<bool> {
+        let stored = sql::query(
+            "UPDATE crl_shards SET number = $3, der = $4, this_update = $5, next_update = $6, \
+         published_revocations = $7 WHERE shard = $1 AND number = $2",
+        )
+        .bind(i64::from(shard))
+        .bind(stored(expected)?)
+        .bind(stored(crl.number)?)
+        .bind(crl.der.as_slice())
+        .bind(codec::unix(crl.this_update))
+        .bind(codec::unix(crl.next_update))
+        .bind(stored(revocations)?)
+        .execute(&self.db)
+        .await?
+        .rows_affected();
+        Ok(stored > 0)
+    }
+
+    /// Shard `shard`'s published CRL, if one has been published.
+    pub async fn published_crl(&self, shard: u16) -> Result<Option<PublishedCrl>> {
+        let row = sql::query(
+            "SELECT number, der, this_update, next_update FROM crl_shards \
+         WHERE shard = $1 AND number > 0",
+        )
+        .bind(i64::from(shard))
+        .fetch_optional(&self.db)
+        .await?;
+        row.map(|row| {
+            Ok(PublishedCrl {
+                number: column(row.try_get::<i64, _>("number")?)?,
+                der: row.try_get("der")?,
+                this_update: codec::time_from_unix(row.try_get("this_update")?)?,
+                next_update: codec::time_from_unix(row.try_get("next_update")?)?,
+            })
+        })
+        .transpose()
+    }
 }
 
 fn state(row: &Row) -> Result<CrlShardState> {
@@ -93,48 +185,6 @@ fn state(row: &Row) -> Result<CrlShardState> {
         published_revocations: column(row.try_get::<i64, _>("published_revocations")?)?,
         this_update: codec::opt_time_from_unix(row.try_get("this_update")?)?,
     })
-}
-
-/// The revoked certificates of `shard` that have not expired at `now`, with the serials of the
-/// issuer `issuer_chain_pem` heads that were reserved, possibly signed and abandoned (see
-/// [`abandoned_signed`]). Certificates issued before CRLs were published have no shard and are
-/// listed in shard 0, and so are reservations made while no CRL was published.
-///
-/// Certificates are listed whatever their issuer, as they were before reservations existed;
-/// abandoned serials only under their own issuer chain, since a CRL speaks for the key that
-/// signs it (RFC 5280 §5) and a serial another issuer signed is not this issuer's to revoke.
-pub(crate) async fn revoked(
-    s: &Storage,
-    shard: u16,
-    issuer_chain_pem: &str,
-    now: OffsetDateTime,
-) -> Result<Vec<RevokedCertificate>> {
-    let chain_id = issuer_chains::id_of(s, issuer_chain_pem).await?;
-    let rows = sql::query(
-        "SELECT serial, revoked_at, revocation_reason FROM certificates \
-         WHERE revoked_at IS NOT NULL AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
-         AND not_after > $2 ORDER BY serial",
-    )
-    .bind(i64::from(shard))
-    .bind(codec::unix(now))
-    .fetch_all(&s.db)
-    .await?;
-    let mut listed = rows
-        .iter()
-        .map(|row| {
-            Ok(RevokedCertificate {
-                serial: rows::serial_column(row)?,
-                revoked_at: codec::time_from_unix(row.try_get("revoked_at")?)?,
-                reason: rows::revocation_reason_column(row)?
-                    .unwrap_or(RevocationReason::Unspecified),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    listed.extend(abandoned_signed(s, shard, chain_id, now).await?);
-    // A serial is in one list at most: a certificate is stored only against an open
-    // reservation, and an abandoned one is never reopened.
-    listed.sort_by(|a, b| a.serial.as_bytes().cmp(b.serial.as_bytes()));
-    Ok(listed)
 }
 
 /// The reason an abandoned serial is revoked with: [`RevocationReason::Unspecified`], which a
@@ -180,53 +230,6 @@ async fn abandoned_signed(
             })
         })
         .collect()
-}
-
-/// Stores `crl` as shard `shard`'s CRL if the shard's number is still `expected` (what the
-/// caller built after). Returns whether it was stored; `false` means another instance published
-/// first.
-pub(crate) async fn publish(
-    s: &Storage,
-    shard: u16,
-    expected: u64,
-    revocations: u64,
-    crl: &PublishedCrl,
-) -> Result<bool> {
-    let stored = sql::query(
-        "UPDATE crl_shards SET number = $3, der = $4, this_update = $5, next_update = $6, \
-         published_revocations = $7 WHERE shard = $1 AND number = $2",
-    )
-    .bind(i64::from(shard))
-    .bind(stored(expected)?)
-    .bind(stored(crl.number)?)
-    .bind(crl.der.as_slice())
-    .bind(codec::unix(crl.this_update))
-    .bind(codec::unix(crl.next_update))
-    .bind(stored(revocations)?)
-    .execute(&s.db)
-    .await?
-    .rows_affected();
-    Ok(stored > 0)
-}
-
-/// Shard `shard`'s published CRL, if one has been published.
-pub(crate) async fn published(s: &Storage, shard: u16) -> Result<Option<PublishedCrl>> {
-    let row = sql::query(
-        "SELECT number, der, this_update, next_update FROM crl_shards \
-         WHERE shard = $1 AND number > 0",
-    )
-    .bind(i64::from(shard))
-    .fetch_optional(&s.db)
-    .await?;
-    row.map(|row| {
-        Ok(PublishedCrl {
-            number: column(row.try_get::<i64, _>("number")?)?,
-            der: row.try_get("der")?,
-            this_update: codec::time_from_unix(row.try_get("this_update")?)?,
-            next_update: codec::time_from_unix(row.try_get("next_update")?)?,
-        })
-    })
-    .transpose()
 }
 
 /// Counts one more revocation in the shard of certificate `id` (shard 0 for a certificate

@@ -9,6 +9,7 @@ mod account_cache;
 mod accounts;
 mod admin_queries;
 mod authz;
+mod backup;
 pub mod blocked_keys;
 mod certificates;
 mod codec;
@@ -31,7 +32,6 @@ mod sql;
 mod state;
 mod statistics;
 
-use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
@@ -46,13 +46,9 @@ use time::OffsetDateTime;
 
 use crate::error::Error;
 use crate::model::Account;
-use crate::model::AccountCounts;
-use crate::model::AccountFilter;
 use crate::model::Authorization;
 use crate::model::BindOutcome;
 use crate::model::Certificate;
-use crate::model::CertificateFilter;
-use crate::model::CertificateSummary;
 use crate::model::Challenge;
 use crate::model::ChallengeAttempt;
 use crate::model::EabKey;
@@ -66,9 +62,6 @@ use crate::model::NewReservation;
 use crate::model::Order;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
-use crate::model::Page;
-use crate::model::PauseOutcome;
-use crate::model::PausedPair;
 use crate::model::RenewEarly;
 use crate::model::Reservation;
 use crate::model::Reserved;
@@ -484,80 +477,6 @@ impl Storage {
         certificates::revoke(self, id, reason, now).await
     }
 
-    // ---- CRLs ----
-
-    /// Creates the rows of CRL shards `0..shards` that are missing.
-    pub async fn ensure_crl_shards(&self, shards: u16) -> Result<()> {
-        crls::ensure(self, shards).await
-    }
-    /// Every CRL shard's state, by shard.
-    pub async fn crl_shard_states(&self) -> Result<Vec<crls::CrlShardState>> {
-        crls::states(self).await
-    }
-    /// What `shard`'s CRL lists: its revoked, unexpired certificates, and the unexpired serials
-    /// reserved under `issuer_chain_pem` (the publishing CA's chain) that were possibly signed
-    /// and abandoned.
-    pub async fn revoked_in_crl_shard(
-        &self,
-        shard: u16,
-        issuer_chain_pem: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<crls::RevokedCertificate>> {
-        crls::revoked(self, shard, issuer_chain_pem, now).await
-    }
-    /// Stores `crl` for `shard` if its number is still `expected`; `false` if another instance
-    /// published first. `revocations` is the shard's counter the CRL was built after.
-    pub async fn publish_crl(
-        &self,
-        shard: u16,
-        expected: u64,
-        revocations: u64,
-        crl: &crls::PublishedCrl,
-    ) -> Result<bool> {
-        crls::publish(self, shard, expected, revocations, crl).await
-    }
-    /// `shard`'s published CRL, if any.
-    pub async fn published_crl(&self, shard: u16) -> Result<Option<crls::PublishedCrl>> {
-        crls::published(self, shard).await
-    }
-
-    // ---- operators' listings (certeasy admin) ----
-
-    /// Accounts matching `filter`, newest first, one keyset page.
-    pub async fn list_accounts(
-        &self,
-        filter: &AccountFilter,
-        page: Page<AccountId>,
-    ) -> Result<Vec<Account>> {
-        admin_queries::accounts(self, filter, page).await
-    }
-    /// How many orders (still stored), certificates and revoked certificates the account has.
-    pub async fn account_counts(&self, account: AccountId) -> Result<AccountCounts> {
-        admin_queries::account_counts(self, account).await
-    }
-    /// Certificates matching `filter` with the names they hold, newest first, one keyset page.
-    pub async fn list_certificates(
-        &self,
-        filter: &CertificateFilter,
-        page: Page<CertificateId>,
-    ) -> Result<Vec<CertificateSummary>> {
-        admin_queries::certificates(self, filter, page).await
-    }
-    /// How many certificates match `filter` (a bulk revocation's total, before it starts).
-    pub async fn count_certificates(&self, filter: &CertificateFilter) -> Result<u64> {
-        admin_queries::count_certificates(self, filter).await
-    }
-    /// Revokes those of `ids` that are not revoked yet, in one statement, and returns them
-    /// (highest id first); one already revoked keeps its first revocation.
-    pub async fn revoke_certificates(
-        &self,
-        ids: &[CertificateId],
-        reason: RevocationReason,
-        now: OffsetDateTime,
-    ) -> Result<Vec<CertificateId>> {
-        admin_queries::revoke_certificates(self, ids, reason, now).await
-    }
-
     // ---- jobs ----
 
     /// Claims the oldest due job whose lease is free, leasing it until `now + lease` and counting
@@ -621,142 +540,10 @@ impl Storage {
         jobs::next_due(self).await
     }
 
-    // ---- paused (account, identifier) pairs ----
-
-    /// Pauses each distinct identifier for the account, in one transaction: a new pair is paused,
-    /// a paused one stays as it is, one unpaused less than `grace` ago is left alone (the
-    /// subscriber's unpause is recent), and one unpaused longer ago is paused again from `now`.
-    /// Outcomes come in input order.
-    pub async fn pause_identifiers(
-        &self,
-        account: AccountId,
-        identifiers: &[Identifier],
-        grace: Duration,
-        now: OffsetDateTime,
-    ) -> Result<Vec<(Identifier, PauseOutcome)>> {
-        pauses::pause(self, account, identifiers, grace, now).await
-    }
-    /// The pause row of one pair, paused or unpaused.
-    pub async fn pause_state(
-        &self,
-        account: AccountId,
-        identifier: &Identifier,
-    ) -> Result<Option<PausedPair>> {
-        pauses::state(self, account, identifier).await
-    }
-    /// The identifiers among `identifiers` that are currently paused for the account, at most
-    /// `limit`: what a new order must be refused for, capped so the problem detail stays short.
-    pub async fn paused_among(
-        &self,
-        account: AccountId,
-        identifiers: &[Identifier],
-        limit: u32,
-    ) -> Result<Vec<Identifier>> {
-        pauses::among(self, account, identifiers, limit).await
-    }
-    /// Currently paused identifiers of the account, oldest pause first, at most `limit`.
-    pub async fn paused_for_account(
-        &self,
-        account: AccountId,
-        limit: u32,
-    ) -> Result<Vec<Identifier>> {
-        pauses::of_account(self, account, limit).await
-    }
-    /// Lifts up to `max` current pauses of the account in batched UPDATEs and returns the
-    /// identifiers it unpaused, so the caller can reset their failure counts. Fewer than `max`
-    /// means nothing is left paused.
-    pub async fn unpause_account(
-        &self,
-        account: AccountId,
-        max: u32,
-        now: OffsetDateTime,
-    ) -> Result<Vec<Identifier>> {
-        pauses::unpause_account(self, account, max, now).await
-    }
-    /// Lifts the pauses of the given identifiers of the account; returns those that were paused.
-    pub async fn unpause_identifiers(
-        &self,
-        account: AccountId,
-        identifiers: &[Identifier],
-        now: OffsetDateTime,
-    ) -> Result<Vec<Identifier>> {
-        pauses::unpause_identifiers(self, account, identifiers, now).await
-    }
-    /// Pause rows, newest pause first, of every account or of one; lifted pauses only when
-    /// `include_unpaused`; at most `limit`.
-    pub async fn list_pauses(
-        &self,
-        account: Option<AccountId>,
-        include_unpaused: bool,
-        limit: u32,
-    ) -> Result<Vec<PausedPair>> {
-        pauses::list(self, account, include_unpaused, limit).await
-    }
-    /// Inserts never-paused pairs as paused at `now` without reading first; pairs that already
-    /// have a row are left alone. Only for tests that need accounts with tens of thousands of
-    /// pauses; production code uses `pause_identifiers`.
-    #[doc(hidden)]
-    pub async fn bulk_insert_pauses_for_tests(
-        &self,
-        account: AccountId,
-        identifiers: &[Identifier],
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        pauses::bulk_insert(self, account, identifiers, now).await
-    }
-
     /// Closes the pool, waiting for connections to be returned; lets a caller (or a test) drop
     /// the database afterwards.
     pub async fn close(&self) {
         self.db.close().await;
-    }
-
-    /// Writes a consistent, compacted copy of the SQLite database to `dest`, which must not
-    /// exist: it is created 0600, since it holds account and EAB keys. Runs while the server
-    /// serves (the copy reads one snapshot, writers go on), off the runtime's threads. Returns
-    /// the copy's size in bytes. The copy is written to `<dest>.partial` and linked to `dest`
-    /// only once complete, so a file under `dest` is always a whole backup: a failed copy
-    /// leaves nothing, and one cut short by a crash leaves only the `.partial` file. The
-    /// blocking task finishes (or cleans up) even when the caller stops waiting.
-    /// `Error::Unsupported` on PostgreSQL, which `pg_dump` backs up.
-    pub async fn backup_into(&self, dest: &std::path::Path) -> Result<u64> {
-        let Db::Sqlite(lite) = &*self.db else {
-            return Err(Error::Unsupported(
-                "a PostgreSQL database is backed up with pg_dump (docs/operations.md)",
-            ));
-        };
-        if dest.exists() {
-            // Told before copying; `hard_link` below still refuses one that appears meanwhile.
-            return Err(Error::File {
-                path: dest.display().to_string(),
-                source: std::io::ErrorKind::AlreadyExists.into(),
-            });
-        }
-        let mut partial = dest.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = std::path::PathBuf::from(partial);
-        private_file::create_new_private(&partial)?;
-        let (lite, dest_owned) = (std::sync::Arc::clone(lite), dest.to_owned());
-        let file_error = |path: &std::path::Path| {
-            let path = path.display().to_string();
-            move |source| Error::File { path, source }
-        };
-        tokio::task::spawn_blocking(move || {
-            let done = lite.copy_into(&partial).and_then(|()| {
-                // `hard_link` refuses an existing `dest`: a backup is never overwritten.
-                std::fs::hard_link(&partial, &dest_owned).map_err(file_error(&dest_owned))?;
-                std::fs::metadata(&dest_owned)
-                    .map(|m| m.len())
-                    .map_err(file_error(&dest_owned))
-            });
-            let _ = std::fs::remove_file(&partial);
-            done
-        })
-        .await
-        .map_err(|e| Error::File {
-            path: dest.display().to_string(),
-            source: std::io::Error::other(format!("the copying task failed: {e}")),
-        })?
     }
 
     /// Starts a transaction that writes. On SQLite it takes the write lock at BEGIN: a deferred

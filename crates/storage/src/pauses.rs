@@ -38,240 +38,258 @@ const PADDED_UP_TO: usize = 16;
 /// statements, small enough that no single statement holds the write lock for long.
 const UNPAUSE_BATCH: u32 = 10_000;
 
-pub(crate) async fn pause(
-    s: &Storage,
-    account: AccountId,
-    identifiers: &[Identifier],
-    grace: Duration,
-    now: OffsetDateTime,
-) -> Result<Vec<(Identifier, PauseOutcome)>> {
-    let wanted = distinct(identifiers);
-    let now_s = codec::unix(now);
-    let grace_s = codec::seconds_ceil(grace);
-    let mut tx = s.begin_write().await?;
-    let mut existing = HashMap::new();
-    for (kind, chunk) in chunks_by_kind(&wanted) {
-        existing.extend(unpaused_at_of(s, &mut tx, account, kind, &chunk, true).await?);
+impl Storage {
+    /// Pauses each distinct identifier for the account, in one transaction: a new pair is paused,
+    /// a paused one stays as it is, one unpaused less than `grace` ago is left alone (the
+    /// subscriber's unpause is recent), and one unpaused longer ago is paused again from `now`.
+    /// Outcomes come in input order.
+    pub async fn pause_identifiers(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        grace: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(Identifier, PauseOutcome)>> {
+        let wanted = distinct(identifiers);
+        let now_s = codec::unix(now);
+        let grace_s = codec::seconds_ceil(grace);
+        let mut tx = self.begin_write().await?;
+        let mut existing = HashMap::new();
+        for (kind, chunk) in chunks_by_kind(&wanted) {
+            existing.extend(unpaused_at_of(self, &mut tx, account, kind, &chunk, true).await?);
+        }
+        let mut outcomes = Vec::with_capacity(wanted.len());
+        let mut fresh = Vec::new();
+        let mut again = Vec::new();
+        for id in &wanted {
+            let outcome = match existing.get(&key(id)) {
+                None => {
+                    fresh.push(*id);
+                    PauseOutcome::Paused
+                }
+                Some(None) => PauseOutcome::AlreadyPaused,
+                Some(Some(unpaused)) if now_s.saturating_sub(*unpaused) < grace_s => {
+                    PauseOutcome::SkippedGrace
+                }
+                Some(Some(_)) => {
+                    again.push(*id);
+                    PauseOutcome::Repaused
+                }
+            };
+            outcomes.push(((*id).clone(), outcome));
+        }
+        for chunk in fresh.chunks(CHUNK) {
+            insert_pauses(self, &mut tx, account, chunk, now_s).await?;
+        }
+        for (kind, chunk) in chunks_by_kind(&again) {
+            repause(self, &mut tx, account, kind, &chunk, now_s).await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
     }
-    let mut outcomes = Vec::with_capacity(wanted.len());
-    let mut fresh = Vec::new();
-    let mut again = Vec::new();
-    for id in &wanted {
-        let outcome = match existing.get(&key(id)) {
-            None => {
-                fresh.push(*id);
-                PauseOutcome::Paused
-            }
-            Some(None) => PauseOutcome::AlreadyPaused,
-            Some(Some(unpaused)) if now_s.saturating_sub(*unpaused) < grace_s => {
-                PauseOutcome::SkippedGrace
-            }
-            Some(Some(_)) => {
-                again.push(*id);
-                PauseOutcome::Repaused
-            }
-        };
-        outcomes.push(((*id).clone(), outcome));
-    }
-    for chunk in fresh.chunks(CHUNK) {
-        insert_pauses(s, &mut tx, account, chunk, now_s).await?;
-    }
-    for (kind, chunk) in chunks_by_kind(&again) {
-        repause(s, &mut tx, account, kind, &chunk, now_s).await?;
-    }
-    tx.commit().await?;
-    Ok(outcomes)
-}
 
-pub(crate) async fn state(
-    s: &Storage,
-    account: AccountId,
-    identifier: &Identifier,
-) -> Result<Option<PausedPair>> {
-    let row = sql::query(
+    /// The pause row of one pair, paused or unpaused.
+    pub async fn pause_state(
+        &self,
+        account: AccountId,
+        identifier: &Identifier,
+    ) -> Result<Option<PausedPair>> {
+        let row = sql::query(
         "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
          WHERE account_id = $1 AND identifier_type = $2 AND identifier_value = $3",
     )
     .bind(account.0)
     .bind(identifier.kind().as_str())
     .bind(identifier.value())
-    .fetch_optional(&s.db)
+    .fetch_optional(&self.db)
     .await?;
-    row.as_ref().map(pair).transpose()
-}
-
-pub(crate) async fn among(
-    s: &Storage,
-    account: AccountId,
-    identifiers: &[Identifier],
-    limit: u32,
-) -> Result<Vec<Identifier>> {
-    let wanted = distinct(identifiers);
-    let mut conn = s.db.acquire().await?;
-    let mut rows = HashMap::new();
-    for (kind, chunk) in chunks_by_kind(&wanted) {
-        rows.extend(unpaused_at_of(s, &mut conn, account, kind, &chunk, false).await?);
+        row.as_ref().map(pair).transpose()
     }
-    // Filtered here rather than in SQL, so the lookup stays on the primary key (see the index).
-    Ok(wanted
-        .into_iter()
-        .filter(|id| matches!(rows.get(&key(id)), Some(None)))
-        .take(limit as usize)
-        .cloned()
-        .collect())
-}
 
-pub(crate) async fn of_account(
-    s: &Storage,
-    account: AccountId,
-    limit: u32,
-) -> Result<Vec<Identifier>> {
-    let rows = sql::query(
-        "SELECT identifier_type, identifier_value FROM paused \
+    /// The identifiers among `identifiers` that are currently paused for the account, at most
+    /// `limit`: what a new order must be refused for, capped so the problem detail stays short.
+    pub async fn paused_among(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        limit: u32,
+    ) -> Result<Vec<Identifier>> {
+        let wanted = distinct(identifiers);
+        let mut conn = self.db.acquire().await?;
+        let mut rows = HashMap::new();
+        for (kind, chunk) in chunks_by_kind(&wanted) {
+            rows.extend(unpaused_at_of(self, &mut conn, account, kind, &chunk, false).await?);
+        }
+        // Filtered here rather than in SQL, so the lookup stays on the primary key (see the index).
+        Ok(wanted
+            .into_iter()
+            .filter(|id| matches!(rows.get(&key(id)), Some(None)))
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    /// Currently paused identifiers of the account, oldest pause first, at most `limit`.
+    pub async fn paused_for_account(
+        &self,
+        account: AccountId,
+        limit: u32,
+    ) -> Result<Vec<Identifier>> {
+        let rows = sql::query(
+            "SELECT identifier_type, identifier_value FROM paused \
          WHERE account_id = $1 AND unpaused_at IS NULL \
          ORDER BY paused_at, identifier_type, identifier_value LIMIT $2",
-    )
-    .bind(account.0)
-    .bind(i64::from(limit))
-    .fetch_all(&s.db)
-    .await?;
-    rows.iter().map(identifier_of).collect()
-}
+        )
+        .bind(account.0)
+        .bind(i64::from(limit))
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(identifier_of).collect()
+    }
 
-pub(crate) async fn unpause_account(
-    s: &Storage,
-    account: AccountId,
-    max: u32,
-    now: OffsetDateTime,
-) -> Result<Vec<Identifier>> {
-    let now_s = codec::unix(now);
-    let mut unpaused = Vec::new();
-    let mut left = max;
-    // Each batch is its own statement and commits alone, as the pause rows are independent: a
-    // failure half-way leaves some pairs unpaused, and clicking again finishes the job. The batch
-    // is picked by physical row id, which both backends look up directly whatever their table
-    // statistics say: joining on the key let PostgreSQL, with a fresh table's estimates, rescan
-    // the batch once per row (minutes for 50,000 rows). On PostgreSQL the rows are locked as they
-    // are picked, so a concurrent unpause waits and then finds them already unpaused.
-    while left > 0 {
-        let batch = left.min(UNPAUSE_BATCH);
-        let query = match s.backend {
-            Backend::Postgres => sql::query(
-                "UPDATE paused SET unpaused_at = $2 \
+    /// Lifts up to `max` current pauses of the account in batched UPDATEs and returns the
+    /// identifiers it unpaused, so the caller can reset their failure counts. Fewer than `max`
+    /// means nothing is left paused.
+    pub async fn unpause_account(
+        &self,
+        account: AccountId,
+        max: u32,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Identifier>> {
+        let now_s = codec::unix(now);
+        let mut unpaused = Vec::new();
+        let mut left = max;
+        // Each batch is its own statement and commits alone, as the pause rows are independent: a
+        // failure half-way leaves some pairs unpaused, and clicking again finishes the job. The batch
+        // is picked by physical row id, which both backends look up directly whatever their table
+        // statistics say: joining on the key let PostgreSQL, with a fresh table's estimates, rescan
+        // the batch once per row (minutes for 50,000 rows). On PostgreSQL the rows are locked as they
+        // are picked, so a concurrent unpause waits and then finds them already unpaused.
+        while left > 0 {
+            let batch = left.min(UNPAUSE_BATCH);
+            let query = match self.backend {
+                Backend::Postgres => sql::query(
+                    "UPDATE paused SET unpaused_at = $2 \
                  WHERE ctid = ANY(ARRAY(SELECT ctid FROM paused \
                      WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3 FOR UPDATE)) \
                  AND unpaused_at IS NULL \
                  RETURNING identifier_type, identifier_value",
-            ),
-            Backend::Sqlite => sql::query(
-                "UPDATE paused SET unpaused_at = $2 \
+                ),
+                Backend::Sqlite => sql::query(
+                    "UPDATE paused SET unpaused_at = $2 \
                  WHERE rowid IN (SELECT rowid FROM paused \
                      WHERE account_id = $1 AND unpaused_at IS NULL LIMIT $3) \
                  RETURNING identifier_type, identifier_value",
-            ),
-        };
-        let rows = query
-            .bind(account.0)
-            .bind(now_s)
-            .bind(i64::from(batch))
-            .fetch_all(&s.db)
-            .await?;
-        for row in &rows {
-            unpaused.push(identifier_of(row)?);
+                ),
+            };
+            let rows = query
+                .bind(account.0)
+                .bind(now_s)
+                .bind(i64::from(batch))
+                .fetch_all(&self.db)
+                .await?;
+            for row in &rows {
+                unpaused.push(identifier_of(row)?);
+            }
+            if rows.len() < batch as usize {
+                break;
+            }
+            left -= batch;
         }
-        if rows.len() < batch as usize {
-            break;
-        }
-        left -= batch;
+        Ok(unpaused)
     }
-    Ok(unpaused)
-}
 
-pub(crate) async fn unpause_identifiers(
-    s: &Storage,
-    account: AccountId,
-    identifiers: &[Identifier],
-    now: OffsetDateTime,
-) -> Result<Vec<Identifier>> {
-    let wanted = distinct(identifiers);
-    let now_s = codec::unix(now);
-    let mut tx = s.begin_write().await?;
-    let mut rows = HashMap::new();
-    for (kind, chunk) in chunks_by_kind(&wanted) {
-        rows.extend(unpaused_at_of(s, &mut tx, account, kind, &chunk, true).await?);
-    }
-    // The rows are locked (or, on SQLite, the database is): what was read as paused still is.
-    let paused: Vec<&Identifier> = wanted
-        .into_iter()
-        .filter(|id| matches!(rows.get(&key(id)), Some(None)))
-        .collect();
-    for (kind, chunk) in chunks_by_kind(&paused) {
-        let mut p = Params::new(s.backend);
-        let (at, acct, kind_p, values) = (p.one(), p.one(), p.one(), p.many(chunk.len()));
-        let sql = format!(
-            "UPDATE paused SET unpaused_at = {at} \
+    /// Lifts the pauses of the given identifiers of the account; returns those that were paused.
+    pub async fn unpause_identifiers(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        now: OffsetDateTime,
+    ) -> Result<Vec<Identifier>> {
+        let wanted = distinct(identifiers);
+        let now_s = codec::unix(now);
+        let mut tx = self.begin_write().await?;
+        let mut rows = HashMap::new();
+        for (kind, chunk) in chunks_by_kind(&wanted) {
+            rows.extend(unpaused_at_of(self, &mut tx, account, kind, &chunk, true).await?);
+        }
+        // The rows are locked (or, on SQLite, the database is): what was read as paused still is.
+        let paused: Vec<&Identifier> = wanted
+            .into_iter()
+            .filter(|id| matches!(rows.get(&key(id)), Some(None)))
+            .collect();
+        for (kind, chunk) in chunks_by_kind(&paused) {
+            let mut p = Params::new(self.backend);
+            let (at, acct, kind_p, values) = (p.one(), p.one(), p.one(), p.many(chunk.len()));
+            let sql = format!(
+                "UPDATE paused SET unpaused_at = {at} \
              WHERE account_id = {acct} AND identifier_type = {kind_p} AND identifier_value IN ({values})"
-        );
-        let mut query = one_off(sql).bind(now_s).bind(account.0).bind(kind);
-        for id in &chunk {
-            query = query.bind(id.value());
+            );
+            let mut query = one_off(sql).bind(now_s).bind(account.0).bind(kind);
+            for id in &chunk {
+                query = query.bind(id.value());
+            }
+            query.execute(&mut *tx).await?;
         }
-        query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(paused.into_iter().cloned().collect())
     }
-    tx.commit().await?;
-    Ok(paused.into_iter().cloned().collect())
-}
 
-pub(crate) async fn list(
-    s: &Storage,
-    account: Option<AccountId>,
-    include_unpaused: bool,
-    limit: u32,
-) -> Result<Vec<PausedPair>> {
-    // Only fixed fragments and placeholders are joined into the statement; values are bound.
-    let mut p = Params::new(s.backend);
-    let mut conditions = Vec::new();
-    if account.is_some() {
-        conditions.push(format!("account_id = {}", p.one()));
-    }
-    if !include_unpaused {
-        conditions.push("unpaused_at IS NULL".to_owned());
-    }
-    let filter = if conditions.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", conditions.join(" AND "))
-    };
-    let sql = format!(
-        "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
+    /// Pause rows, newest pause first, of every account or of one; lifted pauses only when
+    /// `include_unpaused`; at most `limit`.
+    pub async fn list_pauses(
+        &self,
+        account: Option<AccountId>,
+        include_unpaused: bool,
+        limit: u32,
+    ) -> Result<Vec<PausedPair>> {
+        // Only fixed fragments and placeholders are joined into the statement; values are bound.
+        let mut p = Params::new(self.backend);
+        let mut conditions = Vec::new();
+        if account.is_some() {
+            conditions.push(format!("account_id = {}", p.one()));
+        }
+        if !include_unpaused {
+            conditions.push("unpaused_at IS NULL".to_owned());
+        }
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT account_id, identifier_type, identifier_value, paused_at, unpaused_at FROM paused \
          {filter} ORDER BY paused_at DESC, account_id, identifier_type, identifier_value \
          LIMIT {}",
-        p.one()
-    );
-    let mut query = one_off(sql);
-    if let Some(account) = account {
-        query = query.bind(account.0);
+            p.one()
+        );
+        let mut query = one_off(sql);
+        if let Some(account) = account {
+            query = query.bind(account.0);
+        }
+        query = query.bind(i64::from(limit));
+        let rows = query.fetch_all(&self.db).await?;
+        rows.iter().map(pair).collect()
     }
-    query = query.bind(i64::from(limit));
-    let rows = query.fetch_all(&s.db).await?;
-    rows.iter().map(pair).collect()
-}
 
-/// Test support: the same rows `pause` would insert for never-paused pairs, without reading
-/// first. Exists so that tests can build 50,000-row accounts quickly.
-pub(crate) async fn bulk_insert(
-    s: &Storage,
-    account: AccountId,
-    identifiers: &[Identifier],
-    now: OffsetDateTime,
-) -> Result<()> {
-    let wanted = distinct(identifiers);
-    let mut tx = s.begin_write().await?;
-    for chunk in wanted.chunks(CHUNK) {
-        insert_pauses(s, &mut tx, account, chunk, codec::unix(now)).await?;
+    /// Inserts never-paused pairs as paused at `now` without reading first; pairs that already
+    /// have a row are left alone. Only for tests that need accounts with tens of thousands of
+    /// pauses; production code uses `pause_identifiers`.
+    #[doc(hidden)]
+    pub async fn bulk_insert_pauses_for_tests(
+        &self,
+        account: AccountId,
+        identifiers: &[Identifier],
+        now: OffsetDateTime,
+    ) -> Result<()> {
+        let wanted = distinct(identifiers);
+        let mut tx = self.begin_write().await?;
+        for chunk in wanted.chunks(CHUNK) {
+            insert_pauses(self, &mut tx, account, chunk, codec::unix(now)).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
-    tx.commit().await?;
-    Ok(())
 }
 
 /// The first occurrence of each identifier, in input order.
