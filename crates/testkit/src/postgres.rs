@@ -17,6 +17,12 @@ use anyhow::bail;
 /// address `scripts/test.sh` makes sure answers.
 pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// The shared server's maintenance database: `CERTEASY_TEST_POSTGRES_URL`, or
+/// [`DEFAULT_ADMIN_URL`]. A test that has a script create its databases passes it on.
+pub fn admin_url() -> String {
+    std::env::var("CERTEASY_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+}
+
 /// A fresh database, dropped with the value.
 pub struct PgDatabase {
     admin: String,
@@ -28,8 +34,7 @@ impl PgDatabase {
     /// Creates a database whose name starts with `prefix` (letters, digits and `_`).
     pub fn create(prefix: &str) -> anyhow::Result<Self> {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
+        let admin = admin_url();
         let name = format!(
             "{prefix}{}_{}",
             std::process::id(),
