@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak run (not part of the tests): SOAK_MINUTES (default 30) of mixed issuance at about 80 % of
-# the peak of docs/performance.md §4(b), against the release `certeasy serve` binary (embedded
+# the peak of docs/performance.md (section 5, in process), against the release `certeasy serve` binary (embedded
 # SQLite, rate limits in a private redis-server on its own loopback port). Along the way Redis is
 # SIGKILLed three times (down 5 s each, restarted empty) and the server twice (restarted at
 # once). At the end every certificate a client was told about must be in the database exactly

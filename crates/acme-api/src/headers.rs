@@ -46,8 +46,8 @@ pub(crate) async fn acme_headers(
 /// indexed (RFC 7541 §6.2.3). A nonce is never sent twice, so entering it into the connection's
 /// HPACK table, as every other value is, only evicted the values that do repeat (the `Link`,
 /// `Content-Type` and `Cache-Control` of the next responses), which then had to be encoded, sent
-/// and decoded in full again: 2 % of the server's CPU per request (docs/performance.md, section 7,
-/// step 17). HTTP/1.1 ignores the mark.
+/// and decoded in full again: 2 % of the server's CPU per request (docs/performance.md,
+/// "Measured decisions"). HTTP/1.1 ignores the mark.
 fn nonce_value(nonce: &str) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(nonce).ok()?;
     value.set_sensitive(true);

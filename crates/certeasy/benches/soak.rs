@@ -20,7 +20,6 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::net::Ipv4Addr;
-use std::net::TcpListener;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -43,6 +42,7 @@ use instant_acme::OrderStatus;
 use records::Records;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+use testkit::ports::free_port;
 use tokio::process::Child;
 use tokio::process::Command;
 use tokio::sync::Semaphore;
@@ -71,7 +71,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 struct Settings {
     /// Total load time.
     duration: Duration,
-    /// Orders started per second: about 80 % of the peak of docs/performance.md §4(b).
+    /// Orders started per second: about 80 % of the in-process peak (docs/performance.md, section 5).
     rate: f64,
     /// Orders in flight at most.
     concurrency: usize,
@@ -105,10 +105,6 @@ impl Settings {
             verify_downloads: env_or("SOAK_VERIFY_DOWNLOADS", 300_usize),
         })
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A chaos event of the schedule.
@@ -531,7 +527,7 @@ async fn main() -> anyhow::Result<()> {
 
     let dns = Arc::new(TestDnsServer::start().await?);
     let http = Arc::new(Http01Responder::start().await?);
-    let (acme_port, admin_port, redis_port) = (free_port()?, free_port()?, free_port()?);
+    let (acme_port, admin_port, redis_port) = (free_port(), free_port(), free_port());
     let config = write_config(&dir, acme_port, admin_port, &dns, http.port(), redis_port)?;
     let redis_log = std::fs::File::create(dir.join("redis.log"))?;
     let redis = Processes::start_redis(&dir, redis_port, redis_log).await?;

@@ -165,8 +165,8 @@ fn note_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
 /// held (were commits let in then, the WAL would never be wholly copied and would grow without
 /// end), and the next commit starts the WAL again from its beginning. Against checkpoints in the
 /// commit, alternated: new-order ×8 +5 % with its p99 from 4.1 to 3.7 ms, full issuance ×8 +5 %,
-/// new-account ×32 +3 % (docs/performance.md, section 7, step 22). Measured before the
-/// exclusive VFS (step 19), a checkpointer of its own cost CPU per issuance; it no longer does.
+/// new-account ×32 +3 % (docs/performance.md, "Measured decisions"). Measured before the
+/// exclusive VFS, a checkpointer of its own cost CPU per issuance; it no longer does.
 #[derive(Debug)]
 struct Checkpointer {
     conn: Mutex<Option<Connection>>,

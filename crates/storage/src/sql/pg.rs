@@ -4,7 +4,7 @@
 //! (`test_before_acquire`) and again, unconditionally, every time it is given back. A statement
 //! run on its own (the account read of every request, say) took three round trips where one
 //! does, and PostgreSQL's cost on the issuance path is per round trip (docs/performance.md,
-//! section 7, step 12). Here a connection is tested only when it has been
+//! "Measured decisions"). Here a connection is tested only when it has been
 //! idle long enough for a firewall or a server restart to have dropped it unseen
 //! ([`PING_AFTER_IDLE`]); a connection whose statement failed below SQL (I/O, protocol, TLS) or
 //! was abandoned half-way is closed instead of given back, and a transaction left open is rolled
