@@ -5,17 +5,17 @@ use acme_core::identifier::Identifier;
 use acme_core::problem::{Problem, ProblemType};
 use hickory_resolver::proto::rr::{RData, RecordType};
 
+use crate::context::CheckContext;
 use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
 use crate::resolver::Answer;
-use crate::validator::Inner;
 
 /// How many wrong values are quoted back in the problem detail.
 const QUOTED_VALUES: usize = 5;
 
 pub(crate) async fn validate(
-    inner: &Inner,
+    context: &CheckContext,
     identifier: &Identifier,
     key_authorization: &str,
 ) -> Result<(), Failure> {
@@ -24,7 +24,7 @@ pub(crate) async fn validate(
     // propagation and is the verdict (see `failure.rs`).
     let name = format!("_acme-challenge.{}", identifier.base_name());
     let expected = key_authorization::dns01_txt_value(key_authorization);
-    let values = match inner.dns.query(&name, RecordType::TXT).await {
+    let values = match context.dns.query(&name, RecordType::TXT).await {
         Answer::Records(records) => records
             .iter()
             .filter_map(|r| match r {

@@ -27,31 +27,31 @@ use tokio::time::Instant;
 use url::{Host, Url};
 
 use crate::address_policy::{AddressPolicy, private_network};
+use crate::context::CheckContext;
 use crate::failure::Failure;
 use crate::quote::quote_prefix;
 use crate::resolver::{PolicyResolver, ResolveProblem};
-use crate::validator::Inner;
 
 pub(crate) async fn validate(
-    inner: &Inner,
+    context: &CheckContext,
     identifier: &Identifier,
     token: &str,
     key_authorization: &str,
 ) -> Result<(), Failure> {
-    let settings = &inner.settings;
+    let settings = &context.settings;
     // The attempt's time limit runs from about now (the caller starts it just before).
     let stalled_elsewhere_at = Instant::now() + settings.timeout / 10 * STALLED_ELSEWHERE_TENTHS;
     let (host, pinned, addresses) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
-            let ips = inner.dns.lookup_ips(name).await.map_err(|f| {
+            let ips = context.dns.lookup_ips(name).await.map_err(|f| {
                 f.map_problem(|p| prefix(p, &url_for(name, settings.http_port, token)))
             })?;
             (name.to_owned(), Some(ips.clone()), ips)
         }
         IdentifierKind::Ip => {
             let ip = ip_of(identifier)?;
-            inner.policy.check_identifier(ip)?;
+            context.policy.check_identifier(ip)?;
             let host = match ip {
                 IpAddr::V4(v4) => v4.to_string(),
                 IpAddr::V6(v6) => format!("[{v6}]"),
@@ -76,7 +76,7 @@ pub(crate) async fn validate(
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(redirect_policy(
-            inner,
+            context,
             identifier.kind(),
             private_redirects,
             Arc::clone(&trail),
@@ -85,7 +85,7 @@ pub(crate) async fn validate(
         .tls_danger_accept_invalid_certs(true)
         .user_agent(concat!("Certeasy-validation/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(Arc::new(RedirectResolver {
-            names: PolicyResolver::new(inner.dns.clone()),
+            names: PolicyResolver::new(context.dns.clone()),
             private_allowed: private_redirects,
         }));
     if let Some(ips) = pinned {
@@ -367,16 +367,16 @@ impl StdError for RedirectRefused {}
 /// literals only when validating an IP identifier. Names in redirects are held to the same rules
 /// by the resolver. Each followed redirect is recorded in `trail`.
 fn redirect_policy(
-    inner: &Inner,
+    context: &CheckContext,
     kind: IdentifierKind,
     private_allowed: bool,
     trail: Arc<Trail>,
 ) -> redirect::Policy {
     let rules = RedirectRules {
-        max: inner.settings.max_redirects,
-        http_port: inner.settings.http_port,
-        https_port: inner.settings.tls_alpn_port,
-        policy: Arc::clone(&inner.policy),
+        max: context.settings.max_redirects,
+        http_port: context.settings.http_port,
+        https_port: context.settings.tls_alpn_port,
+        policy: Arc::clone(&context.policy),
         kind,
         private_allowed,
     };

@@ -18,6 +18,7 @@
 
 mod address_policy;
 mod caa;
+mod context;
 mod dns01;
 mod error;
 mod failure;

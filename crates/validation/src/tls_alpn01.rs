@@ -15,12 +15,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use x509_parser::extensions::GeneralName;
 
+use crate::context::CheckContext;
 use crate::error::Error;
 use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
 use crate::tls_verifier::AcceptAnyCertificate;
-use crate::validator::Inner;
 
 /// The ALPN protocol id of RFC 8737 §6.2.
 const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -48,15 +48,15 @@ pub(crate) fn client_config() -> Result<Arc<ClientConfig>, Error> {
 }
 
 pub(crate) async fn validate(
-    inner: &Inner,
+    context: &CheckContext,
     identifier: &Identifier,
     key_authorization: &str,
 ) -> Result<(), Failure> {
-    let port = inner.settings.tls_alpn_port;
+    let port = context.settings.tls_alpn_port;
     let (addresses, sni) = match identifier.kind() {
         IdentifierKind::Dns => {
             let name = identifier.base_name();
-            (inner.dns.lookup_ips(name).await?, name.to_owned())
+            (context.dns.lookup_ips(name).await?, name.to_owned())
         }
         IdentifierKind::Ip => {
             let Some(ip) = identifier.ip_addr() else {
@@ -66,7 +66,7 @@ pub(crate) async fn validate(
                 )
                 .into());
             };
-            inner.policy.check_identifier(ip)?;
+            context.policy.check_identifier(ip)?;
             (vec![ip], reverse_dns_name(ip))
         }
     };
@@ -78,10 +78,10 @@ pub(crate) async fn validate(
     })?;
     // Connecting and the handshake each get a share of the attempt, so a silent address or peer is
     // reported as such before the attempt's own deadline cuts everything off.
-    let budget = inner.settings.connect_budget();
+    let budget = context.settings.connect_budget();
     let (stream, addr) = connect_first(&addresses, port, budget, identifier).await?;
 
-    let connector = TlsConnector::from(Arc::clone(&inner.tls));
+    let connector = TlsConnector::from(Arc::clone(&context.tls));
     let handshake = tokio::time::timeout(budget, connector.connect(server_name, stream)).await;
     let tls = match handshake {
         Ok(Ok(tls)) => tls,

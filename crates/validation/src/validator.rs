@@ -7,6 +7,7 @@ use acme_core::problem::{Problem, ProblemType};
 use acme_core::status::ChallengeType;
 
 use crate::address_policy::AddressPolicy;
+use crate::context::CheckContext;
 use crate::error::Error;
 use crate::failure::Failure;
 use crate::resolver::DnsClient;
@@ -16,19 +17,7 @@ use crate::{caa, dns01, http01, tls_alpn01};
 /// Performs validation attempts. Cheap to clone; clones share the resolver and TLS configuration.
 #[derive(Debug, Clone)]
 pub struct Validator {
-    inner: Arc<Inner>,
-}
-
-/// What every challenge check needs.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) settings: ValidationSettings,
-    /// The target-address policy; `dns` holds the same one for the names it resolves.
-    pub(crate) policy: Arc<AddressPolicy>,
-    pub(crate) dns: DnsClient,
-    pub(crate) tls: Arc<rustls::ClientConfig>,
-    /// `caa_identities`, lower-cased and without trailing dots, for comparison.
-    pub(crate) caa_identities: Vec<String>,
+    context: Arc<CheckContext>,
 }
 
 impl Validator {
@@ -67,7 +56,7 @@ impl Validator {
         let dns = DnsClient::new(&settings, Arc::clone(&policy))?;
         let tls = tls_alpn01::client_config()?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            context: Arc::new(CheckContext {
                 settings,
                 policy,
                 dns,
@@ -81,7 +70,7 @@ impl Validator {
     /// ([`ValidationSettings::worst_case_attempt`] of this validator's settings): a job that runs
     /// an attempt must hold its lease at least this long.
     pub fn worst_case_attempt(&self) -> std::time::Duration {
-        self.inner.settings.worst_case_attempt()
+        self.context.settings.worst_case_attempt()
     }
 
     /// Performs one validation attempt for the account whose URI is `account_uri` (what the
@@ -132,22 +121,24 @@ impl Validator {
             )
             .into());
         }
-        let inner = &*self.inner;
+        let context = &*self.context;
         let challenge_check = async {
             match challenge {
                 ChallengeType::Http01 => {
-                    http01::validate(inner, identifier, token, key_authorization).await
+                    http01::validate(context, identifier, token, key_authorization).await
                 }
-                ChallengeType::Dns01 => dns01::validate(inner, identifier, key_authorization).await,
+                ChallengeType::Dns01 => {
+                    dns01::validate(context, identifier, key_authorization).await
+                }
                 ChallengeType::TlsAlpn01 => {
-                    tls_alpn01::validate(inner, identifier, key_authorization).await
+                    tls_alpn01::validate(context, identifier, key_authorization).await
                 }
             }
         };
         // CAA failures are definite, lookup failures included: RFC 8659 makes a CA refuse when
         // CAA cannot be checked, and a refusal is not worth repeating within the attempt budget.
         let caa_check = async {
-            caa_permits(inner, identifier, challenge, account_uri)
+            caa_permits(context, identifier, challenge, account_uri)
                 .await
                 .map_err(Failure::definite)
         };
@@ -168,7 +159,7 @@ impl Validator {
                 None => caa_check.await,
             }
         };
-        let limit = inner.settings.timeout;
+        let limit = context.settings.timeout;
         match tokio::time::timeout(limit, both).await {
             Ok(result) => result,
             Err(_) => Err(Failure::transient(Problem::new(
@@ -186,7 +177,7 @@ impl Validator {
     /// Whether this validator checks CAA at all (`caa_identities` is not empty). When it does
     /// not, [`Validator::check_caa`] always permits.
     pub fn checks_caa(&self) -> bool {
-        !self.inner.caa_identities.is_empty()
+        !self.context.caa_identities.is_empty()
     }
 
     /// Checks CAA alone, as at issuance when the validation is older than CAA may be trusted
@@ -202,9 +193,10 @@ impl Validator {
         method: ChallengeType,
         account_uri: &str,
     ) -> Result<(), Problem> {
-        let inner = &*self.inner;
-        let limit = inner.settings.timeout;
-        match tokio::time::timeout(limit, caa_permits(inner, identifier, method, account_uri)).await
+        let context = &*self.context;
+        let limit = context.settings.timeout;
+        match tokio::time::timeout(limit, caa_permits(context, identifier, method, account_uri))
+            .await
         {
             Ok(result) => result,
             Err(_) => Err(Problem::new(
@@ -221,12 +213,12 @@ impl Validator {
 
 /// CAA for a DNS identifier when CAA identities are configured; nothing to check otherwise.
 async fn caa_permits(
-    inner: &Inner,
+    context: &CheckContext,
     identifier: &Identifier,
     method: ChallengeType,
     account_uri: &str,
 ) -> Result<(), Problem> {
-    if identifier.kind() != IdentifierKind::Dns || inner.caa_identities.is_empty() {
+    if identifier.kind() != IdentifierKind::Dns || context.caa_identities.is_empty() {
         return Ok(());
     }
     let request = caa::Request {
@@ -234,7 +226,7 @@ async fn caa_permits(
         method,
         account_uri,
     };
-    caa::check(&inner.dns, &inner.caa_identities, request).await
+    caa::check(&context.dns, &context.caa_identities, request).await
 }
 
 /// Refuses combinations the RFCs exclude before any network traffic.
