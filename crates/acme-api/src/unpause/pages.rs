@@ -1,33 +1,36 @@
-//! The HTML of the unpause pages: plain, self-contained, every dynamic value escaped.
+//! The HTML of the unpause pages: plain, self-contained, written with `maud`, whose `html!`
+//! escapes every value spliced in by construction, so a name or token cannot become markup.
+
+use maud::DOCTYPE;
+use maud::Markup;
+use maud::PreEscaped;
+use maud::html;
 
 use crate::unpause::token::UnpauseClaims;
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:44rem;margin:3rem auto;padding:0 1rem;line-height:1.5;color:#1b1b1b}\
+/// Trusted, constant CSS: the text of a `<style>` element is not HTML, so it is not escaped.
+const STYLE: PreEscaped<&str> = PreEscaped(
+    "body{font-family:system-ui,sans-serif;max-width:44rem;margin:3rem auto;padding:0 1rem;line-height:1.5;color:#1b1b1b}\
 h1{font-size:1.6rem}code,li{font-family:ui-monospace,monospace}.box{border:1px solid #ccc;border-radius:6px;padding:1rem 1.25rem;background:#fafafa}\
 button{font-size:1.05rem;padding:.6rem 1.4rem;border-radius:6px;border:1px solid #0b5;background:#0a4;color:#fff;cursor:pointer}\
-.muted{color:#555;font-size:.95rem}";
+.muted{color:#555;font-size:.95rem}",
+);
 
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+fn layout(title: &str, body: Markup) -> String {
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (STYLE) }
+            }
+            body { (body) }
         }
+        "\n"
     }
-    out
-}
-
-fn layout(title: &str, body: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>{t}</title><style>{STYLE}</style></head><body>{body}</body></html>\n",
-        t = escape(title)
-    )
+    .into_string()
 }
 
 /// The page with the one button.
@@ -37,69 +40,89 @@ pub(super) fn unpause_form(
     more: bool,
     token: &str,
 ) -> String {
-    let names: String = claims
-        .identifiers
-        .iter()
-        .map(|n| format!("<li>{}</li>", escape(n)))
-        .collect();
-    let others = if more {
-        "<p class=\"muted\">…and possibly other names of this account.</p>"
-    } else {
-        ""
+    let body = html! {
+        h1 { "Certificate issuance paused" }
+        p {
+            "Certeasy paused certificate issuance for the names below for ACME account "
+            strong { (claims.account) }
+            " (" code { (account_url) } "), because every attempt to validate them failed, many \
+            times in a row. Pausing stops a forgotten or broken client from retrying forever; it \
+            is not a penalty."
+        }
+        div class="box" {
+            p { "Paused names:" }
+            ul {
+                @for name in &claims.identifiers {
+                    li { (name) }
+                }
+            }
+            @if more {
+                p class="muted" { "…and possibly other names of this account." }
+            }
+        }
+        h2 { "Likely causes" }
+        ul class="muted" {
+            li { "The name no longer points (DNS) at the server that runs the ACME client." }
+            li { "A firewall or load balancer blocks port 80 (http-01) or 443 (tls-alpn-01)." }
+            li {
+                "The DNS provider credentials or the " code { "_acme-challenge" }
+                " record setup of a dns-01 client broke."
+            }
+            li { "A forgotten client or device is still renewing a name that is no longer used." }
+            li {
+                "The web server configuration changed and no longer serves "
+                code { "/.well-known/acme-challenge/" } "."
+            }
+        }
+        h2 { "Unpause" }
+        p {
+            "Fix the cause first, then unpause. " strong { "Unpausing is account-wide:" }
+            " it lifts every pause of this ACME account (up to " (super::MAX_PER_CLICK)
+            " names per click), not only the names listed here."
+        }
+        (unpause_button(token, "Unpause issuance"))
     };
-    let body = format!(
-        "<h1>Certificate issuance paused</h1>\
-<p>Certeasy paused certificate issuance for the names below for ACME account <strong>{id}</strong> \
-(<code>{url}</code>), because every attempt to validate them failed, many times in a row. \
-Pausing stops a forgotten or broken client from retrying forever; it is not a penalty.</p>\
-<div class=\"box\"><p>Paused names:</p><ul>{names}</ul>{others}</div>\
-<h2>Likely causes</h2><ul class=\"muted\">\
-<li>The name no longer points (DNS) at the server that runs the ACME client.</li>\
-<li>A firewall or load balancer blocks port 80 (http-01) or 443 (tls-alpn-01).</li>\
-<li>The DNS provider credentials or the <code>_acme-challenge</code> record setup of a dns-01 client broke.</li>\
-<li>A forgotten client or device is still renewing a name that is no longer used.</li>\
-<li>The web server configuration changed and no longer serves <code>/.well-known/acme-challenge/</code>.</li></ul>\
-<h2>Unpause</h2><p>Fix the cause first, then unpause. <strong>Unpausing is account-wide:</strong> it lifts every pause of \
-this ACME account (up to {max} names per click), not only the names listed here.</p>\
-{button}",
-        id = escape(&claims.account.to_string()),
-        url = escape(account_url),
-        max = super::MAX_PER_CLICK,
-        button = unpause_button(token, "Unpause issuance"),
-    );
-    layout("Certificate issuance paused", &body)
+    layout("Certificate issuance paused", body)
 }
 
 /// The one-button form, posting the token back to the page's own origin.
-fn unpause_button(token: &str, label: &str) -> String {
-    format!(
-        "<form method=\"post\" action=\"/unpause\"><input type=\"hidden\" name=\"token\" value=\"{token}\">\
-<button type=\"submit\">{label}</button></form>",
-        token = escape(token),
-        label = escape(label),
-    )
+fn unpause_button(token: &str, label: &str) -> Markup {
+    html! {
+        form method="post" action="/unpause" {
+            input type="hidden" name="token" value=(token);
+            button type="submit" { (label) }
+        }
+    }
 }
 
 /// The answer to the click: what the server just did. `count` is the number it unpaused; when
 /// that is a full click's worth, more may remain and the button is offered again.
 pub(super) fn status(count: u32, max: u32, token: &str) -> String {
     let body = if count == 0 {
-        "<h1>Nothing to unpause</h1><p>This account has no paused names: it was already unpaused. \
-If issuance still fails, the cause is elsewhere: check the client's output for the error it reports.</p>"
-            .to_owned()
+        html! {
+            h1 { "Nothing to unpause" }
+            p {
+                "This account has no paused names: it was already unpaused. If issuance still \
+                fails, the cause is elsewhere: check the client's output for the error it reports."
+            }
+        }
     } else if count >= max {
-        format!(
-            "<h1>Unpaused {count} names</h1><p>{count} names were unpaused, the most one click can do; \
-more may remain. Click again to continue.</p>{}",
-            unpause_button(token, "Unpause more")
-        )
+        html! {
+            h1 { "Unpaused " (count) " names" }
+            p {
+                (count) " names were unpaused, the most one click can do; more may remain. Click \
+                again to continue."
+            }
+            (unpause_button(token, "Unpause more"))
+        }
     } else {
         let noun = if count == 1 { "name" } else { "names" };
-        format!(
-            "<h1>Issuance unpaused</h1><p>Unpaused {count} {noun}. You can request certificates for them again.</p>"
-        )
+        html! {
+            h1 { "Issuance unpaused" }
+            p { "Unpaused " (count) " " (noun) ". You can request certificates for them again." }
+        }
     };
-    layout("Unpause status", &body)
+    layout("Unpause status", body)
 }
 
 /// Why a page could not do anything.
@@ -142,7 +165,10 @@ pub(super) fn error(kind: ErrorKind) -> String {
     };
     layout(
         title,
-        &format!("<h1>{}</h1><p>{}</p>", escape(title), escape(text)),
+        html! {
+            h1 { (title) }
+            p { (text) }
+        },
     )
 }
 
