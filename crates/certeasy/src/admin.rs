@@ -8,6 +8,12 @@
 //! `Origin`, or `Sec-Fetch-Site` other than `none`) are refused even with the token, so a web
 //! page cannot drive the API through a browser that holds it. `/metrics`, `/healthz` and
 //! `/readyz` stay open: they change nothing and scrapers and probes carry no secrets.
+//!
+//! Answers: the records (accounts, certificates, EAB keys, blocked keys, backups) are the JSON
+//! documents of [`crate::admin_wire`]; the operational routes (reload, rate-limit buckets,
+//! pauses) answer lines of text for people. Every refusal, on every route, the token check
+//! included, is one JSON shape, `{"type": "not-found", "detail": "…"}`, made in one place
+//! ([`crate::admin_error::AdminError::answer`]).
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -25,6 +31,9 @@ use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::Request;
 use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::PathRejection;
+use axum::extract::rejection::QueryRejection;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header;
@@ -40,7 +49,6 @@ use ra::pausing::UnpausedBy;
 use ra::renewals::RenewEarlyTarget;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
-use serde::Deserialize;
 use storage::Backend;
 use storage::Storage;
 use storage::model::AccountFilter;
@@ -48,11 +56,13 @@ use storage::model::Page;
 
 use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
+use crate::admin_error::AdminError;
 use crate::admin_keys;
 use crate::admin_keys::KeysAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
+use crate::admin_wire::AccountQuery;
 use crate::admin_wire::BackupDoc;
 use crate::admin_wire::BatchDoc;
 use crate::admin_wire::BulkRevokeBody;
@@ -60,8 +70,15 @@ use crate::admin_wire::CertificateDoc;
 use crate::admin_wire::CertificateList;
 use crate::admin_wire::CertificateQuery;
 use crate::admin_wire::CountDoc;
+use crate::admin_wire::PageQuery;
+use crate::admin_wire::PauseBody;
+use crate::admin_wire::PauseQuery;
+use crate::admin_wire::RenewEarlyBody;
 use crate::admin_wire::RevokeBody;
+use crate::admin_wire::ShowQuery;
 use crate::admin_wire::parse_identifier;
+use crate::admin_wire::parse_reason;
+use crate::admin_wire::parse_serial;
 use ra::operator;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -160,6 +177,8 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .merge(admin)
+        .fallback(|| async { AdminError::NotFound("no such route".to_owned()) })
+        .method_not_allowed_fallback(|| async { AdminError::MethodNotAllowed })
         .with_state(state)
 }
 
@@ -167,11 +186,7 @@ pub fn router(ctx: AdminContext) -> Router {
 async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     if from_browser(headers) {
-        return (
-            StatusCode::FORBIDDEN,
-            "the admin API refuses requests sent by browsers (Origin or Sec-Fetch-Site)\n",
-        )
-            .into_response();
+        return AdminError::FromBrowser.into_response();
     }
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -183,12 +198,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
         Some(token) if state.ctx.token.matches(token) => next.run(request).await,
         _ => {
             tracing::warn!(path = %request.uri().path(), "admin request without a valid token refused");
-            (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer realm=\"certeasy-admin\"")],
-                "the admin API needs Authorization: Bearer <token> (server.admin-token-file, default <data-dir>/admin.token)\n",
-            )
-                .into_response()
+            AdminError::Unauthorized.into_response()
         }
     }
 }
@@ -225,160 +235,122 @@ async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
     }
 }
 
-async fn reload(State(state): State<AdminState>) -> (StatusCode, String) {
+/// A route's answer: a document (or text), or the refusal.
+type Answer<T> = Result<T, AdminError>;
+
+async fn reload(State(state): State<AdminState>) -> Answer<String> {
     match state.ctx.reloader.reload().await {
         Ok(()) => {
             tracing::info!("rate limits, overrides and listener certificate reloaded");
-            (
-                StatusCode::OK,
-                "rate limits, overrides and listener certificate reloaded\n".to_owned(),
-            )
+            Ok("rate limits, overrides and listener certificate reloaded\n".to_owned())
         }
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "reload refused");
-            (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("reload refused:\n{e:#}\n"),
-            )
+            Err(AdminError::ReloadRefused(format!("reload refused:\n{e:#}")))
         }
     }
 }
 
-fn parse_bucket(limit: &str, id: &str) -> Result<(LimitName, BucketId), (StatusCode, String)> {
+fn parse_bucket(limit: &str, id: &str) -> Answer<(LimitName, BucketId)> {
     let name: LimitName = limit
         .parse()
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
-    let id = BucketId::parse(name, id).map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+        .map_err(|e| AdminError::BadRequest(format!("{e}")))?;
+    let id = BucketId::parse(name, id).map_err(|e| AdminError::BadRequest(format!("{e}")))?;
     Ok((name, id))
 }
 
 async fn show_bucket(
     State(state): State<AdminState>,
-    Path((limit, id)): Path<(String, String)>,
-) -> (StatusCode, String) {
-    let (name, id) = match parse_bucket(&limit, &id) {
-        Ok(v) => v,
-        Err(e) => return e,
-    };
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Answer<String> {
+    let Path((limit, id)) = path?;
+    let (name, id) = parse_bucket(&limit, &id)?;
     let limiter = state.ctx.ra.limits().limiter();
     match limiter.show(state.ctx.clock.now(), name, &id).await {
-        Ok(Some(b)) => (
-            StatusCode::OK,
-            format!(
-                "bucket:    {}\nlimit:     burst {}, {} per {}\nremaining: {}\nfull at:   {}\n",
-                b.key,
-                b.limit.burst(),
-                b.limit.count(),
-                acme_core::duration::ConfigDuration(b.limit.period()),
-                b.remaining,
-                b.reset_at
-            ),
-        ),
-        Ok(None) => (
-            StatusCode::OK,
-            format!("{limit} does not apply to {id:?} (disabled or whitelisted)\n"),
-        ),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Ok(Some(b)) => Ok(format!(
+            "bucket:    {}\nlimit:     burst {}, {} per {}\nremaining: {}\nfull at:   {}\n",
+            b.key,
+            b.limit.burst(),
+            b.limit.count(),
+            acme_core::duration::ConfigDuration(b.limit.period()),
+            b.remaining,
+            b.reset_at
+        )),
+        Ok(None) => Ok(format!(
+            "{limit} does not apply to {id:?} (disabled or whitelisted)\n"
+        )),
+        Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
 }
 
 async fn reset_bucket(
     State(state): State<AdminState>,
-    Path((limit, id)): Path<(String, String)>,
-) -> (StatusCode, String) {
-    let (name, id) = match parse_bucket(&limit, &id) {
-        Ok(v) => v,
-        Err(e) => return e,
-    };
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Answer<String> {
+    let Path((limit, id)) = path?;
+    let (name, id) = parse_bucket(&limit, &id)?;
     match state.ctx.ra.limits().limiter().reset(name, &id).await {
         Ok(()) => {
             tracing::info!(limit = %limit, "rate-limit bucket reset by an operator");
-            (
-                StatusCode::OK,
-                "bucket reset: it is full again\n".to_owned(),
-            )
+            Ok("bucket reset: it is full again\n".to_owned())
         }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
-}
-
-#[derive(Debug, Deserialize)]
-struct PauseQuery {
-    account: Option<i64>,
-    #[serde(default)]
-    all: bool,
-    limit: Option<u32>,
 }
 
 async fn list_pauses(
     State(state): State<AdminState>,
-    Query(q): Query<PauseQuery>,
-) -> (StatusCode, String) {
+    query: Result<Query<PauseQuery>, QueryRejection>,
+) -> Answer<String> {
+    let Query(q) = query?;
     let rows = state
         .ctx
         .storage
         .list_pauses(q.account.map(AccountId), q.all, q.limit.unwrap_or(10_000))
-        .await;
-    match rows {
-        Ok(rows) => {
-            let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
-            for r in rows {
-                let unpaused = r
-                    .unpaused_at
-                    .map_or_else(|| "-".to_owned(), |t| t.to_string());
-                out.push_str(&format!(
-                    "{}\t{}\t{}\t{unpaused}\n",
-                    r.account_id, r.identifier, r.paused_at
-                ));
-            }
-            (StatusCode::OK, out)
-        }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        .await
+        .map_err(|e| AdminError::Unavailable(e.to_string()))?;
+    let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
+    for r in rows {
+        let unpaused = r
+            .unpaused_at
+            .map_or_else(|| "-".to_owned(), |t| t.to_string());
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{unpaused}\n",
+            r.account_id, r.identifier, r.paused_at
+        ));
     }
+    Ok(out)
 }
 
-/// Body of `/admin/pause` and `/admin/unpause`: identifiers as `dns:name`, `ip:addr`, or bare.
-#[derive(Debug, Deserialize)]
-struct PauseBody {
-    account: i64,
-    #[serde(default)]
-    identifiers: Vec<String>,
-}
-
-fn parse_all(raw: &[String]) -> Result<Vec<Identifier>, (StatusCode, String)> {
+fn parse_all(raw: &[String]) -> Answer<Vec<Identifier>> {
     raw.iter()
         .map(|r| parse_identifier(r))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))
+        .map_err(AdminError::BadRequest)
 }
 
 async fn pause(
     State(state): State<AdminState>,
-    Json(body): Json<PauseBody>,
-) -> (StatusCode, String) {
-    let ids = match parse_all(&body.identifiers) {
-        Ok(ids) => ids,
-        Err(e) => return e,
-    };
+    body: Result<Json<PauseBody>, JsonRejection>,
+) -> Answer<String> {
+    let Json(body) = body?;
+    let ids = parse_all(&body.identifiers)?;
     let account = AccountId(body.account);
     match state.ctx.ra.pause(account, &ids).await {
-        Ok(paused) => (StatusCode::OK, format!("{paused}\n")),
-        Err(ra::Error::Refused(r)) if matches!(*r, ra::Refusal::NotFound(_)) => (
-            StatusCode::NOT_FOUND,
-            format!("account {account} does not exist\n"),
+        Ok(paused) => Ok(format!("{paused}\n")),
+        Err(ra::Error::Refused(r)) if matches!(*r, ra::Refusal::NotFound(_)) => Err(
+            AdminError::NotFound(format!("account {account} does not exist")),
         ),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
 }
 
 async fn unpause(
     State(state): State<AdminState>,
-    Json(body): Json<PauseBody>,
-) -> (StatusCode, String) {
-    let ids = match parse_all(&body.identifiers) {
-        Ok(ids) => ids,
-        Err(e) => return e,
-    };
+    body: Result<Json<PauseBody>, JsonRejection>,
+) -> Answer<String> {
+    let Json(body) = body?;
+    let ids = parse_all(&body.identifiers)?;
     let account = AccountId(body.account);
     match state
         .ctx
@@ -386,42 +358,33 @@ async fn unpause(
         .unpause(account, &ids, UnpausedBy::Operator)
         .await
     {
-        Ok(done) => (StatusCode::OK, format!("{}\n", done.len())),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Ok(done) => Ok(format!("{}\n", done.len())),
+        Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
-}
-
-/// Body of `/admin/certificates/renew-early`: one serial (hex), one account or one name.
-#[derive(Debug, Deserialize)]
-struct RenewEarlyBody {
-    serial: Option<String>,
-    account: Option<i64>,
-    name: Option<String>,
 }
 
 /// Marks certificates for early renewal: their ARI window moves into the past. Answers how many
 /// were newly marked (unexpired, unrevoked, not marked before).
 async fn renew_early(
     State(state): State<AdminState>,
-    Json(body): Json<RenewEarlyBody>,
-) -> Answer<CountDoc> {
+    body: Result<Json<RenewEarlyBody>, JsonRejection>,
+) -> Answer<Json<CountDoc>> {
+    let Json(body) = body?;
     let which = match (body.serial, body.account, body.name) {
-        (Some(serial), None, None) => match crate::admin_wire::parse_serial(&serial) {
-            Ok(serial) => RenewEarlyTarget::Serial(serial),
-            Err(e) => return Err(bad_request(e)),
-        },
+        (Some(serial), None, None) => {
+            RenewEarlyTarget::Serial(parse_serial(&serial).map_err(AdminError::BadRequest)?)
+        }
         (None, Some(account), None) => RenewEarlyTarget::Account(AccountId(account)),
-        (None, None, Some(name)) => match parse_identifier(&name) {
-            Ok(name) => RenewEarlyTarget::Name(name),
-            Err(e) => return Err(bad_request(e)),
-        },
+        (None, None, Some(name)) => {
+            RenewEarlyTarget::Name(parse_identifier(&name).map_err(AdminError::BadRequest)?)
+        }
         _ => {
-            return Err(bad_request(
+            return Err(AdminError::BadRequest(
                 "name exactly one of \"serial\", \"account\" and \"name\"".to_owned(),
             ));
         }
     };
-    let count = state.ctx.ra.renew_early(&which).await.map_err(refused)?;
+    let count = state.ctx.ra.renew_early(&which).await?;
     Ok(Json(CountDoc { count }))
 }
 
@@ -432,22 +395,17 @@ const BACKUP_NAMES_PER_SECOND: u32 = 100;
 /// serves. The server holds its database exclusively (storage's `unix-excl` VFS), so no other
 /// process can copy it while it runs: online backups go through here. Refused (409) on
 /// PostgreSQL, which `pg_dump` backs up.
-async fn backup(State(state): State<AdminState>) -> Answer<BackupDoc> {
+async fn backup(State(state): State<AdminState>) -> Answer<Json<BackupDoc>> {
     // A task of its own: a client that gives up waiting does not leave a copy under way
     // unlogged and uncounted.
     let ctx = state.ctx;
     tokio::spawn(async move { logged_backup(&ctx).await })
         .await
-        .unwrap_or_else(|e| {
-            Err((
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the backup task failed: {e}\n"),
-            ))
-        })
+        .unwrap_or_else(|e| Err(AdminError::Internal(format!("the backup task failed: {e}"))))
 }
 
 /// [`write_backup`], logged and counted.
-async fn logged_backup(ctx: &AdminContext) -> Answer<BackupDoc> {
+async fn logged_backup(ctx: &AdminContext) -> Answer<Json<BackupDoc>> {
     let started = Instant::now();
     let written = write_backup(ctx).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -462,14 +420,13 @@ async fn logged_backup(ctx: &AdminContext) -> Answer<BackupDoc> {
                 seconds,
             }))
         }
-        Err((status, text)) => {
+        Err(e) => {
             metrics::counter!("certeasy_backups_total", "outcome" => "failed").increment(1);
-            if status == StatusCode::CONFLICT {
-                tracing::warn!(error = %text.trim_end(), "backup refused");
-            } else {
-                tracing::error!(error = %text.trim_end(), seconds, "backup failed");
+            match &e {
+                AdminError::Conflict(text) => tracing::warn!(error = %text, "backup refused"),
+                other => tracing::error!(error = ?other, seconds, "backup failed"),
             }
-            Err((status, text))
+            Err(e)
         }
     }
 }
@@ -477,12 +434,12 @@ async fn logged_backup(ctx: &AdminContext) -> Answer<BackupDoc> {
 /// The copy's path and size. Its name carries the UTC second it started; a name taken already
 /// (two backups in one second) gets the next suffix, and the storage refuses to overwrite, so
 /// two requests at once never write into one file.
-async fn write_backup(ctx: &AdminContext) -> Result<(PathBuf, u64), (StatusCode, String)> {
+async fn write_backup(ctx: &AdminContext) -> Answer<(PathBuf, u64)> {
     // Only SQLite is copied here: on PostgreSQL the storage's refusal is the answer, and no
     // directory is left behind.
     if ctx.storage.backend() == Backend::Sqlite {
         crate::data_dir::create_private(&ctx.backups)
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")))?;
+            .map_err(|e| AdminError::Internal(format!("{e:#}")))?;
     }
     let stamp = backup_stamp(ctx.clock.now());
     for n in 1..=BACKUP_NAMES_PER_SECOND {
@@ -497,18 +454,15 @@ async fn write_backup(ctx: &AdminContext) -> Result<(PathBuf, u64), (StatusCode,
             Err(storage::error::Error::File { source, .. })
                 if source.kind() == ErrorKind::AlreadyExists => {}
             Err(e @ storage::error::Error::Unsupported(_)) => {
-                return Err((StatusCode::CONFLICT, format!("{e}\n")));
+                return Err(AdminError::Conflict(e.to_string()));
             }
-            Err(e) => return Err((StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))),
+            Err(e) => return Err(AdminError::Unavailable(e.to_string())),
         }
     }
-    Err((
-        StatusCode::CONFLICT,
-        format!(
-            "{BACKUP_NAMES_PER_SECOND} backups named certeasy-{stamp}… exist in {} already; try again in a second\n",
-            ctx.backups.display()
-        ),
-    ))
+    Err(AdminError::Conflict(format!(
+        "{BACKUP_NAMES_PER_SECOND} backups named certeasy-{stamp}… exist in {} already; try again in a second",
+        ctx.backups.display()
+    )))
 }
 
 /// `YYYYMMDDTHHMMSSZ` in UTC: sorts by time, and holds no character a shell or another file
@@ -524,42 +478,6 @@ fn backup_stamp(now: time::OffsetDateTime) -> String {
 
 // ---- accounts and certificates: parse, call `ra::operator`, render `admin_wire` ----
 
-/// What a handler answers: a JSON document, or a status with a line of text.
-type Answer<T> = Result<Json<T>, (StatusCode, String)>;
-
-fn refused(e: ra::Error) -> (StatusCode, String) {
-    match e {
-        ra::Error::Refused(r) => match *r {
-            ra::Refusal::NotFound(what) => {
-                (StatusCode::NOT_FOUND, format!("{what} does not exist\n"))
-            }
-            other => (StatusCode::CONFLICT, format!("{other}\n")),
-        },
-        ra::Error::Storage(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-        ra::Error::Internal { context, message } => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{context}: {message}\n"),
-        ),
-    }
-}
-
-fn bad_request(e: String) -> (StatusCode, String) {
-    (StatusCode::BAD_REQUEST, format!("{e}\n"))
-}
-
-/// `before` (the keyset cursor) and `limit` of a listing.
-#[derive(Debug, Deserialize)]
-struct PageQuery {
-    before: Option<i64>,
-    limit: Option<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-struct AccountQuery {
-    status: Option<String>,
-    contact: Option<String>,
-}
-
 /// The cursor of the next page: the last id when the page is full.
 fn next_before(ids: &[i64], limit: u32) -> Option<i64> {
     let full = u32::try_from(ids.len()).is_ok_and(|n| n >= limit);
@@ -568,15 +486,16 @@ fn next_before(ids: &[i64], limit: u32) -> Option<i64> {
 
 async fn list_accounts(
     State(state): State<AdminState>,
-    Query(q): Query<AccountQuery>,
-    Query(p): Query<PageQuery>,
-) -> Answer<AccountList> {
+    query: Result<Query<AccountQuery>, QueryRejection>,
+    page: Result<Query<PageQuery>, QueryRejection>,
+) -> Answer<Json<AccountList>> {
+    let (Query(q), Query(p)) = (query?, page?);
     let status = q
         .status
         .as_deref()
         .map(|s| s.parse::<AccountStatus>().map_err(|e| e.to_string()))
         .transpose()
-        .map_err(bad_request)?;
+        .map_err(AdminError::BadRequest)?;
     let filter = AccountFilter {
         status,
         contact: q.contact.filter(|c| !c.is_empty()),
@@ -586,12 +505,7 @@ async fn list_accounts(
         before: p.before.map(AccountId),
         limit,
     };
-    let accounts = state
-        .ctx
-        .ra
-        .list_accounts(&filter, page)
-        .await
-        .map_err(refused)?;
+    let accounts = state.ctx.ra.list_accounts(&filter, page).await?;
     let ids: Vec<i64> = accounts.iter().map(|a| a.id.0).collect();
     Ok(Json(AccountList {
         accounts: accounts.iter().map(AccountDoc::new).collect(),
@@ -599,52 +513,38 @@ async fn list_accounts(
     }))
 }
 
-async fn show_account(State(state): State<AdminState>, Path(id): Path<i64>) -> Answer<AccountDoc> {
-    let detail = state
-        .ctx
-        .ra
-        .show_account(AccountId(id))
-        .await
-        .map_err(refused)?;
+async fn show_account(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Answer<Json<AccountDoc>> {
+    let Path(id) = id?;
+    let detail = state.ctx.ra.show_account(AccountId(id)).await?;
     Ok(Json(AccountDoc::detailed(&detail)))
 }
 
 async fn deactivate_account(
     State(state): State<AdminState>,
-    Path(id): Path<i64>,
-) -> Answer<AccountDoc> {
-    state
-        .ctx
-        .ra
-        .operator_deactivates(AccountId(id))
-        .await
-        .map_err(refused)?;
-    let detail = state
-        .ctx
-        .ra
-        .show_account(AccountId(id))
-        .await
-        .map_err(refused)?;
+    id: Result<Path<i64>, PathRejection>,
+) -> Answer<Json<AccountDoc>> {
+    let Path(id) = id?;
+    state.ctx.ra.operator_deactivates(AccountId(id)).await?;
+    let detail = state.ctx.ra.show_account(AccountId(id)).await?;
     Ok(Json(AccountDoc::detailed(&detail)))
 }
 
 async fn list_certificates(
     State(state): State<AdminState>,
-    Query(q): Query<CertificateQuery>,
-    Query(p): Query<PageQuery>,
-) -> Answer<CertificateList> {
-    let filter = q.to_filter().map_err(bad_request)?;
+    query: Result<Query<CertificateQuery>, QueryRejection>,
+    page: Result<Query<PageQuery>, QueryRejection>,
+) -> Answer<Json<CertificateList>> {
+    let (Query(q), Query(p)) = (query?, page?);
+    let filter = q.to_filter().map_err(AdminError::BadRequest)?;
     let limit = operator::list_limit(p.limit);
     let page = Page {
         before: p.before.map(CertificateId),
         limit,
     };
-    let rows = state
-        .ctx
-        .ra
-        .list_certificates(&filter, page)
-        .await
-        .map_err(refused)?;
+    let rows = state.ctx.ra.list_certificates(&filter, page).await?;
     let ids: Vec<i64> = rows.iter().map(|c| c.id.0).collect();
     Ok(Json(CertificateList {
         certificates: rows.iter().map(CertificateDoc::summary).collect(),
@@ -654,67 +554,45 @@ async fn list_certificates(
 
 async fn count_revocable(
     State(state): State<AdminState>,
-    Query(q): Query<CertificateQuery>,
-) -> Answer<CountDoc> {
-    let filter = q.to_filter().map_err(bad_request)?;
-    let count = state
-        .ctx
-        .ra
-        .count_revocable(&filter)
-        .await
-        .map_err(refused)?;
+    query: Result<Query<CertificateQuery>, QueryRejection>,
+) -> Answer<Json<CountDoc>> {
+    let Query(q) = query?;
+    let filter = q.to_filter().map_err(AdminError::BadRequest)?;
+    let count = state.ctx.ra.count_revocable(&filter).await?;
     Ok(Json(CountDoc { count }))
-}
-
-#[derive(Debug, Deserialize)]
-struct ShowQuery {
-    #[serde(default)]
-    pem: bool,
 }
 
 async fn show_certificate(
     State(state): State<AdminState>,
-    Path(serial): Path<String>,
-    Query(q): Query<ShowQuery>,
-) -> Answer<CertificateDoc> {
-    let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
-    let detail = state
-        .ctx
-        .ra
-        .show_certificate(&serial)
-        .await
-        .map_err(refused)?;
+    serial: Result<Path<String>, PathRejection>,
+    query: Result<Query<ShowQuery>, QueryRejection>,
+) -> Answer<Json<CertificateDoc>> {
+    let (Path(serial), Query(q)) = (serial?, query?);
+    let serial = parse_serial(&serial).map_err(AdminError::BadRequest)?;
+    let detail = state.ctx.ra.show_certificate(&serial).await?;
     Ok(Json(CertificateDoc::detailed(&detail, q.pem)))
 }
 
 async fn revoke_one(
     State(state): State<AdminState>,
-    Path(serial): Path<String>,
-    Json(body): Json<RevokeBody>,
-) -> Answer<CertificateDoc> {
-    let serial = crate::admin_wire::parse_serial(&serial).map_err(bad_request)?;
-    let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
-    state
-        .ctx
-        .ra
-        .revoke_by_serial(&serial, reason)
-        .await
-        .map_err(refused)?;
-    let detail = state
-        .ctx
-        .ra
-        .show_certificate(&serial)
-        .await
-        .map_err(refused)?;
+    serial: Result<Path<String>, PathRejection>,
+    body: Result<Json<RevokeBody>, JsonRejection>,
+) -> Answer<Json<CertificateDoc>> {
+    let (Path(serial), Json(body)) = (serial?, body?);
+    let serial = parse_serial(&serial).map_err(AdminError::BadRequest)?;
+    let reason = parse_reason(&body.reason).map_err(AdminError::BadRequest)?;
+    state.ctx.ra.revoke_by_serial(&serial, reason).await?;
+    let detail = state.ctx.ra.show_certificate(&serial).await?;
     Ok(Json(CertificateDoc::detailed(&detail, false)))
 }
 
 async fn revoke_batch(
     State(state): State<AdminState>,
-    Json(body): Json<BulkRevokeBody>,
-) -> Answer<BatchDoc> {
-    let filter = body.filter.to_filter().map_err(bad_request)?;
-    let reason = crate::admin_wire::parse_reason(&body.reason).map_err(bad_request)?;
+    body: Result<Json<BulkRevokeBody>, JsonRejection>,
+) -> Answer<Json<BatchDoc>> {
+    let Json(body) = body?;
+    let filter = body.filter.to_filter().map_err(AdminError::BadRequest)?;
+    let reason = parse_reason(&body.reason).map_err(AdminError::BadRequest)?;
     let outcome = state
         .ctx
         .ra
@@ -724,8 +602,7 @@ async fn revoke_batch(
             operator::revoke_batch_size(body.batch),
             reason,
         )
-        .await
-        .map_err(refused)?;
+        .await?;
     Ok(Json(BatchDoc {
         revoked: outcome
             .revoked

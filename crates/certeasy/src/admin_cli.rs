@@ -1,356 +1,309 @@
-//! `certeasy admin accounts …`, `certeasy admin certificates …` and `certeasy admin backup`: the
-//! commands, and the client side of their admin API (`admin.rs`). The server answers with the
-//! documents of `admin_wire.rs`; `--json` prints them, otherwise they become tables and labelled
-//! lines.
+//! Runs `certeasy admin …` (the commands of `cli/admin.rs`) through [`AdminClient`]: the
+//! documents it returns are printed as they come with `--json`, otherwise as tables
+//! ([`Table`]) and labelled lines; the operational routes' text is printed as it is.
+//!
+//! Exit codes: 0 done; 1 the server refused (its `detail` on stderr) or could not be reached;
+//! 2 the command line or the configuration/token file is wrong.
 
 use std::io::IsTerminal;
-use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
-use clap::Subcommand;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
+use crate::admin_client::AdminClient;
+use crate::admin_client::Reply;
 use crate::admin_wire::AccountDoc;
-use crate::admin_wire::AccountList;
-use crate::admin_wire::BackupDoc;
-use crate::admin_wire::BatchDoc;
+use crate::admin_wire::AccountQuery;
 use crate::admin_wire::BulkRevokeBody;
 use crate::admin_wire::CertificateDoc;
-use crate::admin_wire::CertificateList;
 use crate::admin_wire::CertificateQuery;
 use crate::admin_wire::CountDoc;
+use crate::admin_wire::EabCreateBody;
+use crate::admin_wire::EabKeyDoc;
+use crate::admin_wire::EabRevokeQuery;
+use crate::admin_wire::KeyBody;
+use crate::admin_wire::PageQuery;
+use crate::admin_wire::PauseBody;
+use crate::admin_wire::PauseQuery;
+use crate::admin_wire::RenewEarlyBody;
 use crate::admin_wire::RevokeBody;
+use crate::admin_wire::parse_identifier;
 use crate::admin_wire::parse_reason;
-use ra::operator::DEFAULT_LIST_LIMIT;
-use ra::operator::DEFAULT_REVOKE_BATCH;
+use crate::cli::admin::AccountsCommand;
+use crate::cli::admin::AdminCommand;
+use crate::cli::admin::AdminOptions;
+use crate::cli::admin::CertificatesCommand;
+use crate::cli::admin::EabCommand;
+use crate::cli::admin::KeysCommand;
+use crate::cli::admin::PageArgs;
+use crate::cli::admin::PausesCommand;
+use crate::cli::admin::RatelimitCommand;
+use crate::table::Table;
 
-/// How long `certeasy admin backup` waits for the server's answer, which comes when the copy is
-/// complete: minutes for a large database, so the admin client's usual limit does not apply.
-const BACKUP_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-
-const ACCOUNTS_LIST_HELP: &str = "\
-Filters (combined with AND):
-  --status valid|deactivated|revoked   accounts in this state
-  --contact TEXT                       a contact contains TEXT (e.g. a mail domain)
-
-Pages: newest first, --limit rows (default 100, at most 1000); the table ends with the
---before value of the next page, and the JSON document carries it as next_before.
-
-Examples:
-  certeasy admin accounts list
-  certeasy admin accounts list --status deactivated --json
-  certeasy admin accounts list --contact @example.com --limit 20
-  certeasy admin accounts list --before 1200";
-
-const CERTIFICATES_LIST_HELP: &str = "\
-Filters (combined with AND; dates are RFC 3339 or YYYY-MM-DD, midnight UTC; an 'after' bound
-is included, a 'before' bound excluded):
-  --name NAME            the certificate holds NAME exactly (dns:NAME, ip:ADDR or bare;
-                         *.example.com is the wildcard name, not a pattern)
-  --serial HEX           the certificate with this serial (colons allowed)
-  --account ID           certificates of this account
-  --issued-after DATE    issued at or after DATE
-  --issued-before DATE   issued before DATE
-  --expires-after DATE   not after (expiry) at or after DATE
-  --expires-before DATE  expiry before DATE
-  --revoked              only revoked certificates
-  --not-revoked          only certificates that are not revoked
-
-Pages: newest first, --limit rows (default 100, at most 1000); the table ends with the
---before value of the next page, and the JSON document carries it as next_before.
-
-Examples:
-  certeasy admin certificates list --name www.example.com
-  certeasy admin certificates list --account 7 --not-revoked
-  certeasy admin certificates list --expires-after 2026-01-01 --expires-before 2026-02-01 --json
-  certeasy admin certificates list --issued-after 2025-12-24T00:00:00Z --revoked";
-
-const CERTIFICATES_REVOKE_HELP: &str = "\
-Reasons (RFC 5280 name, case-insensitive, or code): unspecified (0), keyCompromise (1),
-affiliationChanged (3), superseded (4), cessationOfOperation (5).
-
-With a SERIAL, revokes that certificate. Without one, revokes every certificate that matches
-the filters and is not revoked yet (the filters of `certificates list`; at least one is
-required), in batches of --batch (default 500) with a progress bar on a terminal. A
-certificate revoked already keeps its first revocation.
-
-Examples:
-  certeasy admin certificates revoke 7f3a9c01d2 --reason keyCompromise
-  certeasy admin certificates revoke 7f:3a:9c:01:d2 --reason 4
-  certeasy admin certificates revoke --account 7 --reason keyCompromise
-  certeasy admin certificates revoke --name old.example.com --expires-after 2026-01-01 --reason superseded --json";
-
-/// `certeasy admin accounts`.
-#[derive(Debug, Subcommand)]
-pub enum AccountsCommand {
-    /// List accounts, newest first, filtered by status or contact.
-    #[command(after_long_help = ACCOUNTS_LIST_HELP)]
-    List {
-        /// Only accounts in this state: valid, deactivated or revoked.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only accounts with a contact containing this text.
-        #[arg(long)]
-        contact: Option<String>,
-        #[command(flatten)]
-        page: PageArgs,
-        /// Print one JSON document instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print an account: status, contacts, creation, key thumbprint, counts of orders and
-    /// certificates.
-    #[command(after_long_help = "Example:\n  certeasy admin accounts show 7 --json")]
-    Show {
-        /// The account id (the number at the end of its ACME URL).
-        id: i64,
-        /// Print one JSON document.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Deactivate an account (RFC 8555 §7.3.6): every request it signs is refused from now on,
-    /// its pending authorizations are deactivated and its unfinished orders become invalid.
-    /// Final; its certificates stay valid (revoke them with `certificates revoke --account`).
-    #[command(after_long_help = "Example:\n  certeasy admin accounts deactivate 7")]
-    Deactivate {
-        /// The account id.
-        id: i64,
-        /// Print the account afterwards as one JSON document.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `certeasy admin certificates`.
-#[derive(Debug, Subcommand)]
-pub enum CertificatesCommand {
-    /// List certificates, newest first, filtered by name, serial, account, dates or revocation.
-    #[command(after_long_help = CERTIFICATES_LIST_HELP)]
-    List {
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// Only revoked certificates.
-        #[arg(long, conflicts_with = "not_revoked")]
-        revoked: bool,
-        /// Only certificates that are not revoked.
-        #[arg(long)]
-        not_revoked: bool,
-        #[command(flatten)]
-        page: PageArgs,
-        /// Print one JSON document instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print a certificate: serial, names, account, validity, revocation (and its PEM with
-    /// --pem).
-    #[command(
-        after_long_help = "Examples:\n  certeasy admin certificates show 7f3a9c01d2\n  certeasy admin certificates show 7F:3A:9C:01:D2 --pem > cert.pem"
-    )]
-    Show {
-        /// The serial number in hex (colons allowed).
-        serial: String,
-        /// Also print the certificate and its chain as PEM.
-        #[arg(long)]
-        pem: bool,
-        /// Print one JSON document.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Revoke one certificate by serial, or every unrevoked certificate matching the filters.
-    #[command(after_long_help = CERTIFICATES_REVOKE_HELP)]
-    Revoke {
-        /// The serial number in hex (colons allowed); without it, the filters select.
-        serial: Option<String>,
-        /// RFC 5280 reason: name or code (see below).
-        #[arg(long)]
-        reason: String,
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// Certificates revoked per request of a bulk revocation (at most 5000).
-        #[arg(long, default_value_t = DEFAULT_REVOKE_BATCH)]
-        batch: u32,
-        /// Print one JSON document, and no progress bar.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Ask ARI clients (RFC 9773) to renew now: the renewal window of every matching
-    /// unexpired, unrevoked certificate moves into the past, so clients that poll renewalInfo
-    /// renew at their next poll. Name exactly one of SERIAL, --account and --name.
-    ///
-    /// Examples: `certeasy admin certificates renew-early 5f3a…`,
-    /// `certeasy admin certificates renew-early --account 7`,
-    /// `certeasy admin certificates renew-early --name www.example.com`.
-    RenewEarly {
-        /// The serial number in hex (colons allowed).
-        serial: Option<String>,
-        /// Every certificate of this account.
-        #[arg(long)]
-        account: Option<i64>,
-        /// Every certificate holding this name (dns:NAME, ip:ADDR, or bare).
-        #[arg(long)]
-        name: Option<String>,
-        /// Print one JSON document ({"count": N}).
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// The keyset page of a listing.
-#[derive(Debug, Args)]
-pub struct PageArgs {
-    /// Rows per page (at most 1000).
-    #[arg(long, default_value_t = DEFAULT_LIST_LIMIT)]
-    limit: u32,
-    /// Start below this id: the next_before of the previous page.
-    #[arg(long)]
-    before: Option<i64>,
-}
-
-/// The certificate filters shared by `list` and `revoke`.
-#[derive(Debug, Args)]
-pub struct FilterArgs {
-    /// The certificate holds this name (dns:NAME, ip:ADDR, or bare).
-    #[arg(long)]
-    name: Option<String>,
-    /// The certificate with this serial (hex).
-    #[arg(long = "serial", value_name = "HEX")]
-    serial_filter: Option<String>,
-    /// Certificates of this account.
-    #[arg(long)]
-    account: Option<i64>,
-    /// Issued at or after (RFC 3339 or YYYY-MM-DD).
-    #[arg(long)]
-    issued_after: Option<String>,
-    /// Issued before.
-    #[arg(long)]
-    issued_before: Option<String>,
-    /// Expiring at or after.
-    #[arg(long)]
-    expires_after: Option<String>,
-    /// Expiring before.
-    #[arg(long)]
-    expires_before: Option<String>,
-}
-
-impl FilterArgs {
-    fn query(&self, revoked: Option<bool>) -> CertificateQuery {
-        CertificateQuery {
-            name: self.name.clone(),
-            serial: self.serial_filter.clone(),
-            account: self.account,
-            issued_after: self.issued_after.clone(),
-            issued_before: self.issued_before.clone(),
-            expires_after: self.expires_after.clone(),
-            expires_before: self.expires_before.clone(),
-            revoked,
+/// Runs one admin command: finds the listener and the token (`--config`, `--admin-url`,
+/// `--token-file`), then asks the server.
+pub fn run(options: AdminOptions, command: AdminCommand) -> ExitCode {
+    if let (true, Some(name)) = (options.json, command.text_only()) {
+        eprintln!("certeasy admin {name} prints the server's text; it has no --json form");
+        return ExitCode::from(2);
+    }
+    let config = match crate::cli::load_or_default(options.config.as_deref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let base = match options.admin_url {
+        Some(url) => url,
+        None => format!("http://{}", config.server.admin_listen),
+    };
+    let token_path = options
+        .token_file
+        .unwrap_or_else(|| config.admin_token_path());
+    let token = match crate::admin_token::read(&token_path) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("{e:#} (pass --config or --token-file)");
+            return ExitCode::from(2);
+        }
+    };
+    let client = match AdminClient::new(&base, &token) {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("cannot reach the admin listener at {base}: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let out = Out { json: options.json };
+    match runtime.block_on(dispatch(&client, out, command)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("cannot reach the admin listener at {base}: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }
 
-/// What the server answered: a document, or its refusal (printed by the caller).
-enum Reply<T> {
-    Doc(T),
-    Refused(String),
+/// How to print documents: as they come (`--json`) or for people.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    json: bool,
 }
 
-/// The admin API as this module calls it.
-struct Api<'a> {
-    client: &'a reqwest::Client,
-    base: &'a str,
-}
-
-impl Api<'_> {
-    /// `base + path`, with each field of `query` (a flat serde struct) as a parameter.
-    fn url(&self, path: &str, query: &impl Serialize) -> anyhow::Result<url::Url> {
-        let mut url = url::Url::parse(&format!("{}{path}", self.base))?;
-        if let serde_json::Value::Object(fields) = serde_json::to_value(query)? {
-            let mut pairs = url.query_pairs_mut();
-            for (key, value) in fields {
-                match value {
-                    serde_json::Value::Null => {}
-                    serde_json::Value::String(s) => {
-                        pairs.append_pair(&key, &s);
-                    }
-                    other => {
-                        pairs.append_pair(&key, &other.to_string());
-                    }
-                }
-            }
+impl Out {
+    /// With `--json`, prints `doc` and answers true: the caller has nothing left to print.
+    fn json(self, doc: &impl Serialize) -> anyhow::Result<bool> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(doc)?);
         }
-        Ok(url)
-    }
-
-    async fn get<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        query: &impl Serialize,
-    ) -> anyhow::Result<Reply<T>> {
-        let url = self.url(path, query)?;
-        Self::reply(self.client.get(url).send().await?).await
-    }
-
-    async fn post<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &impl Serialize,
-    ) -> anyhow::Result<Reply<T>> {
-        let response = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_string(body)?)
-            .send()
-            .await?;
-        Self::reply(response).await
-    }
-
-    async fn reply<T: DeserializeOwned>(response: reqwest::Response) -> anyhow::Result<Reply<T>> {
-        let ok = response.status().is_success();
-        let text = response.text().await?;
-        if ok {
-            Ok(Reply::Doc(serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("unexpected answer from the admin API ({e}): {text}")
-            })?))
-        } else {
-            Ok(Reply::Refused(text))
-        }
+        Ok(self.json)
     }
 }
 
-/// The document, or the refusal printed to stderr (`None`).
-fn doc<T>(reply: Reply<T>) -> Option<T> {
+/// The document, or `None` once the refusal is printed to stderr.
+fn accepted<T>(reply: Reply<T>) -> Option<T> {
     match reply {
-        Reply::Doc(doc) => Some(doc),
-        Reply::Refused(text) => {
-            eprint!("{text}");
-            if !text.ends_with('\n') {
-                eprintln!();
-            }
+        Ok(doc) => Some(doc),
+        Err(refused) => {
+            eprintln!("{}", refused.detail);
             None
         }
     }
 }
 
-fn print_json(doc: &impl Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(doc)?);
-    Ok(())
+/// The text of an operational route printed as it is; `false` when refused.
+fn print_text(reply: Reply<String>) -> bool {
+    accepted(reply).map(|text| print!("{text}")).is_some()
 }
 
-/// Tab-separated rows aligned into columns.
-fn print_table(header: &str, rows: impl IntoIterator<Item = String>) -> anyhow::Result<()> {
-    let mut tw = tabwriter::TabWriter::new(Vec::new()).padding(2);
-    writeln!(tw, "{header}")?;
-    for row in rows {
-        writeln!(tw, "{row}")?;
+/// Runs `command`; `Ok(false)` when the server refused it (its answer is printed).
+async fn dispatch(client: &AdminClient, out: Out, command: AdminCommand) -> anyhow::Result<bool> {
+    match command {
+        AdminCommand::Reload => Ok(print_text(client.reload().await?)),
+        AdminCommand::Ratelimit {
+            command: RatelimitCommand::Show { limit, id },
+        } => Ok(print_text(client.bucket(&limit, &id).await?)),
+        AdminCommand::Ratelimit {
+            command: RatelimitCommand::Reset { limit, id },
+        } => Ok(print_text(client.reset_bucket(&limit, &id).await?)),
+        AdminCommand::Pauses {
+            command: PausesCommand::List { account, all },
+        } => {
+            let query = PauseQuery {
+                account,
+                all,
+                limit: None,
+            };
+            Ok(print_text(client.pauses(&query).await?))
+        }
+        AdminCommand::Pause {
+            account,
+            file,
+            names,
+        } => pause(client, account, collect_names(file, names)?, Verb::Pause).await,
+        AdminCommand::Unpause {
+            account,
+            file,
+            names,
+        } => {
+            let names = collect_names(file, names)?;
+            if names.is_empty() {
+                unpause_all(client, account).await
+            } else {
+                pause(client, account, names, Verb::Unpause).await
+            }
+        }
+        AdminCommand::Backup => backup(client, out).await,
+        AdminCommand::Accounts { command } => accounts(client, out, command).await,
+        AdminCommand::Certificates { command } => certificates(client, out, *command).await,
+        AdminCommand::Eab { command } => eab(client, out, command).await,
+        AdminCommand::Keys { command } => keys(client, out, command).await,
     }
-    tw.flush()?;
-    let out = tw
-        .into_inner()
-        .map_err(|e| anyhow::anyhow!("table: {}", e.error()))?;
-    std::io::stdout().write_all(&out)?;
-    Ok(())
+}
+
+// ---- pauses ----
+
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Pause,
+    Unpause,
+}
+
+impl Verb {
+    fn done(self) -> &'static str {
+        match self {
+            Self::Pause => "paused",
+            Self::Unpause => "unpaused",
+        }
+    }
+}
+
+/// The identifiers of the command line and of `--file` (one per line, `#` comments), each
+/// checked before anything is sent.
+fn collect_names(file: Option<PathBuf>, mut names: Vec<String>) -> anyhow::Result<Vec<String>> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        names.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    for n in &names {
+        parse_identifier(n).map_err(|e| anyhow::anyhow!("{n}: {e}"))?;
+    }
+    Ok(names)
+}
+
+/// Sends names in chunks of 1,000 with a progress bar.
+async fn pause(
+    client: &AdminClient,
+    account: i64,
+    names: Vec<String>,
+    verb: Verb,
+) -> anyhow::Result<bool> {
+    if names.is_empty() {
+        anyhow::bail!("no identifiers given (pass names or --file)");
+    }
+    let bar = indicatif::ProgressBar::new(names.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} identifiers {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut done = 0_u64;
+    for chunk in names.chunks(1_000) {
+        let body = PauseBody {
+            account,
+            identifiers: chunk.to_vec(),
+        };
+        let reply = match verb {
+            Verb::Pause => client.pause(&body).await?,
+            Verb::Unpause => client.unpause(&body).await?,
+        };
+        let Some(n) = accepted(reply) else {
+            bar.abandon();
+            return Ok(false);
+        };
+        done += n;
+        bar.inc(chunk.len() as u64);
+    }
+    let verb = verb.done();
+    bar.finish_with_message(format!("({done} {verb})"));
+    println!(
+        "{done} of {} identifiers of account {account} {verb}",
+        names.len()
+    );
+    Ok(true)
+}
+
+/// Every pause of the account: the server unpauses up to `MAX_PER_CLICK` per call, so this
+/// repeats until a call unpauses fewer.
+async fn unpause_all(client: &AdminClient, account: i64) -> anyhow::Result<bool> {
+    let mut total = 0_u64;
+    loop {
+        let body = PauseBody {
+            account,
+            identifiers: Vec::new(),
+        };
+        let Some(n) = accepted(client.unpause(&body).await?) else {
+            return Ok(false);
+        };
+        total += n;
+        if n < u64::from(acme_api::unpause::MAX_PER_CLICK) {
+            break;
+        }
+    }
+    println!("{total} pairs of account {account} unpaused");
+    Ok(true)
+}
+
+// ---- backup ----
+
+/// One request, answered when the server has written the copy, with a spinner on a terminal
+/// meanwhile.
+async fn backup(client: &AdminClient, out: Out) -> anyhow::Result<bool> {
+    let spinner = if std::io::stderr().is_terminal() {
+        let spinner = indicatif::ProgressBar::new_spinner();
+        spinner.set_message("backing up the database (the server goes on serving)");
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        spinner
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let reply = client.backup().await;
+    spinner.finish_and_clear();
+    let Some(done) = accepted(reply?) else {
+        return Ok(false);
+    };
+    if !out.json(&done)? {
+        println!(
+            "database backed up to {} ({} bytes in {:.1} s)",
+            done.path, done.bytes, done.seconds
+        );
+    }
+    Ok(true)
+}
+
+// ---- accounts and certificates ----
+
+fn page(args: &PageArgs) -> PageQuery {
+    PageQuery {
+        before: args.before,
+        limit: Some(args.limit),
+    }
 }
 
 fn next_page_hint(next: Option<i64>) {
@@ -373,80 +326,52 @@ fn time(t: time::OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
-/// Runs `certeasy admin accounts …`; `Ok(false)` when the server refused (printed).
-pub async fn accounts(
-    client: &reqwest::Client,
-    base: &str,
+async fn accounts(
+    client: &AdminClient,
+    out: Out,
     command: AccountsCommand,
 ) -> anyhow::Result<bool> {
-    let api = Api { client, base };
     match command {
         AccountsCommand::List {
             status,
             contact,
-            page,
-            json,
+            page: page_args,
         } => {
-            #[derive(Serialize)]
-            struct Query {
-                status: Option<String>,
-                contact: Option<String>,
-                limit: u32,
-                before: Option<i64>,
-            }
-            let query = Query {
-                status,
-                contact,
-                limit: page.limit,
-                before: page.before,
-            };
-            let Some(list) = doc(api.get::<AccountList>("/admin/accounts", &query).await?) else {
+            let filter = AccountQuery { status, contact };
+            let Some(list) = accepted(client.accounts(&filter, &page(&page_args)).await?) else {
                 return Ok(false);
             };
-            if json {
-                print_json(&list)?;
-            } else {
-                print_table(
-                    "ID\tSTATUS\tCREATED\tCONTACTS\tKEY THUMBPRINT",
-                    list.accounts.iter().map(|a| {
-                        format!(
-                            "{}\t{}\t{}\t{}\t{}",
-                            a.id,
-                            a.status,
-                            time(a.created_at),
-                            if a.contacts.is_empty() {
-                                "-".to_owned()
-                            } else {
-                                a.contacts.join(",")
-                            },
-                            a.key_thumbprint
-                        )
-                    }),
-                )?;
+            if !out.json(&list)? {
+                let mut table =
+                    Table::new(&["ID", "STATUS", "CREATED", "CONTACTS", "KEY THUMBPRINT"]);
+                for a in &list.accounts {
+                    table.row([
+                        a.id.to_string(),
+                        a.status.clone(),
+                        time(a.created_at),
+                        a.contacts.join(","),
+                        a.key_thumbprint.clone(),
+                    ]);
+                }
+                table.print()?;
                 next_page_hint(list.next_before);
             }
             Ok(true)
         }
-        AccountsCommand::Show { id, json } => {
-            let reply = api
-                .get::<AccountDoc>(&format!("/admin/accounts/{id}"), &())
-                .await?;
-            let Some(account) = doc(reply) else {
+        AccountsCommand::Show { id } => {
+            let Some(account) = accepted(client.account(id).await?) else {
                 return Ok(false);
             };
-            print_account(&account, json)?;
+            if !out.json(&account)? {
+                print_account(&account);
+            }
             Ok(true)
         }
-        AccountsCommand::Deactivate { id, json } => {
-            let reply = api
-                .post::<AccountDoc>(&format!("/admin/accounts/{id}/deactivate"), &())
-                .await?;
-            let Some(account) = doc(reply) else {
+        AccountsCommand::Deactivate { id } => {
+            let Some(account) = accepted(client.deactivate_account(id).await?) else {
                 return Ok(false);
             };
-            if json {
-                print_json(&account)?;
-            } else {
+            if !out.json(&account)? {
                 println!("account {} deactivated", account.id);
             }
             Ok(true)
@@ -454,10 +379,7 @@ pub async fn accounts(
     }
 }
 
-fn print_account(a: &AccountDoc, json: bool) -> anyhow::Result<()> {
-    if json {
-        return print_json(a);
-    }
+fn print_account(a: &AccountDoc) {
     let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
     println!("account:         {}", a.id);
     println!("status:          {}", a.status);
@@ -485,13 +407,9 @@ fn print_account(a: &AccountDoc, json: bool) -> anyhow::Result<()> {
         count(a.certificates),
         count(a.revoked_certificates)
     );
-    Ok(())
 }
 
-fn print_certificate(c: &CertificateDoc, json: bool) -> anyhow::Result<()> {
-    if json {
-        return print_json(c);
-    }
+fn print_certificate(c: &CertificateDoc) {
     println!("serial:          {}", c.serial);
     println!("names:           {}", c.names.join(", "));
     println!("account:         {}", c.account);
@@ -509,71 +427,52 @@ fn print_certificate(c: &CertificateDoc, json: bool) -> anyhow::Result<()> {
     if let Some(pem) = &c.pem {
         print!("{pem}");
     }
-    Ok(())
 }
 
-/// Runs `certeasy admin certificates …`; `Ok(false)` when the server refused (printed).
-pub async fn certificates(
-    client: &reqwest::Client,
-    base: &str,
+async fn certificates(
+    client: &AdminClient,
+    out: Out,
     command: CertificatesCommand,
 ) -> anyhow::Result<bool> {
-    let api = Api { client, base };
     match command {
         CertificatesCommand::List {
             filter,
             revoked,
             not_revoked,
-            page,
-            json,
+            page: page_args,
         } => {
-            #[derive(Serialize)]
-            struct Query {
-                #[serde(flatten)]
-                filter: CertificateQuery,
-                limit: u32,
-                before: Option<i64>,
-            }
             let revoked = match (revoked, not_revoked) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),
                 _ => None,
             };
-            let query = Query {
-                filter: filter.query(revoked),
-                limit: page.limit,
-                before: page.before,
-            };
-            let reply = api
-                .get::<CertificateList>("/admin/certificates", &query)
+            let reply = client
+                .certificates(&filter.query(revoked), &page(&page_args))
                 .await?;
-            let Some(list) = doc(reply) else {
+            let Some(list) = accepted(reply) else {
                 return Ok(false);
             };
-            if json {
-                print_json(&list)?;
-            } else {
-                print_table(
-                    "ID\tSERIAL\tACCOUNT\tNOT AFTER\tREVOKED\tNAMES",
-                    list.certificates.iter().map(|c| {
-                        let revoked = match (&c.revoked_at, &c.revocation_reason) {
-                            (Some(at), reason) => format!(
-                                "{} ({})",
-                                time(*at),
-                                reason.as_deref().unwrap_or("unspecified")
-                            ),
-                            (None, _) => "-".to_owned(),
-                        };
+            if !out.json(&list)? {
+                let mut table =
+                    Table::new(&["ID", "SERIAL", "ACCOUNT", "NOT AFTER", "REVOKED", "NAMES"]);
+                for c in &list.certificates {
+                    let revoked = c.revoked_at.map(|at| {
                         format!(
-                            "{}\t{}\t{}\t{}\t{revoked}\t{}",
-                            c.id,
-                            c.serial,
-                            c.account,
-                            time(c.not_after),
-                            short_names(&c.names)
+                            "{} ({})",
+                            time(at),
+                            c.revocation_reason.as_deref().unwrap_or("unspecified")
                         )
-                    }),
-                )?;
+                    });
+                    table.row([
+                        c.id.to_string(),
+                        c.serial.clone(),
+                        c.account.to_string(),
+                        time(c.not_after),
+                        revoked.unwrap_or_default(),
+                        short_names(&c.names),
+                    ]);
+                }
+                table.print()?;
                 next_page_hint(list.next_before);
             }
             Ok(true)
@@ -582,17 +481,7 @@ pub async fn certificates(
             serial,
             account,
             name,
-            json,
         } => {
-            #[derive(Serialize)]
-            struct Body {
-                #[serde(skip_serializing_if = "Option::is_none")]
-                serial: Option<String>,
-                #[serde(skip_serializing_if = "Option::is_none")]
-                account: Option<i64>,
-                #[serde(skip_serializing_if = "Option::is_none")]
-                name: Option<String>,
-            }
             if usize::from(serial.is_some())
                 + usize::from(account.is_some())
                 + usize::from(name.is_some())
@@ -600,41 +489,26 @@ pub async fn certificates(
             {
                 anyhow::bail!("name exactly one of SERIAL, --account and --name");
             }
-            let reply = api
-                .post::<CountDoc>(
-                    "/admin/certificates/renew-early",
-                    &Body {
-                        serial,
-                        account,
-                        name,
-                    },
-                )
-                .await?;
-            let Some(count) = doc(reply) else {
+            let body = RenewEarlyBody {
+                serial,
+                account,
+                name,
+            };
+            let Some(count) = accepted(client.renew_early(&body).await?) else {
                 return Ok(false);
             };
-            if json {
-                print_json(&count)?;
-            } else {
+            if !out.json(&count)? {
                 println!("{} certificate(s) marked for early renewal", count.count);
             }
             Ok(true)
         }
-        CertificatesCommand::Show { serial, pem, json } => {
-            #[derive(Serialize)]
-            struct Query {
-                pem: bool,
-            }
-            let reply = api
-                .get::<CertificateDoc>(
-                    &format!("/admin/certificates/{}", encode_serial(&serial)),
-                    &Query { pem },
-                )
-                .await?;
-            let Some(cert) = doc(reply) else {
+        CertificatesCommand::Show { serial, pem } => {
+            let Some(cert) = accepted(client.certificate(&serial, pem).await?) else {
                 return Ok(false);
             };
-            print_certificate(&cert, json)?;
+            if !out.json(&cert)? {
+                print_certificate(&cert);
+            }
             Ok(true)
         }
         CertificatesCommand::Revoke {
@@ -642,38 +516,28 @@ pub async fn certificates(
             reason,
             filter,
             batch,
-            json,
         } => {
             // Checked here too, so a typo fails before anything is counted or sent.
-            let reason_name = parse_reason(&reason)
+            let reason = parse_reason(&reason)
                 .map_err(|e| anyhow::anyhow!(e))?
                 .as_str();
             let query = filter.query(None);
-            match serial {
-                Some(serial) => {
-                    if query != CertificateQuery::default() {
-                        anyhow::bail!("give either a SERIAL or filters, not both");
-                    }
-                    let reply = api
-                        .post::<CertificateDoc>(
-                            &format!("/admin/certificates/{}/revoke", encode_serial(&serial)),
-                            &RevokeBody {
-                                reason: reason_name.to_owned(),
-                            },
-                        )
-                        .await?;
-                    let Some(cert) = doc(reply) else {
-                        return Ok(false);
-                    };
-                    if json {
-                        print_json(&cert)?;
-                    } else {
-                        println!("certificate {} revoked ({reason_name})", cert.serial);
-                    }
-                    Ok(true)
-                }
-                None => bulk_revoke(&api, query, reason_name, batch, json).await,
+            let Some(serial) = serial else {
+                return bulk_revoke(client, out, query, reason, batch).await;
+            };
+            if query != CertificateQuery::default() {
+                anyhow::bail!("give either a SERIAL or filters, not both");
             }
+            let body = RevokeBody {
+                reason: reason.to_owned(),
+            };
+            let Some(cert) = accepted(client.revoke(&serial, &body).await?) else {
+                return Ok(false);
+            };
+            if !out.json(&cert)? {
+                println!("certificate {} revoked ({reason})", cert.serial);
+            }
+            Ok(true)
         }
     }
 }
@@ -688,19 +552,16 @@ struct BulkSummary<'a> {
 
 /// Counts the selection, then revokes it a batch per request, the bar advancing per batch.
 async fn bulk_revoke(
-    api: &Api<'_>,
+    client: &AdminClient,
+    out: Out,
     filter: CertificateQuery,
     reason: &str,
     batch: u32,
-    json: bool,
 ) -> anyhow::Result<bool> {
-    let Some(CountDoc { count }) = doc(api
-        .get::<CountDoc>("/admin/certificates/count", &filter)
-        .await?)
-    else {
+    let Some(CountDoc { count }) = accepted(client.count_revocable(&filter).await?) else {
         return Ok(false);
     };
-    let bar = if json || !std::io::stdout().is_terminal() {
+    let bar = if out.json || !std::io::stdout().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
         let bar = indicatif::ProgressBar::new(count);
@@ -720,10 +581,7 @@ async fn bulk_revoke(
             before,
             batch: Some(batch),
         };
-        let reply = api
-            .post::<BatchDoc>("/admin/certificates/revoke", &body)
-            .await?;
-        let Some(step) = doc(reply) else {
+        let Some(step) = accepted(client.revoke_batch(&body).await?) else {
             bar.abandon();
             eprintln!("stopped after {revoked} certificates revoked");
             return Ok(false);
@@ -737,61 +595,179 @@ async fn bulk_revoke(
         }
     }
     bar.finish_and_clear();
-    if json {
-        print_json(&BulkSummary {
-            revoked,
-            reason,
-            batches,
-        })?;
-    } else {
+    let summary = BulkSummary {
+        revoked,
+        reason,
+        batches,
+    };
+    if !out.json(&summary)? {
         println!("{revoked} certificates revoked ({reason})");
     }
     Ok(true)
 }
 
-/// A serial as a path segment: hex and colons need no escaping; anything else is the server's
-/// to refuse, so it is percent-encoded rather than allowed to change the path.
-fn encode_serial(serial: &str) -> String {
-    serial
-        .trim()
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b == b':' {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+// ---- external account binding keys ----
+
+/// The columns of a key, in the order of [`EAB_HEADER`]; `-` for an empty field.
+fn eab_cells(key: &EabKeyDoc) -> [String; 9] {
+    let list = |items: &[String]| items.join(",");
+    let or_dash = |s: &Option<String>| s.clone().unwrap_or_default();
+    [
+        key.kid.clone(),
+        list(&key.domains),
+        list(&key.cidrs),
+        list(&key.profiles),
+        or_dash(&key.max_validity),
+        or_dash(&key.expires_at),
+        key.reusable.to_string(),
+        or_dash(&key.revoked_at),
+        key.bound_accounts.to_string(),
+    ]
+    .map(|cell| {
+        if cell.is_empty() {
+            "-".to_owned()
+        } else {
+            cell
+        }
+    })
 }
 
-/// Runs `certeasy admin backup`: one request, answered when the server has written the copy, with
-/// a spinner on a terminal meanwhile. `Ok(false)` when the server refused (printed).
-pub async fn backup(client: &reqwest::Client, base: &str, json: bool) -> anyhow::Result<bool> {
-    let spinner = if std::io::stderr().is_terminal() {
-        let spinner = indicatif::ProgressBar::new_spinner();
-        spinner.set_message("backing up the database (the server goes on serving)");
-        spinner.enable_steady_tick(Duration::from_millis(100));
-        spinner
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let sent = client
-        .post(format!("{base}/admin/backup"))
-        .timeout(BACKUP_TIMEOUT)
-        .send()
-        .await;
-    spinner.finish_and_clear();
-    let Some(done) = doc(Api::reply::<BackupDoc>(sent?).await?) else {
-        return Ok(false);
-    };
-    if json {
-        print_json(&done)?;
-    } else {
-        println!(
-            "database backed up to {} ({} bytes in {:.1} s)",
-            done.path, done.bytes, done.seconds
-        );
+const EAB_HEADER: [&str; 9] = [
+    "kid",
+    "domains",
+    "cidrs",
+    "profiles",
+    "max-validity",
+    "expires-at",
+    "reusable",
+    "revoked-at",
+    "bound-accounts",
+];
+
+async fn eab(client: &AdminClient, out: Out, command: EabCommand) -> anyhow::Result<bool> {
+    match command {
+        EabCommand::Create {
+            domains,
+            cidrs,
+            profiles,
+            max_validity,
+            expires_in,
+            reusable,
+        } => {
+            let body = EabCreateBody {
+                domains,
+                cidrs,
+                profiles,
+                max_validity,
+                expires_in,
+                reusable,
+            };
+            let Some(key) = accepted(client.create_eab_key(&body).await?) else {
+                return Ok(false);
+            };
+            if out.json(&key)? {
+                return Ok(true);
+            }
+            let hmac = key.hmac_key.as_deref().unwrap_or_default();
+            println!("Key ID:   {}", key.kid);
+            println!("HMAC key: {hmac}");
+            // The `=` form: a base64url key may start with '-', which argument parsers would
+            // otherwise take for an option.
+            println!("The HMAC key is shown only now. Give both to the ACME client, e.g.");
+            println!("  certbot --eab-kid={} --eab-hmac-key={hmac}", key.kid);
+            println!("  lego --eab --kid={} --hmac={hmac}", key.kid);
+            println!("Policy: {}", eab_cells(&key).join("\t"));
+            Ok(true)
+        }
+        EabCommand::List => {
+            let Some(keys) = accepted(client.eab_keys().await?) else {
+                return Ok(false);
+            };
+            if !out.json(&keys)? {
+                let mut table = Table::new(&EAB_HEADER);
+                for key in &keys {
+                    table.row(eab_cells(key));
+                }
+                table.print()?;
+            }
+            Ok(true)
+        }
+        EabCommand::Revoke {
+            kid,
+            deactivate_accounts,
+        } => {
+            let query = EabRevokeQuery {
+                deactivate_accounts,
+            };
+            let Some(key) = accepted(client.revoke_eab_key(&kid, &query).await?) else {
+                return Ok(false);
+            };
+            if !out.json(&key)? {
+                println!("revoked: {}", eab_cells(&key).join("\t"));
+                if let Some(count) = key.deactivated_accounts {
+                    println!("deactivated accounts: {count}");
+                }
+            }
+            Ok(true)
+        }
+    }
+}
+
+// ---- blocked keys ----
+
+/// The text to send for KEY: a file's content when KEY names a file, else KEY itself.
+fn key_text(key: &str) -> anyhow::Result<String> {
+    let path = std::path::Path::new(key);
+    if path.is_file() {
+        return std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()));
+    }
+    Ok(key.to_owned())
+}
+
+async fn keys(client: &AdminClient, out: Out, command: KeysCommand) -> anyhow::Result<bool> {
+    match command {
+        KeysCommand::Block { key, reason } => {
+            let body = KeyBody {
+                key: key_text(&key)?,
+                reason,
+            };
+            let Some(doc) = accepted(client.block_key(&body).await?) else {
+                return Ok(false);
+            };
+            if !out.json(&doc)? {
+                println!("blocked {}", doc.spki_sha256);
+            }
+        }
+        KeysCommand::Unblock { key } => {
+            let body = KeyBody {
+                key: key_text(&key)?,
+                reason: String::new(),
+            };
+            let Some(doc) = accepted(client.unblock_key(&body).await?) else {
+                return Ok(false);
+            };
+            if !out.json(&doc)? {
+                println!("unblocked {}", doc.spki_sha256);
+            }
+        }
+        KeysCommand::List => {
+            let Some(docs) = accepted(client.blocked_keys().await?) else {
+                return Ok(false);
+            };
+            if !out.json(&docs)? {
+                let mut table = Table::new(&["SPKI SHA-256", "SOURCE", "BLOCKED AT", "REASON"]);
+                for d in &docs {
+                    table.row([
+                        d.spki_sha256.clone(),
+                        d.source.clone(),
+                        d.blocked_at.map(time).unwrap_or_default(),
+                        d.reason.clone(),
+                    ]);
+                }
+                table.print()?;
+            }
+        }
     }
     Ok(true)
 }

@@ -42,6 +42,14 @@ impl AdminToken {
     }
 }
 
+#[cfg(test)]
+impl AdminToken {
+    /// A token without a file, for unit tests of its users.
+    pub(crate) fn for_tests(text: &str) -> Self {
+        Self(text.to_owned())
+    }
+}
+
 /// Reads the token at `path`, creating a random one (32 bytes, hex) when the file is missing.
 pub fn load_or_create(path: &Path) -> anyhow::Result<AdminToken> {
     match read(path) {

@@ -236,6 +236,174 @@ pub struct RevokeBody {
     pub reason: String,
 }
 
+/// What kind of refusal an error answer is; the HTTP status follows from it (`admin_error.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorType {
+    /// The request names something malformed (a serial, a date, a limit name, a body field).
+    BadRequest,
+    /// No valid bearer token.
+    Unauthorized,
+    /// Sent by a browser (`Origin`, `Sec-Fetch-Site`), refused with or without the token.
+    Forbidden,
+    /// The record named does not exist, or no route has the path.
+    NotFound,
+    /// The route exists, for another method.
+    MethodNotAllowed,
+    /// The state forbids it: revoked already, blocked already, a backup on PostgreSQL.
+    Conflict,
+    /// The configuration files did not reload; what was in force stays.
+    ReloadRefused,
+    /// The database or Redis did not answer.
+    Unavailable,
+    /// A fault of the server.
+    Internal,
+}
+
+/// Every error answer of `/admin/*`: `{"type": "not-found", "detail": "certificate does not
+/// exist"}`. `detail` is a sentence for the operator, printed by `certeasy admin` as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDoc {
+    #[serde(rename = "type")]
+    pub kind: ErrorType,
+    pub detail: String,
+}
+
+/// An external account binding key as `/admin/eab` answers it. The fields are in alphabetical
+/// order, as the listing has always printed them; `hmac-key` is there only in the answer to the
+/// key's creation, `deactivated-accounts` only in the answer to its revocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct EabKeyDoc {
+    pub bound_accounts: u32,
+    pub cidrs: Vec<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deactivated_accounts: Option<u64>,
+    pub domains: Vec<String>,
+    pub expires_at: Option<String>,
+    /// Base64url; shown once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmac_key: Option<String>,
+    /// The key ID (hex).
+    pub kid: String,
+    pub max_validity: Option<String>,
+    pub profiles: Vec<String>,
+    pub reusable: bool,
+    pub revoked_at: Option<String>,
+}
+
+/// Body of `POST /admin/eab`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EabCreateBody {
+    /// Names equal to or below these domains are allowed.
+    pub domains: Vec<String>,
+    /// IP identifiers inside these networks are allowed.
+    pub cidrs: Vec<String>,
+    /// Profile names allowed; empty means any.
+    pub profiles: Vec<String>,
+    /// Longest certificate validity, as a duration (`30d`).
+    pub max_validity: Option<String>,
+    /// The key binds no new account after this long (`7d`).
+    pub expires_in: Option<String>,
+    /// The key may bind several accounts (default: one).
+    pub reusable: bool,
+}
+
+/// Query of `POST /admin/eab/{kid}/revoke`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EabRevokeQuery {
+    /// Also deactivate the valid accounts bound with the key.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deactivate_accounts: bool,
+}
+
+/// A blocked key, as `keys list --json` prints it and `keys block --json` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedKeyDoc {
+    /// SHA-256 of the key's SubjectPublicKeyInfo DER, lowercase hex.
+    pub spki_sha256: String,
+    /// `database` (`keys block`) or `file` (`acme.blocked-keys-file`).
+    pub source: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// When it was blocked; not known for the file's keys.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub blocked_at: Option<OffsetDateTime>,
+}
+
+/// Body of `POST /admin/keys/block` and `/admin/keys/unblock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyBody {
+    /// A hash, or PEM text (public key, certificate or CSR).
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// Body of `/admin/pause` and `/admin/unpause`: identifiers as `dns:name`, `ip:addr`, or bare.
+/// The answer is the count of pairs changed, as a line of text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseBody {
+    pub account: i64,
+    #[serde(default)]
+    pub identifiers: Vec<String>,
+}
+
+/// Query of `GET /admin/pauses`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<i64>,
+    #[serde(default)]
+    pub all: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Body of `/admin/certificates/renew-early`: one serial (hex), one account or one name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewEarlyBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `before` (the keyset cursor) and `limit` of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The account filters of `GET /admin/accounts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contact: Option<String>,
+}
+
+/// Query of `GET /admin/certificates/{serial}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShowQuery {
+    #[serde(default)]
+    pub pem: bool,
+}
+
 /// Parses `dns:x`, `ip:x` or a bare name or address.
 pub fn parse_identifier(text: &str) -> Result<Identifier, String> {
     let text = text.trim();

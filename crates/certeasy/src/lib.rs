@@ -3,10 +3,13 @@
 
 pub mod admin;
 pub mod admin_cli;
+pub mod admin_client;
 pub mod admin_eab;
+pub mod admin_error;
 pub mod admin_keys;
 pub mod admin_token;
 pub mod admin_wire;
+pub mod cli;
 pub mod config;
 pub mod data_dir;
 pub mod listener;
@@ -14,4 +17,5 @@ pub mod listener_cert;
 pub mod listener_sessions;
 pub mod reload;
 pub mod serve;
+pub mod table;
 pub mod tls;
