@@ -44,10 +44,18 @@ use ra::orders::CreatedOrder;
 use ra::orders::OrderRequest;
 use ra::orders::RawIdentifier;
 use ra::settings::PolicySettings;
+use ratelimits::BucketKey;
+use ratelimits::Limit;
 use ratelimits::MemoryStore;
 use ratelimits::Overrides;
+use ratelimits::Store;
+use ratelimits::batch::BatchOutcome;
+use ratelimits::batch::Transaction;
 use ratelimits::config::RateLimitingConfig;
+use ratelimits::gcra::Decision;
 use ratelimits::limiter::Limiter;
+use ratelimits::store::Debt;
+use ratelimits::store::StoreFuture;
 use storage::Storage;
 use storage::model::Account;
 use storage::model::Certificate;
@@ -84,6 +92,7 @@ pub(crate) struct Builder {
     settings: PolicySettings,
     limits: RateLimitingConfig,
     slots: usize,
+    store_down: bool,
 }
 
 /// A harness with the default policy, every limit off and no free worker place.
@@ -92,6 +101,7 @@ pub(crate) fn harness() -> Builder {
         settings: PolicySettings::default(),
         limits: no_limits(),
         slots: 0,
+        store_down: false,
     }
 }
 
@@ -127,6 +137,12 @@ impl Builder {
         self
     }
 
+    /// The rate-limit store does not answer (a Redis that is away).
+    pub(crate) fn store_down(mut self) -> Self {
+        self.store_down = true;
+        self
+    }
+
     pub(crate) async fn build(self) -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("ra.sqlite").display());
@@ -135,12 +151,13 @@ impl Builder {
             .expect("the SQLite database opens");
         let clock = FakeClock::new(START);
         let shared: acme_core::clock::SharedClock = Arc::new(clock.clone());
-        let limiter = Limiter::new(
-            &self.limits,
-            &Overrides::empty(),
-            Arc::new(MemoryStore::default()),
-        )
-        .expect("the rate-limit configuration is valid");
+        let store: Arc<dyn Store> = if self.store_down {
+            Arc::new(DownStore)
+        } else {
+            Arc::new(MemoryStore::default())
+        };
+        let limiter = Limiter::new(&self.limits, &Overrides::empty(), store)
+            .expect("the rate-limit configuration is valid");
         let limits = Arc::new(RateLimits::new(Arc::new(limiter), self.limits));
         let jobs = Arc::new(FakeJobs::new(self.slots));
         let runner: Arc<dyn JobRunner> = Arc::<FakeJobs>::clone(&jobs);
@@ -155,6 +172,44 @@ impl Builder {
             ca,
             _dir: dir,
         }
+    }
+}
+
+/// A rate-limit store whose every call times out.
+struct DownStore;
+
+fn timed_out() -> ratelimits::Error {
+    ratelimits::Error::Timeout(Duration::from_millis(50))
+}
+
+impl Store for DownStore {
+    fn spend_batch<'a>(
+        &'a self,
+        _now: i64,
+        _batch: &'a [Transaction],
+    ) -> StoreFuture<'a, BatchOutcome> {
+        Box::pin(async { Err(timed_out()) })
+    }
+
+    fn refund<'a>(&'a self, _now: i64, _batch: &'a [Transaction]) -> StoreFuture<'a, ()> {
+        Box::pin(async { Err(timed_out()) })
+    }
+
+    fn reset<'a>(&'a self, _keys: &'a [BucketKey]) -> StoreFuture<'a, ()> {
+        Box::pin(async { Err(timed_out()) })
+    }
+
+    fn peek<'a>(
+        &'a self,
+        _now: i64,
+        _key: &'a BucketKey,
+        _limit: &'a Limit,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async { Err(timed_out()) })
+    }
+
+    fn absorb<'a>(&'a self, _now: i64, _debts: &'a [Debt]) -> StoreFuture<'a, ()> {
+        Box::pin(async { Err(timed_out()) })
     }
 }
 

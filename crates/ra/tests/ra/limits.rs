@@ -593,3 +593,61 @@ async fn duplicate_certificates_in_shadow_mode_never_refuse() {
     h.issue(&account, &["a.example.com"]).await;
     h.issue(&account, &["a.example.com"]).await;
 }
+
+// A store that does not answer: the limiter fails open (an outage of the limiter must not become
+// an outage of issuance), for every GCRA layer; the database-backed layers still hold.
+
+#[tokio::test]
+async fn the_global_limit_lets_requests_through_when_its_store_does_not_answer() {
+    let h = harness()
+        .limits(|l| {
+            l.global.enabled = true;
+            l.global.requests_per_minute = 1;
+            l.global.burst = 1;
+        })
+        .store_down()
+        .build()
+        .await;
+    for _ in 0..3 {
+        let spent = h.ra.charge_request(CLIENT).await.unwrap();
+        let reported = spent.info.map(|i| i.items().len()).unwrap_or(0);
+        assert_eq!(reported, 0, "no bucket state to report");
+    }
+}
+
+#[tokio::test]
+async fn account_creation_lets_accounts_through_when_its_store_does_not_answer() {
+    let h = harness()
+        .limits(|l| {
+            l.account_creation.enabled = true;
+            l.account_creation.per_ip_per_hour = 1;
+            l.account_creation.burst = 1;
+        })
+        .store_down()
+        .build()
+        .await;
+    h.account().await;
+    h.account().await;
+}
+
+#[tokio::test]
+async fn orders_pass_the_gcra_layers_but_not_the_database_layers_when_the_store_does_not_answer() {
+    let h = harness()
+        .limits(|l| {
+            l.order_creation.enabled = true;
+            l.order_creation.orders_per_account_per_hour = 1;
+            l.order_creation.order_burst = 1;
+            l.pending_authorizations.enabled = true;
+            l.pending_authorizations.max = 2;
+        })
+        .store_down()
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    h.order(&account, &["a.example.com"]).await.unwrap();
+    h.order(&account, &["b.example.com"]).await.unwrap();
+    assert_eq!(
+        rate_limited(h.order(&account, &["c.example.com"]).await).0,
+        "pending-authorizations"
+    );
+}
