@@ -2,6 +2,7 @@
 //! the real CLI binary, through the admin API, on certificates issued over ACME.
 
 use std::process::Command as StdCommand;
+use std::time::Duration;
 
 use acme_core::status::RevocationReason;
 use instant_acme::ChallengeType;
@@ -9,6 +10,7 @@ use instant_acme::Identifier;
 use instant_acme::NewOrder;
 use rustls_pki_types::CertificateDer;
 use serde_json::Value;
+use testkit::admin_cli::CliOutput;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -17,36 +19,12 @@ use crate::flow::issue;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 
-pub(crate) struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    pub(crate) fn json(&self) -> Value {
-        assert!(self.ok, "command failed: {}{}", self.stdout, self.stderr);
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", self.stdout))
-    }
-}
+/// An upper bound for one CLI run; each takes well under a second.
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs the CLI without blocking the runtime: the server under test runs on it.
-pub(crate) async fn admin(env: &TestEnv, args: &[&str]) -> Out {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-        .env_remove("CERTEASY_ADMIN_URL")
-        .env_remove("CERTEASY_ADMIN_TOKEN_FILE")
-        .args(["admin", "--config"])
-        .arg(&env.config_path)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+pub(crate) async fn admin(env: &TestEnv, args: &[&str]) -> CliOutput {
+    env.admin_cli().run_async(args, CLI_TIMEOUT).await
 }
 
 /// The serials of a listing, in its order.

@@ -27,6 +27,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll;
+use testkit::poll::OnTheWay;
 use tokio::sync::Barrier;
 use tokio::sync::watch;
 
@@ -260,25 +262,14 @@ fn challenge_of(authz: &Value, kind: &str) -> Value {
 /// Polls `url` until its status is `want`, failing on any status but `pending` and `processing`
 /// on the way, or after `within`.
 async fn wait_for(raw: &Raw, url: &str, want: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    let on_the_way = OnTheWay::Only(&["pending", "processing"]);
+    poll::wait_for_status(url, want, on_the_way, within, async || {
         let r = raw.post(url, None).await;
         assert_eq!(r.status, 200, "{r:?}");
-        let status = r.body["status"].as_str().unwrap_or_default();
-        if status == want {
-            return r.body;
-        }
-        assert!(
-            matches!(status, "pending" | "processing"),
-            "{url} became {status} instead of {want}: {}",
-            r.text
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{url} still {status}, not {want}, after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        r.body
+    })
+    .await
+    .unwrap_or_else(|stuck| panic!("{stuck}"))
 }
 
 /// The sum of the server's `metric` samples whose labels contain `filter`.

@@ -12,6 +12,7 @@ use std::time::Instant;
 use acme_jose::Algorithm;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
@@ -58,19 +59,9 @@ async fn status(raw: &Raw, url: &str) -> String {
 }
 
 async fn wait_for_status(raw: &Raw, url: &str, want: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let r = raw.post(url, None).await;
-        if r.body["status"] == want {
-            return r.body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} did not become {want} within {within:?}: {}",
-            r.text
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    raw.wait_for_status(url, want, OnTheWay::Any, within)
+        .await
+        .unwrap_or_else(|stuck| panic!("{stuck}"))
 }
 
 fn csr_b64(name: &str) -> String {

@@ -13,6 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 use time::OffsetDateTime;
 
 use crate::harness::Db;
@@ -112,22 +113,10 @@ async fn answer(env: &TestEnv, raw: &Raw, order: &Value, kind: &str) {
 }
 
 async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
-    for _ in 0..300 {
-        let r = raw.post(url, None).await;
-        if r.body["status"] == want {
-            return r.body;
-        }
-        assert!(
-            !matches!(r.body["status"].as_str(), Some("invalid" | "valid")),
-            "{url} became {} instead of {want}: {r:?}",
-            r.body["status"]
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "{url} never became {want}; last: {:?}",
-        raw.post(url, None).await
-    );
+    let final_ones = OnTheWay::Not(&["invalid", "valid"]);
+    raw.wait_for_status(url, want, final_ones, Duration::from_secs(15))
+        .await
+        .unwrap_or_else(|stuck| panic!("{stuck}"))
 }
 
 /// Orders `names`, answers with `kind` and waits for the order to be ready: its URL and body.

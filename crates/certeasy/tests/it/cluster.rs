@@ -4,7 +4,6 @@
 //! in Redis, and after one instance is killed in the middle of an issuance, issuance goes on.
 
 use std::net::Ipv4Addr;
-use std::net::TcpListener as StdListener;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command as StdCommand;
@@ -14,6 +13,7 @@ use acme_jose::Algorithm;
 use acme_jose::sign::SigningKey;
 use serde_json::json;
 use testkit::dns::TestDnsServer;
+use testkit::ports::free_port_block;
 use tokio::process::Command;
 use x509_parser::prelude::FromDer;
 
@@ -36,19 +36,6 @@ struct Cluster {
     prefix: String,
     redis_url: String,
     pg_admin: String,
-}
-
-/// A port `p` such that `p..p + 7` are all free on 127.0.0.1 (nginx, a, a's admin, b, b's admin,
-/// a's and b's CRL listeners).
-fn free_port_block() -> u16 {
-    for _ in 0..200 {
-        let base = free_port();
-        if base < u16::MAX - 7 && (1..7).all(|i| StdListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no block of 7 free ports");
 }
 
 impl Cluster {
@@ -76,13 +63,13 @@ impl Cluster {
 
     fn start(http01_port: u16, dns: &TestDnsServer) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let base = free_port_block();
+        // nginx, a, a's admin, b, b's admin, a's and b's CRL listeners.
+        let base = free_port_block(7);
         let db_name = unique("certeasy_cluster_");
         let prefix = unique("certeasy-cluster-it-");
         let redis_url = std::env::var("CERTEASY_TEST_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let pg_admin = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let pg_admin = testkit::postgres::admin_url();
         // Every client of this test comes from 127.0.0.1: three accounts (lego, certbot and the
         // raw one) must fit the per-IP account-creation bucket.
         let extra = dir.path().join("extra.yaml");

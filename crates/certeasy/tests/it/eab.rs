@@ -17,30 +17,13 @@ use tokio::process::Command;
 use crate::certcheck::assert_chain;
 use crate::harness::Db;
 use crate::harness::TestEnv;
+use crate::harness::admin;
 use crate::harness::free_port;
 use crate::harness::run;
 use crate::raw::Raw;
 use crate::raw::Reply;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// `certeasy admin --config <env> <args>`: (success, stdout + stderr).
-fn admin(env: &TestEnv, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-        .args(["admin", "--config"])
-        .arg(&env.config_path)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
 
 /// Creates a key with `certeasy admin eab create --json`; returns (kid, HMAC key base64url).
 fn create_key(env: &TestEnv, extra: &[&str]) -> (String, String) {

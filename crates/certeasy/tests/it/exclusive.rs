@@ -12,6 +12,7 @@ use acme_core::ids::Serial;
 use instant_acme::ChallengeType;
 use instant_acme::Identifier;
 use serde_json::Value;
+use testkit::admin_cli::CliOutput;
 
 use crate::certcheck::pem_ders;
 use crate::flow::issue;
@@ -22,33 +23,10 @@ use crate::harness::free_port;
 /// An upper bound for one CLI run or a refused start; each takes well under a second.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-struct Cli {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `certeasy admin <args>` against the environment's admin listener, naming the URL and
 /// the token file (not the config), without blocking the runtime the test's server may run on.
-async fn admin(env: &TestEnv, args: &[&str]) -> Cli {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_certeasy"));
-    cmd.env_remove("CERTEASY_CONFIG")
-        .args(["admin", "--admin-url"])
-        .arg(format!("http://{}", env.admin_addr()))
-        .arg("--token-file")
-        .arg(env.dir.path().join("data/admin.token"))
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(TIMEOUT, cmd.output())
-        .await
-        .expect("certeasy admin finishes")
-        .unwrap();
-    Cli {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+async fn admin(env: &TestEnv, args: &[&str]) -> CliOutput {
+    env.remote_admin_cli().run_async(args, TIMEOUT).await
 }
 
 fn mode(path: &Path) -> u32 {

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::net::SocketAddr;
-use std::net::TcpListener as StdListener;
 use std::path::PathBuf;
 use std::process::Child;
 use std::process::Command;
@@ -16,8 +15,10 @@ use std::time::Duration;
 
 use acme_core::clock::SystemClock;
 use certeasy::serve::RunningServer;
+use testkit::admin_cli::AdminCli;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+pub use testkit::ports::free_port;
 pub use testkit::postgres::PgDatabase;
 use testkit::tls_alpn::TlsAlpnResponder;
 
@@ -26,33 +27,6 @@ use testkit::tls_alpn::TlsAlpnResponder;
 pub enum Db {
     Sqlite,
     Postgres,
-}
-
-/// A free TCP port on 127.0.0.1 for a server a test starts later (bound and released).
-///
-/// It is chosen below the kernel's ephemeral range: a port the kernel hands out for `:0` goes
-/// back into the pool that every outgoing connection of every concurrent test draws from, and
-/// with hundreds of client sockets open (the listener tests) one of them soon takes it before
-/// the server binds. Ports below the range are only ever taken by explicit binds like this one.
-/// A pseudo-random start per process and a process-wide counter keep concurrent test processes
-/// apart; a port that is busy is skipped.
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
-    let (low, high) = (10_000_u32, ephemeral_low.max(10_001));
-    let span = high - low;
-    let seed = std::process::id().wrapping_mul(2_654_435_761) % span;
-    for _ in 0..span {
-        let port = low + (seed + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let port = u16::try_from(port).unwrap();
-        if StdListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port between {low} and {high}");
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -314,6 +288,25 @@ impl TestEnv {
             .trim()
             .to_owned()
     }
+
+    /// `certeasy admin --config <this environment's config>`, as on the server's host.
+    pub fn admin_cli(&self) -> AdminCli {
+        AdminCli::with_config(env!("CARGO_BIN_EXE_certeasy"), &self.config_path)
+    }
+
+    /// `certeasy admin` naming only the admin listener and the token file, as from another host.
+    pub fn remote_admin_cli(&self) -> AdminCli {
+        AdminCli::with_url(
+            env!("CARGO_BIN_EXE_certeasy"),
+            &format!("http://{}", self.admin_addr()),
+            &self.dir.path().join("data/admin.token"),
+        )
+    }
+}
+
+/// `certeasy admin --config <env> <args>`: (success, stdout + stderr).
+pub fn admin(env: &TestEnv, args: &[&str]) -> (bool, String) {
+    env.admin_cli().run(args).into_pair()
 }
 
 impl Drop for TestEnv {

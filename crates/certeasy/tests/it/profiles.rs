@@ -11,6 +11,7 @@ use instant_acme::Identifier;
 use instant_acme::NewOrder;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 use time::Duration;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -154,14 +155,10 @@ async fn new_order(raw: &Raw, payload: Value) -> Reply {
 
 /// Polls an order until its status is `status`.
 async fn wait_for(raw: &Raw, order_url: &str, status: &str) -> Value {
-    for _ in 0..100 {
-        let order = raw.post(order_url, None).await.body;
-        if order["status"] == status {
-            return order;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("order {order_url} never became {status}");
+    let within = std::time::Duration::from_secs(10);
+    raw.wait_for_status(order_url, status, OnTheWay::Any, within)
+        .await
+        .unwrap_or_else(|stuck| panic!("order {stuck}"))
 }
 
 fn csr_b64(name: &str, alg: &'static rcgen::SignatureAlgorithm) -> String {

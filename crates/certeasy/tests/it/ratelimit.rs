@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
+use crate::harness::admin;
 use crate::harness::free_port;
 use crate::harness::run;
 use crate::raw::Raw;
@@ -552,24 +553,6 @@ async fn shadow_mode_counts_but_never_refuses() {
                 && l.contains("shadow_denied")),
         "{metrics}"
     );
-}
-
-fn admin(env: &TestEnv, args: &[&str]) -> (bool, String) {
-    let out = StdCommand::new(env!("CARGO_BIN_EXE_certeasy"))
-        .arg("admin")
-        .arg("--config")
-        .arg(&env.config_path)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[tokio::test]

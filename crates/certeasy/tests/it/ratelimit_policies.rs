@@ -9,6 +9,7 @@ use acme_jose::Algorithm;
 use base64::Engine;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
@@ -35,15 +36,10 @@ async fn new_order(raw: &Raw, names: &[String]) -> Reply {
 }
 
 async fn poll_order(raw: &Raw, url: &str, want: &str) -> Value {
-    for _ in 0..300 {
-        let order = raw.post(url, None).await;
-        if order.body["status"] == want {
-            return order.body;
-        }
-        assert_ne!(order.body["status"], "invalid", "{order:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("order {url} never became {want}");
+    let not_invalid = OnTheWay::Not(&["invalid"]);
+    raw.wait_for_status(url, want, not_invalid, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|stuck| panic!("order {stuck}"))
 }
 
 /// Validates (when needed) and finalizes a created order, and waits for its certificate.

@@ -1,9 +1,14 @@
 //! A raw ACME client for requests no well-behaved client library would send.
 
+use std::time::Duration;
+
 use acme_jose::Algorithm;
 use acme_jose::sign::SigningKey;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll;
+use testkit::poll::OnTheWay;
+use testkit::poll::Stuck;
 
 use crate::harness::TestEnv;
 
@@ -119,6 +124,21 @@ impl Raw {
             .sign_acme(url, Some(&nonce), self.kid.as_deref(), payload)
             .unwrap();
         self.send(url, body, "application/jose+json").await
+    }
+
+    /// Polls the object at `url` (POST-as-GET) until its status is `want`: testkit's wait, with
+    /// this client.
+    pub async fn wait_for_status(
+        &self,
+        url: &str,
+        want: &str,
+        on_the_way: OnTheWay<'_>,
+        within: Duration,
+    ) -> Result<Value, Stuck> {
+        poll::wait_for_status(url, want, on_the_way, within, async || {
+            self.post(url, None).await.body
+        })
+        .await
     }
 
     /// The http-01 challenge object of an order's first authorization.

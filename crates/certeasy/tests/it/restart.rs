@@ -6,6 +6,7 @@ use std::time::Duration;
 use acme_jose::Algorithm;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
@@ -22,17 +23,10 @@ fn validation_section(env: &TestEnv, http_port: u16, timeout: &str) -> String {
 }
 
 async fn wait_for_status(raw: &Raw, url: &str, want: &str, env: &TestEnv) -> Value {
-    for _ in 0..300 {
-        let r = raw.post(url, None).await;
-        if r.body["status"] == want {
-            return r.body;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "{url} never became {want}; server log:\n{}",
-        env.server_log()
-    );
+    let within = Duration::from_secs(30);
+    raw.wait_for_status(url, want, OnTheWay::Any, within)
+        .await
+        .unwrap_or_else(|stuck| panic!("{stuck}; server log:\n{}", env.server_log()))
 }
 
 #[tokio::test]

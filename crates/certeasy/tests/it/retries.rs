@@ -15,6 +15,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 
 use crate::failure_reports::CountingDns;
 use crate::failure_reports::WrongAnswer;
@@ -73,27 +74,10 @@ async fn order_and_challenge(raw: &Raw, name: &str, kind: &str) -> (String, Valu
 
 /// Polls `url` until its status is `want`, failing on any other final status or at `deadline`.
 async fn wait_for(raw: &Raw, url: &str, want: &str, deadline: Duration, env: &TestEnv) -> Value {
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        let r = raw.post(url, None).await;
-        let status = r.body["status"].as_str().unwrap_or_default().to_owned();
-        if status == want {
-            return r.body;
-        }
-        assert!(
-            status == "processing" || status == "pending",
-            "{url} became {status} instead of {want}: {}\n{}",
-            r.text,
-            env.server_log()
-        );
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{url} still {status}, never {want}: {}\n{}",
-            r.text,
-            env.server_log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let on_the_way = OnTheWay::Only(&["processing", "pending"]);
+    raw.wait_for_status(url, want, on_the_way, deadline)
+        .await
+        .unwrap_or_else(|stuck| panic!("{stuck}\n{}", env.server_log()))
 }
 
 async fn storage_of(env: &TestEnv) -> storage::Storage {

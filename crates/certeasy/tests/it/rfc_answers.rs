@@ -13,6 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use serde_json::json;
+use testkit::poll::OnTheWay;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -56,17 +57,9 @@ pub(crate) fn assert_problem(r: &Reply, status: u16, kind: &str, what: &str) {
 }
 
 pub(crate) async fn wait_for_status(raw: &Raw, url: &str, want: &str) -> Value {
-    for _ in 0..300 {
-        let r = raw.post(url, None).await;
-        if r.body["status"] == want {
-            return r.body;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "{url} never became {want}; last: {:?}",
-        raw.post(url, None).await
-    );
+    raw.wait_for_status(url, want, OnTheWay::Any, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|stuck| panic!("{stuck}"))
 }
 
 /// Creates an order for `name`, serves its http-01 key authorization and answers the challenge:

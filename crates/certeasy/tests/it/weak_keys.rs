@@ -12,30 +12,13 @@ use serde_json::json;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
+use crate::harness::admin;
 use crate::raw::Raw;
 use crate::raw::Reply;
 use crate::rfc_answers::assert_problem;
 use crate::rfc_answers::csr;
 use crate::rfc_answers::ready_order;
 use crate::rfc_answers::wait_for_status;
-
-/// `certeasy admin --config <env> <args>`: (success, stdout + stderr).
-fn admin(env: &TestEnv, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-        .args(["admin", "--config"])
-        .arg(&env.config_path)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
 
 fn fixture(name: &str) -> String {
     let path = format!(

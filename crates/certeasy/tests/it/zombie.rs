@@ -190,13 +190,7 @@ async fn a_failing_client_is_paused_and_unpauses_itself_in_a_browser() {
     );
 
     // Admin CLI sees the lifted pause.
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-        .args(["admin", "--config"])
-        .arg(&env.config_path)
-        .args(["pauses", "list", "--all"])
-        .output()
-        .unwrap();
-    let listed = String::from_utf8_lossy(&listed.stdout);
+    let listed = env.admin_cli().run(&["pauses", "list", "--all"]).stdout;
     assert!(listed.contains(&name), "{listed}");
 }
 
@@ -217,22 +211,7 @@ async fn admin_pause_and_unpause_with_a_file_and_the_pause_problem() {
     let names: Vec<String> = (0..20).map(|i| env.name(&format!("bulk{i}"))).collect();
     let file = env.dir.path().join("names.txt");
     std::fs::write(&file, names.join("\n")).unwrap();
-    let admin = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-            .args(["admin", "--config"])
-            .arg(&env.config_path)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    };
+    let admin = |args: &[&str]| crate::harness::admin(&env, args);
     let (ok, out) = admin(&[
         "pause",
         "--account",
