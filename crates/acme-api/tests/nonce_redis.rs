@@ -4,7 +4,6 @@
 
 use std::io::Read;
 use std::io::Write;
-use std::net::TcpListener;
 use std::net::TcpStream;
 use std::process::Child;
 use std::process::Command;
@@ -18,6 +17,8 @@ use acme_api::nonce::redis::RedisNonceLedger;
 use acme_core::duration::ConfigDuration;
 use ratelimits::RedisStore;
 use ratelimits::config::RedisConfig;
+use testkit::poll::eventually;
+use testkit::ports::free_port;
 use time::OffsetDateTime;
 
 /// A redis-server of our own, killed on drop.
@@ -59,14 +60,6 @@ impl Drop for PrivateRedis {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn instance(port: u16) -> NonceService {
     let store = RedisStore::new(&RedisConfig {
         shards: vec![format!("redis://127.0.0.1:{port}")],
@@ -85,14 +78,16 @@ async fn instance(port: u16) -> NonceService {
 
 /// Issues at `at` until `other` accepts the nonce, i.e. until nonces are shared again.
 async fn wait_until_shared(at: &NonceService, other: &NonceService) {
-    for _ in 0..150 {
+    let (within, every) = (Duration::from_secs(30), Duration::from_millis(200));
+    let shared = eventually(within, every, async || {
         let now = OffsetDateTime::now_utc();
-        if other.redeem(&at.issue(now), now).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("nonces did not become shared again within 30 s of Redis coming back");
+        other.redeem(&at.issue(now), now).await.ok()
+    })
+    .await;
+    assert!(
+        shared.is_some(),
+        "nonces did not become shared again within 30 s of Redis coming back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

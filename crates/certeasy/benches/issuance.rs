@@ -14,7 +14,6 @@
 //! parts (default: all). Prints `RESULT name=value` lines for `scripts/bench.sh`.
 
 use std::net::Ipv4Addr;
-use std::net::TcpListener;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -34,6 +33,7 @@ use instant_acme::NewOrder;
 use instant_acme::OrderStatus;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+use testkit::ports::free_port;
 use testkit::postgres::PgDatabase;
 use tokio::process::Command;
 use tokio::sync::Semaphore;
@@ -49,10 +49,6 @@ fn env_or(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The configuration file of a bench server.
@@ -119,7 +115,7 @@ async fn healthy(admin_port: u16, child: &mut tokio::process::Child) -> anyhow::
 async fn lego(runs: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let dns = TestDnsServer::start().await?;
-    let (acme_port, admin_port, http_port) = (free_port()?, free_port()?, free_port()?);
+    let (acme_port, admin_port, http_port) = (free_port(), free_port(), free_port());
     let config = write_config(dir.path(), acme_port, admin_port, &dns, http_port, None)?;
     let log = std::fs::File::create(dir.path().join("server.log"))?;
     let mut server = Command::new(env!("CARGO_BIN_EXE_certeasy"))
@@ -252,7 +248,7 @@ async fn throughput(label: &str, postgres: bool) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let dns = Arc::new(TestDnsServer::start().await?);
     let http = Arc::new(Http01Responder::start().await?);
-    let (acme_port, admin_port) = (free_port()?, free_port()?);
+    let (acme_port, admin_port) = (free_port(), free_port());
     let config_path = write_config(
         dir.path(),
         acme_port,
