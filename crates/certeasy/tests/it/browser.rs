@@ -1,5 +1,5 @@
 //! A real headless Chromium (Debian's `chromium` and `chromedriver`), driven over the W3C
-//! WebDriver protocol.
+//! WebDriver protocol by `fantoccini`.
 //!
 //! Nothing outlives the test: dropping a [`Browser`], on success or while a panic unwinds, ends
 //! its session (chromedriver quits Chromium and reaps it), then kills chromedriver's process
@@ -7,9 +7,6 @@
 //! when the test process dies without unwinding (a nextest timeout signals only the test's own
 //! group). Chromium's crash handlers leave the group but exit with Chromium.
 
-use std::io::Read;
-use std::io::Write;
-use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Child;
@@ -17,10 +14,11 @@ use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::Value;
+use fantoccini::Client;
+use fantoccini::ClientBuilder;
+use fantoccini::Locator;
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// chromedriver in a process group of its own; dropping it kills the whole group.
 struct Driver {
@@ -82,11 +80,14 @@ impl Drop for Driver {
 }
 
 pub struct Browser {
-    // Dropped first: Chromium is gone before its profile directory is removed.
+    /// `None` only once `drop` has closed the session.
+    client: Option<Client>,
+    /// The runtime the session's connection to chromedriver runs on. A runtime of its own,
+    /// because `drop` must wait for the session to end while the test's runtime, on which it is
+    /// dropped, cannot run anything.
+    session_runtime: Option<tokio::runtime::Runtime>,
+    // Dropped after the session ends: Chromium is gone before its profile directory is removed.
     _driver: Driver,
-    base: String,
-    session: String,
-    http: reqwest::Client,
     _profile: tempfile::TempDir,
 }
 
@@ -97,21 +98,12 @@ impl Browser {
         // killed) before the directory is removed.
         let profile = tempfile::tempdir().unwrap();
         let driver = Driver::spawn(port, profile.path());
-        let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(60))
+        let session_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
             .build()
             .unwrap();
-        for _ in 0..100 {
-            if let Ok(r) = http.get(format!("{base}/status")).send().await
-                && r.status().is_success()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let caps = json!({"capabilities": {"alwaysMatch": {
+        let caps = json!({
             "browserName": "chrome",
             "acceptInsecureCerts": true,
             "goog:chromeOptions": {
@@ -123,130 +115,95 @@ impl Browser {
                     format!("--user-data-dir={}", profile.path().display())
                 ]
             }
-        }}});
-        let created: Value = http
-            .post(format!("{base}/session"))
-            .json_body(&caps)
-            .send()
+        });
+        let serde_json::Value::Object(caps) = caps else {
+            unreachable!("the capabilities are an object")
+        };
+        let webdriver = format!("http://127.0.0.1:{port}");
+        // Connecting spawns the session's task: on `session_runtime`, by connecting from there.
+        let client = session_runtime
+            .spawn(async move {
+                let mut last = None;
+                // chromedriver takes a moment to listen.
+                for _ in 0..100 {
+                    match ClientBuilder::new(HttpConnector::new())
+                        .capabilities(caps.clone())
+                        .connect(&webdriver)
+                        .await
+                    {
+                        Ok(client) => return client,
+                        Err(e) => last = Some(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                panic!("no session: {last:?}")
+            })
             .await
-            .unwrap()
-            .json_value()
-            .await;
-        let session = created["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {created}"))
-            .to_owned();
+            .unwrap();
         Self {
+            client: Some(client),
+            session_runtime: Some(session_runtime),
             _driver: driver,
-            base,
-            session,
-            http,
             _profile: profile,
         }
     }
 
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}/session/{}{path}", self.base, self.session);
-        let request = match method {
-            "GET" => self.http.get(url),
-            _ => self
-                .http
-                .post(url)
-                .json_body(&body.unwrap_or_else(|| json!({}))),
-        };
-        request.send().await.unwrap().json_value().await
+    fn client(&self) -> &Client {
+        self.client
+            .as_ref()
+            .expect("the session is open until drop")
     }
 
     pub async fn goto(&self, url: &str) {
-        self.call("POST", "/url", Some(json!({"url": url}))).await;
+        self.client().goto(url).await.unwrap();
     }
 
     pub async fn url(&self) -> String {
-        self.call("GET", "/url", None).await["value"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        self.client().current_url().await.unwrap().to_string()
     }
 
     pub async fn source(&self) -> String {
-        self.call("GET", "/source", None).await["value"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        self.client().source().await.unwrap()
     }
 
     /// The visible text of the page.
     pub async fn text(&self) -> String {
-        let el = self.find("body").await;
-        self.call("GET", &format!("/element/{el}/text"), None).await["value"]
-            .as_str()
+        self.client()
+            .find(Locator::Css("body"))
+            .await
             .unwrap()
-            .to_owned()
-    }
-
-    async fn find(&self, css: &str) -> String {
-        let found = self
-            .call(
-                "POST",
-                "/element",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        found["value"][ELEMENT]
-            .as_str()
-            .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned()
+            .text()
+            .await
+            .unwrap()
     }
 
     pub async fn click(&self, css: &str) {
-        let el = self.find(css).await;
-        self.call("POST", &format!("/element/{el}/click"), Some(json!({})))
-            .await;
+        self.client()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+            .click()
+            .await
+            .unwrap();
     }
 }
 
 impl Drop for Browser {
-    /// Ends the session (blocking: `drop` cannot await), so that chromedriver quits Chromium and
-    /// reaps it; the driver's own drop then kills whatever is left.
+    /// Ends the session, so that chromedriver quits Chromium and reaps it, and waits (at most
+    /// 20 s) for chromedriver's answer, which comes once Chromium has quit; the driver's own drop
+    /// then kills whatever is left.
     fn drop(&mut self) {
-        let Some(addr) = self.base.strip_prefix("http://") else {
+        let (Some(client), Some(runtime)) = (self.client.take(), self.session_runtime.take())
+        else {
             return;
         };
-        let Ok(mut stream) = TcpStream::connect(addr) else {
-            return;
-        };
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
-        let request = format!(
-            "DELETE /session/{} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.session
-        );
-        // chromedriver answers once Chromium has quit, and keeps the connection open anyway:
-        // the answer's first bytes are enough.
-        if stream.write_all(request.as_bytes()).is_ok() {
-            let _ = stream.read(&mut [0; 256]);
-        }
-    }
-}
-
-/// reqwest without its `json` feature: small helpers.
-trait JsonBody {
-    fn json_body(self, v: &Value) -> Self;
-}
-
-impl JsonBody for reqwest::RequestBuilder {
-    fn json_body(self, v: &Value) -> Self {
-        self.header("content-type", "application/json")
-            .body(v.to_string())
-    }
-}
-
-trait JsonValue {
-    async fn json_value(self) -> Value;
-}
-
-impl JsonValue for reqwest::Response {
-    async fn json_value(self) -> Value {
-        serde_json::from_str(&self.text().await.unwrap()).unwrap()
+        let (done, ended) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(20), client.close()).await;
+            let _ = done.send(());
+        });
+        let _ = ended.recv_timeout(Duration::from_secs(25));
+        // A runtime may not be dropped (which blocks) inside the test's async context.
+        runtime.shutdown_background();
     }
 }
