@@ -651,3 +651,79 @@ async fn orders_pass_the_gcra_layers_but_not_the_database_layers_when_the_store_
         "pending-authorizations"
     );
 }
+
+// Reloading (SIGHUP): the new limits apply to the next request, the database-backed ones too.
+
+#[tokio::test]
+async fn a_reloaded_pending_authorization_max_applies_to_the_next_order() {
+    let h = harness()
+        .limits(|l| {
+            l.pending_authorizations.enabled = true;
+            l.pending_authorizations.max = 1;
+        })
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    h.order(&account, &["a.example.com"]).await.unwrap();
+    assert_eq!(
+        rate_limited(h.order(&account, &["b.example.com"]).await).0,
+        "pending-authorizations"
+    );
+    let mut looser = crate::harness::no_limits();
+    looser.pending_authorizations.enabled = true;
+    looser.pending_authorizations.max = 2;
+    h.ra.limits()
+        .reload(looser, &ratelimits::Overrides::empty())
+        .await
+        .unwrap();
+    h.order(&account, &["b.example.com"]).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reload_that_turns_the_order_limit_on_refuses_the_next_order_past_it() {
+    let h = harness().build().await;
+    let (account, _) = h.account().await;
+    for name in ["a.example.com", "b.example.com"] {
+        h.order(&account, &[name]).await.unwrap();
+    }
+    let mut stricter = crate::harness::no_limits();
+    stricter.order_creation.enabled = true;
+    stricter.order_creation.orders_per_account_per_hour = 1;
+    stricter.order_creation.order_burst = 1;
+    h.ra.limits()
+        .reload(stricter, &ratelimits::Overrides::empty())
+        .await
+        .unwrap();
+    h.order(&account, &["c.example.com"]).await.unwrap();
+    assert_eq!(
+        rate_limited(h.order(&account, &["d.example.com"]).await),
+        ("order-creation", 3600)
+    );
+}
+
+#[tokio::test]
+async fn a_created_account_reports_the_account_creation_policy() {
+    let h = harness()
+        .limits(|l| {
+            l.account_creation.enabled = true;
+            l.account_creation.per_ip_per_hour = 6;
+            l.account_creation.burst = 3;
+        })
+        .build()
+        .await;
+    let created =
+        h.ra.new_account(account_request(key().public_jwk()))
+            .await
+            .unwrap();
+    let ra::accounts::Registered::Created { rate_limit, .. } = created else {
+        panic!("a new account");
+    };
+    let info = rate_limit.expect("the policy that applied");
+    assert_eq!(info.items().len(), 1);
+    let item = &info.items()[0];
+    assert_eq!(
+        (item.name, item.quota, item.remaining),
+        ("account-creation", 3, 2)
+    );
+    assert_eq!(item.window_secs, 1800, "3 tokens at one per 600 s");
+}

@@ -381,3 +381,49 @@ async fn a_second_finalization_of_an_order_already_processing_is_order_not_ready
     ));
     assert_eq!(h.jobs.wakes(), 1, "only the first one queued work");
 }
+
+#[tokio::test]
+async fn a_name_the_identifier_policy_denies_is_rejected_identifier_and_so_is_a_wildcard_above_it()
+{
+    let h = harness()
+        .settings(|s| {
+            s.identifier_policy.deny_domains = vec!["internal.example.com".to_owned()];
+        })
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    for denied in [
+        "internal.example.com",
+        "db.internal.example.com",
+        "*.example.com",
+    ] {
+        assert_eq!(
+            problem_kind(h.order(&account, &[denied]).await),
+            ProblemType::RejectedIdentifier,
+            "{denied}"
+        );
+    }
+    h.order(&account, &["www.example.com"]).await.unwrap();
+}
+
+#[tokio::test]
+async fn only_names_and_networks_the_identifier_policy_allows_may_be_ordered() {
+    let h = harness()
+        .settings(|s| {
+            s.identifier_policy.allow_domains = vec!["example.com".to_owned()];
+            s.identifier_policy.allow_cidrs = vec!["192.0.2.0/24".parse().unwrap()];
+        })
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    h.order(&account, &["www.example.com", "192.0.2.7"])
+        .await
+        .unwrap();
+    for refused in ["www.example.org", "198.51.100.7"] {
+        assert_eq!(
+            problem_kind(h.order(&account, &[refused]).await),
+            ProblemType::RejectedIdentifier,
+            "{refused}"
+        );
+    }
+}
