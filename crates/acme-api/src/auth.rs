@@ -17,6 +17,7 @@ use storage::model::Account;
 use crate::account_keys::StoredKeyError;
 use crate::nonce::NonceError;
 use crate::problem::ApiError;
+use crate::refusal::refused;
 use crate::state::ApiState;
 
 /// Which key reference an endpoint accepts.
@@ -213,7 +214,12 @@ async fn account_for_kid(state: &ApiState, kid: &str) -> Result<Account, ApiErro
             )
             .with_status(StatusCode::BAD_REQUEST)
         })?;
-    state.inner.storage.account(id).await?.ok_or_else(|| {
+    let account = state
+        .ra()
+        .account(id)
+        .await
+        .map_err(|e| refused(state, e))?;
+    account.ok_or_else(|| {
         ApiError::new(
             ProblemType::AccountDoesNotExist,
             format!("account {kid} does not exist"),

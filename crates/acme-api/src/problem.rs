@@ -1,4 +1,7 @@
-//! The one place where errors become RFC 7807 problem documents and HTTP statuses.
+//! Problem documents and HTTP statuses: the answer type every handler returns, and the errors
+//! of the request's own parsing (JWS, CSR). The policy layer's outcomes become problems in
+//! `refusal.rs`, the one place that renders them; storage errors never reach this crate except
+//! through it, as a generic `serverInternal`.
 
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
@@ -175,28 +178,6 @@ impl IntoResponse for ApiError {
             response.extensions_mut().insert(info);
         }
         response
-    }
-}
-
-impl From<storage::error::Error> for ApiError {
-    fn from(e: storage::error::Error) -> Self {
-        use storage::error::Error as E;
-        match e {
-            E::AlreadyRevoked => Self::new(
-                ProblemType::AlreadyRevoked,
-                "The certificate is already revoked",
-            ),
-            E::NotFound => Self::not_found("The object"),
-            E::OrderNotReady(status) => Self::new(
-                ProblemType::OrderNotReady,
-                format!(
-                    "The order is {}, not ready: finalize needs every authorization to be valid first",
-                    status.as_str()
-                ),
-            ),
-            E::WrongState(why) => Self::malformed(why),
-            other => Self::internal("storage failed", &other),
-        }
     }
 }
 

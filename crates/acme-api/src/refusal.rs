@@ -1,12 +1,15 @@
 //! The one place where the policy layer's outcomes become ACME problems: each
-//! [`ra::Refusal`] gets its problem type, status and headers (`Retry-After`, the rate-limit
-//! documentation and unpause links, `Location` of a conflicting account). It needs the state for
-//! the URLs it links, so it sits above both `state` and `problem`.
+//! [`ra::Refusal`] gets its problem type, status, detail and headers (`Retry-After`, the
+//! rate-limit documentation and unpause links, `Location` of a conflicting account). A storage
+//! failure carried by [`ra::Error::Storage`] is answered `serverInternal` with a generic detail,
+//! the error itself only logged: no SQL-layer text reaches a client. It needs the state for the
+//! URLs it links, so it sits above both `state` and `problem`.
 
 use acme_core::problem::ProblemType;
 use axum::http::StatusCode;
 use axum::http::header;
 use ra::Refusal;
+use ra::error::StateRefusal;
 use ra::keys::KeyUse;
 
 use crate::problem::ApiError;
@@ -16,7 +19,10 @@ use crate::state::ApiState;
 pub(crate) fn refused(state: &ApiState, error: ra::Error) -> ApiError {
     match error {
         ra::Error::Refused(refusal) => refusal_error(state, *refusal),
-        ra::Error::Storage(e) => ApiError::from(e),
+        // A row the request named that vanished under it (deleted, or never there): answered
+        // as any missing object.
+        ra::Error::Storage(storage::error::Error::NotFound) => ApiError::not_found("The object"),
+        ra::Error::Storage(e) => ApiError::internal("storage failed", &e),
         ra::Error::Internal { context, message } => ApiError::internal(context, &message),
     }
 }
@@ -92,6 +98,7 @@ fn refusal_error(state: &ApiState, refusal: Refusal) -> ApiError {
                 .with_status(StatusCode::CONFLICT)
                 .with_header(header::LOCATION, &state.urls().account(other))
         }
+        Refusal::State(state) => state_refusal(state),
         // RFC 8555 keeps badPublicKey for JWS keys (§7.3, §7.3.5); a CSR's key is the CSR's.
         Refusal::BadKey { key, detail } => ApiError::new(
             match key {
@@ -100,6 +107,33 @@ fn refusal_error(state: &ApiState, refusal: Refusal) -> ApiError {
             },
             detail,
         ),
+    }
+}
+
+/// An object's state refusing the request. The details are the ones clients have always been
+/// given for these states.
+fn state_refusal(refusal: StateRefusal) -> ApiError {
+    match refusal {
+        StateRefusal::OrderNotReady(status) => ApiError::new(
+            ProblemType::OrderNotReady,
+            format!(
+                "The order is {}, not ready: finalize needs every authorization to be valid first",
+                status.as_str()
+            ),
+        ),
+        StateRefusal::AlreadyRevoked => ApiError::new(
+            ProblemType::AlreadyRevoked,
+            "The certificate is already revoked",
+        ),
+        StateRefusal::AuthzNotPending(status) | StateRefusal::AuthzNotActive(status) => {
+            ApiError::malformed(format!("authorization is {}", status.as_str()))
+        }
+        StateRefusal::SiblingChallengeStarted => ApiError::malformed(
+            "another challenge of this authorization is already being validated",
+        ),
+        StateRefusal::Account(status) => {
+            ApiError::malformed(format!("account is {}", status.as_str()))
+        }
     }
 }
 

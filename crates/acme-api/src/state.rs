@@ -8,7 +8,6 @@ use axum::http::HeaderValue;
 use ipnet::IpNet;
 use issuance::Ca;
 use ra::Ra;
-use storage::Storage;
 
 use crate::account_keys::AccountKeys;
 use crate::nonce::NonceService;
@@ -24,11 +23,9 @@ pub struct ApiState {
 pub(crate) struct Inner {
     pub(crate) settings: ApiSettings,
     pub(crate) urls: Urls,
-    /// Every decision: the handlers parse and authenticate, then ask.
+    /// Every decision and every read: the handlers parse and authenticate, then ask. Storage is
+    /// reached only through it, so only its outcomes are ever rendered.
     pub(crate) ra: Ra,
-    /// Reads only (accounts for authentication, certificates to download); every write goes
-    /// through `ra`.
-    pub(crate) storage: Storage,
     pub(crate) ca: Arc<Ca>,
     pub(crate) clock: SharedClock,
     pub(crate) nonces: NonceService,
@@ -48,7 +45,6 @@ impl ApiState {
     pub fn new(
         settings: ApiSettings,
         ra: Ra,
-        storage: Storage,
         ca: Arc<Ca>,
         clock: SharedClock,
         nonces: NonceService,
@@ -65,7 +61,6 @@ impl ApiState {
                 directory,
                 settings,
                 ra,
-                storage,
                 ca,
                 clock,
                 nonces,

@@ -148,8 +148,7 @@ pub async fn start(
     };
     let storage = Storage::connect_with(&database_url, pool)
         .await
-        .with_context(|| format!("opening the database {}", redact(&database_url)))?
-        .with_valid_authorization_lifetime(config.acme.valid_authorization_lifetime.time());
+        .with_context(|| format!("opening the database {}", redact(&database_url)))?;
 
     let mut ca = load_ca(config, &data_dir, clock.now())?;
     if config.crl.enabled {
@@ -216,7 +215,6 @@ pub async fn start(
     let state = ApiState::new(
         settings,
         ra.clone(),
-        storage.clone(),
         Arc::clone(&ca),
         Arc::clone(&clock),
         nonces,
@@ -435,6 +433,7 @@ fn worker_settings(config: &Config, profiles: Profiles) -> WorkerSettings {
         retry_backoff: config.validation.retry_backoff.time(),
         retry_window: config.validation.retry_window.time(),
         always_valid: config.test_mode.enabled && config.test_mode.always_valid,
+        valid_authorization_lifetime: config.acme.valid_authorization_lifetime.time(),
         ..WorkerSettings::default()
     }
 }
@@ -474,6 +473,7 @@ fn policy_settings(
         external_account_required: a.external_account_required,
         order_lifetime: a.order_lifetime.time(),
         authorization_lifetime: a.authorization_lifetime.time(),
+        valid_authorization_lifetime: a.valid_authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,
         max_identifiers_per_order: a.max_identifiers_per_order,
         max_contacts: a.max_contacts,

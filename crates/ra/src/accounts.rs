@@ -10,11 +10,13 @@ use acme_jose::eab::EabBinding;
 use storage::model::Account;
 use storage::model::KeyChange;
 use storage::model::NewAccount;
+use storage::model::StatusChange;
 
 use crate::Ra;
 use crate::eab::Creation;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 use crate::keys::KeyUse;
 use crate::rate_info::RateLimitInfo;
 
@@ -162,15 +164,27 @@ impl Ra {
         }
     }
 
+    /// The account `id`, whatever its status: the front end authenticates a request signed for
+    /// it and refuses one that is not valid itself.
+    pub async fn account(&self, id: AccountId) -> Result<Option<Account>, Error> {
+        Ok(self.inner.storage.account(id).await?)
+    }
+
     /// Deactivates an account (RFC 8555 §7.3.6): it can do nothing afterwards, and its pending
     /// authorizations are deactivated with it. The subscriber's request and an operator's
     /// command both end here.
     pub async fn deactivate_account(&self, account: AccountId) -> Result<Account, Error> {
-        let updated = self
+        let updated = match self
             .inner
             .storage
             .deactivate_account(account, self.now())
-            .await?;
+            .await?
+        {
+            StatusChange::Changed(updated) => updated,
+            StatusChange::Unchanged(now) => {
+                return Err(StateRefusal::Account(now.status).into());
+            }
+        };
         tracing::info!(account_id = %account, "account deactivated");
         Ok(updated)
     }

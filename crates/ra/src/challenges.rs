@@ -9,10 +9,13 @@ use acme_core::status::ChallengeStatus;
 use storage::model::Account;
 use storage::model::Authorization;
 use storage::model::Challenge;
+use storage::model::ChallengeStart;
+use storage::model::StatusChange;
 
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 use crate::in_flight::Key;
 use crate::jobs::VALIDATION_WAIT;
 use crate::jobs::ValidationTarget;
@@ -128,7 +131,12 @@ impl Ra {
     /// The durable start: pending → processing with a job for the queue's workers. Idempotent
     /// for a challenge that has left pending, which it returns as it is.
     async fn start_queued(&self, account: &Account, id: ChallengeId) -> Result<Challenge, Error> {
-        let started = self.inner.storage.start_challenge(id, self.now()).await?;
+        let started = match self.inner.storage.start_challenge(id, self.now()).await? {
+            ChallengeStart::Started { challenge, .. } | ChallengeStart::Left(challenge) => {
+                challenge
+            }
+            ChallengeStart::NotStarted(why) => return Err(why.into()),
+        };
         if started.status == ChallengeStatus::Processing {
             self.inner.jobs.wake();
         }
@@ -175,11 +183,18 @@ impl Ra {
             ))
             .into());
         }
-        let updated = self
+        let updated = match self
             .inner
             .storage
             .deactivate_authorization(authz.id, self.now())
-            .await?;
+            .await?
+        {
+            StatusChange::Changed(updated) => updated,
+            // Deactivated, expired or decided since it was read.
+            StatusChange::Unchanged(now) => {
+                return Err(StateRefusal::AuthzNotActive(now.status).into());
+            }
+        };
         tracing::info!(account_id = %account, authz_id = %authz.id, "authorization deactivated");
         Ok(updated)
     }

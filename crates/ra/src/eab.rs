@@ -20,6 +20,7 @@ use storage::model::BindOutcome;
 use storage::model::EabKey;
 use storage::model::NewAccount;
 use storage::model::NewEabKey;
+use storage::model::StatusChange;
 use time::OffsetDateTime;
 
 use crate::Ra;
@@ -213,7 +214,13 @@ impl Ra {
             expires_at: request.expires_in.map(|d| now + d),
             reusable: request.reusable,
         };
-        let key = self.inner.storage.create_eab_key(new, now).await?;
+        let kid = new.kid.clone();
+        let key = self
+            .inner
+            .storage
+            .create_eab_key(new, now)
+            .await?
+            .ok_or_else(|| Refusal::Conflict(format!("key {kid} already exists")))?;
         tracing::info!(kid = %key.kid, reusable = key.reusable, "external account key created by an operator");
         metrics::counter!("certeasy_eab_keys_created_total").increment(1);
         Ok((key, hmac_b64))
@@ -239,27 +246,26 @@ impl Ra {
         let storage = &self.inner.storage;
         let now = self.now();
         let key = match storage.revoke_eab_key(kid, now).await {
-            Ok(key) => {
+            Ok(StatusChange::Changed(key)) => {
                 tracing::info!(kid = %kid, "external account key revoked by an operator");
                 key
+            }
+            Ok(StatusChange::Unchanged(key)) if deactivate_accounts => key,
+            Ok(StatusChange::Unchanged(_)) => {
+                return Err(Refusal::Conflict(format!("key {kid} is already revoked")).into());
             }
             Err(StorageError::NotFound) => {
                 return Err(Refusal::NotFound("external account key").into());
             }
-            Err(StorageError::WrongState(_)) if deactivate_accounts => storage
-                .eab_key(kid)
-                .await?
-                .ok_or(Refusal::NotFound("external account key"))?,
-            Err(StorageError::WrongState(detail)) => return Err(Refusal::Conflict(detail).into()),
             Err(e) => return Err(e.into()),
         };
         let mut deactivated = 0;
         if deactivate_accounts {
             for account in storage.valid_accounts_bound_to_eab_key(kid).await? {
                 match storage.deactivate_account(account, now).await {
-                    Ok(_) => deactivated += 1,
+                    Ok(StatusChange::Changed(_)) => deactivated += 1,
                     // Deactivated or revoked meanwhile, by its subscriber or another operator.
-                    Err(StorageError::WrongState(_) | StorageError::NotFound) => {}
+                    Ok(StatusChange::Unchanged(_)) | Err(StorageError::NotFound) => {}
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -1,11 +1,16 @@
 //! The policy layer's one error enum. A [`Refusal`] is a verdict: the request breaks a rule and
-//! the client can act on it. The HTTP front end maps each to its ACME problem in one place
-//! (`acme-api`'s `problem.rs`); nothing here knows HTTP.
+//! the client can act on it. Storage states facts (outcomes such as `OrderCreation`,
+//! `ChallengeStart`, `StatusChange`) and this layer turns those that refuse into typed refusals
+//! ([`StateRefusal`]); its errors are failures only. The HTTP front end maps each refusal to its
+//! ACME problem in one place (`acme-api`'s `refusal.rs`); nothing here knows HTTP.
 
 use acme_core::ids::AccountId;
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
 use acme_core::status::AccountStatus;
+use acme_core::status::AuthzStatus;
+use acme_core::status::OrderStatus;
+use storage::model::NotStarted;
 use time::OffsetDateTime;
 
 use crate::rate_info::RateLimitInfo;
@@ -16,7 +21,9 @@ pub enum Error {
     /// The request was refused by a rule.
     #[error("refused: {0}")]
     Refused(Box<Refusal>),
-    /// The database failed, or the object changed under the request.
+    /// The database failed, or an object the request names no longer exists: facts and
+    /// failures, never a verdict (the front end answers a failure as a server error, without
+    /// its text).
     #[error("storage: {0}")]
     Storage(#[from] storage::error::Error),
     /// A part the decision needs failed (the limiter's store, the system RNG): the request is
@@ -40,6 +47,29 @@ impl Error {
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Self::Refused(Box::new(r))
+    }
+}
+
+impl From<StateRefusal> for Error {
+    fn from(r: StateRefusal) -> Self {
+        Refusal::State(r).into()
+    }
+}
+
+/// A challenge storage did not start is refused for what it found: the one place that decides
+/// so, for the queued start and the one run at once alike.
+impl From<NotStarted> for StateRefusal {
+    fn from(n: NotStarted) -> Self {
+        match n {
+            NotStarted::AuthzNotPending(status) => Self::AuthzNotPending(status),
+            NotStarted::SiblingStarted => Self::SiblingChallengeStarted,
+        }
+    }
+}
+
+impl From<NotStarted> for Error {
+    fn from(n: NotStarted) -> Self {
+        StateRefusal::from(n).into()
     }
 }
 
@@ -97,6 +127,35 @@ pub enum Refusal {
     /// `badCSR` for a CSR's key (RFC 8555 §7.3, §7.4).
     #[error("{detail}")]
     BadKey { key: KeyUse, detail: String },
+    /// The object's state, as storage found it under its locks, does not allow the request.
+    #[error("{0}")]
+    State(StateRefusal),
+}
+
+/// What an object's state refuses, rustls style: each a typed fact the front end words, never a
+/// string made here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateRefusal {
+    /// Finalization of an order that is not ready (RFC 8555 §7.4: `orderNotReady`).
+    #[error("the order is {}, not ready", .0.as_str())]
+    OrderNotReady(OrderStatus),
+    /// Revocation of a certificate revoked before (RFC 8555 §7.6: `alreadyRevoked`).
+    #[error("the certificate is already revoked")]
+    AlreadyRevoked,
+    /// A validation asked of a challenge whose authorization is no longer pending.
+    #[error("authorization is {}", .0.as_str())]
+    AuthzNotPending(AuthzStatus),
+    /// A validation asked of a challenge while another of its authorization is being (or was)
+    /// validated: one validation per authorization.
+    #[error("another challenge of this authorization is already being validated")]
+    SiblingChallengeStarted,
+    /// Deactivation of an authorization that is neither pending nor valid (RFC 8555 §7.5.2).
+    #[error("authorization is {}", .0.as_str())]
+    AuthzNotActive(AuthzStatus),
+    /// A change the account's status no longer allows (an order or a deactivation of an account
+    /// deactivated since the request was authenticated).
+    #[error("account is {}", .0.as_str())]
+    Account(AccountStatus),
 }
 
 /// What a key is being accepted as (`crate::keys`): the refusal's problem type follows it,

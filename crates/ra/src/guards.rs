@@ -1,21 +1,25 @@
 //! Layers 3 and 5 of the limiter chain: the pending-authorization and duplicate-certificate
-//! limits, checked by storage inside the transaction that creates the order (after a row lock on
-//! the account), because only the database knows the counts. A limit in shadow mode that would
-//! have refused is logged and counted, and the order is created without it.
+//! limits, counted by storage inside the transaction that creates the order (after a row lock on
+//! the account), because only the database knows the counts; the verdict is made here. A limit
+//! in shadow mode that would have refused is logged and counted, and the order is created
+//! without it.
 
 use ratelimits::config::Mode;
 use ratelimits::config::RateLimitingConfig;
-use storage::error::Error as StorageError;
 use storage::model::DuplicateGuard;
+use storage::model::GuardExceeded;
 use storage::model::GuardUsage;
 use storage::model::NewOrder;
 use storage::model::Order;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
+use storage::model::PendingAuthzGuard;
 use time::OffsetDateTime;
 
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 use crate::limits::utc;
 use crate::rate_info::PolicyItem;
 use crate::rate_info::RateLimitInfo;
@@ -26,8 +30,10 @@ impl Ra {
     /// Creates the order under the database-backed limits. Renewals (ARI `replaces`) are held
     /// to the duplicate-certificate limit like any order, as Let's Encrypt does: it counts the
     /// certificates of one exact set of identifiers, which is what a renewal adds, and exempting
-    /// it would let issue, revoke and replace go on without end. Returns the order and the
-    /// enforced limits' state, for the `RateLimit` headers.
+    /// it would let issue, revoke and replace go on without end. Storage counts under the
+    /// account's lock and stops only on a limit this layer enforces; one in shadow mode is
+    /// reported with the created order and logged here, so it costs no second transaction.
+    /// Returns the order and the enforced limits' state, for the `RateLimit` headers.
     pub(crate) async fn create_with_guards(
         &self,
         new: NewOrder,
@@ -36,86 +42,83 @@ impl Ra {
         let config = self.inner.limits.config();
         let pending = &config.pending_authorizations;
         let duplicate = &config.duplicate_certificate;
-        let mut guards = OrderGuards {
-            max_pending_authz: pending
-                .enabled
-                .then(|| u32::try_from(pending.max).unwrap_or(u32::MAX)),
+        let guards = OrderGuards {
+            max_pending_authz: pending.enabled.then(|| PendingAuthzGuard {
+                max: u32::try_from(pending.max).unwrap_or(u32::MAX),
+                refuse: pending.mode == Mode::Enforce,
+            }),
             duplicate_certificates: duplicate.enabled.then(|| DuplicateGuard {
                 max: u32::try_from(duplicate.max_per_window).unwrap_or(u32::MAX),
                 window: duplicate.window.time(),
+                refuse: duplicate.mode == Mode::Enforce,
             }),
         };
-        loop {
-            match self
-                .inner
-                .storage
-                .create_order_with_usage(new.clone(), &guards, now)
-                .await
-            {
-                Ok((order, usage)) => {
-                    for (limit, on) in [
-                        ("pending-authorizations", guards.max_pending_authz.is_some()),
-                        (
-                            "duplicate-certificate",
-                            guards.duplicate_certificates.is_some(),
-                        ),
-                    ] {
-                        if on {
-                            count_db(limit, "allowed");
-                        }
-                    }
-                    let policies = self.db_policies(&config, usage, now);
-                    return Ok((order, policies));
+        match self.inner.storage.create_order(new, &guards, now).await? {
+            OrderCreation::Created {
+                order,
+                usage,
+                exceeded,
+            } => {
+                for over in &exceeded {
+                    shadow_db(limit_of(over));
                 }
-                Err(StorageError::PendingAuthzLimit {
-                    pending: count,
-                    max,
+                for (limit, on) in [
+                    ("pending-authorizations", guards.max_pending_authz.is_some()),
+                    (
+                        "duplicate-certificate",
+                        guards.duplicate_certificates.is_some(),
+                    ),
+                ] {
+                    if on && !exceeded.iter().any(|over| limit_of(over) == limit) {
+                        count_db(limit, "allowed");
+                    }
+                }
+                let policies = self.db_policies(&config, usage, now);
+                Ok((*order, policies))
+            }
+            OrderCreation::AccountNotValid(status) => Err(StateRefusal::Account(status).into()),
+            OrderCreation::WouldExceed { exceeded, also } => {
+                for over in &also {
+                    shadow_db(limit_of(over));
+                }
+                Err(self.exceeded(&config, exceeded).into())
+            }
+        }
+    }
+
+    /// The refusal of an enforced database-backed limit storage found exceeded.
+    fn exceeded(&self, config: &RateLimitingConfig, over: GuardExceeded) -> Refusal {
+        let limit = limit_of(&over);
+        count_db(limit, "denied");
+        match over {
+            GuardExceeded::PendingAuthz {
+                pending: count,
+                max,
+                retry_at,
+            } => {
+                let detail = format!(
+                    "Rate limit \"pending-authorizations\" reached: this account has {count} pending authorizations and may hold at most {max}; finish or deactivate some, or wait for the soonest to expire"
+                );
+                let window =
+                    u64::try_from(self.inner.settings.authorization_lifetime.whole_seconds())
+                        .unwrap_or(0);
+                self.denied_until(limit, detail, retry_at, u64::from(max), window)
+            }
+            GuardExceeded::Duplicates {
+                count, retry_at, ..
+            } => {
+                let duplicate = &config.duplicate_certificate;
+                let detail = format!(
+                    "Rate limit \"duplicate-certificate\" reached: {count} certificates were already issued to this account for exactly these identifiers in the last {} (at most {})",
+                    duplicate.window, duplicate.max_per_window
+                );
+                self.denied_until(
+                    limit,
+                    detail,
                     retry_at,
-                }) => {
-                    if pending.mode == Mode::Shadow {
-                        shadow_db("pending-authorizations");
-                        guards.max_pending_authz = None;
-                        continue;
-                    }
-                    count_db("pending-authorizations", "denied");
-                    let detail = format!(
-                        "Rate limit \"pending-authorizations\" reached: this account has {count} pending authorizations and may hold at most {max}; finish or deactivate some, or wait for the soonest to expire"
-                    );
-                    let window =
-                        u64::try_from(self.inner.settings.authorization_lifetime.whole_seconds())
-                            .unwrap_or(0);
-                    return Err(self
-                        .denied_until(
-                            "pending-authorizations",
-                            detail,
-                            retry_at,
-                            u64::from(max),
-                            window,
-                        )
-                        .into());
-                }
-                Err(StorageError::DuplicateCertificate { count, retry_at }) => {
-                    if duplicate.mode == Mode::Shadow {
-                        shadow_db("duplicate-certificate");
-                        guards.duplicate_certificates = None;
-                        continue;
-                    }
-                    count_db("duplicate-certificate", "denied");
-                    let detail = format!(
-                        "Rate limit \"duplicate-certificate\" reached: {count} certificates were already issued to this account for exactly these identifiers in the last {} (at most {})",
-                        duplicate.window, duplicate.max_per_window
-                    );
-                    return Err(self
-                        .denied_until(
-                            "duplicate-certificate",
-                            detail,
-                            retry_at,
-                            duplicate.max_per_window,
-                            duplicate.window.std().as_secs(),
-                        )
-                        .into());
-                }
-                Err(e) => return Err(e.into()),
+                    duplicate.max_per_window,
+                    duplicate.window.std().as_secs(),
+                )
             }
         }
     }
@@ -200,6 +203,14 @@ impl Ra {
             });
         }
         items
+    }
+}
+
+/// The limit's name, as the configuration, the metric and the documentation link spell it.
+fn limit_of(over: &GuardExceeded) -> &'static str {
+    match over {
+        GuardExceeded::PendingAuthz { .. } => "pending-authorizations",
+        GuardExceeded::Duplicates { .. } => "duplicate-certificate",
     }
 }
 

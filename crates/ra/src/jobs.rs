@@ -7,6 +7,8 @@ use std::time::Duration;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
+use acme_core::problem::Problem;
+use acme_core::problem::ProblemType;
 use acme_core::status::AccountStatus;
 use issuance::CheckedCsr;
 use storage::model::Challenge;
@@ -46,9 +48,11 @@ impl Slot {
 
 /// What the work a request runs at once answers with ([`JobRunner::validate_at_once`],
 /// [`JobRunner::finalize_at_once`]): sent once the work has written something durable, never
-/// before, so a client is only ever told what the database holds. The error is the storage's,
-/// as the durable path would have returned it.
-pub type Reply<T> = oneshot::Receiver<Result<T, storage::error::Error>>;
+/// before, so a client is only ever told what the database holds. The error is what the durable
+/// path would have returned: a storage failure, or the refusal of what storage found (a
+/// challenge that did not start, `crate::error::StateRefusal` from `NotStarted`; an order no
+/// longer ready, `StateRefusal::OrderNotReady`).
+pub type Reply<T> = oneshot::Receiver<Result<T, crate::Error>>;
 
 /// What a finalization run at once came to.
 #[derive(Debug)]
@@ -58,6 +62,44 @@ pub enum Finalized {
     Order(Box<Order>),
     /// The account was deactivated before the certificate could be stored: nothing was.
     AccountNotValid(AccountStatus),
+}
+
+/// Why a finalization the policy layer accepted is refused before anything is signed: what
+/// changed since, as the job runner (or the reserving transaction) finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssuanceRefusal {
+    /// The account is no longer valid: a deactivated account gets nothing more (RFC 8555
+    /// §7.3.6), not even the certificate of an order it finalized before.
+    AccountNotValid(AccountStatus),
+    /// An authorization of the order expired or was deactivated meanwhile.
+    AuthorizationNotValid,
+}
+
+impl IssuanceRefusal {
+    /// The problem the order fails with.
+    pub fn problem(self) -> Problem {
+        match self {
+            Self::AccountNotValid(_) => Problem::new(
+                ProblemType::Unauthorized,
+                "The account was deactivated before the certificate was issued",
+            ),
+            Self::AuthorizationNotValid => Problem::new(
+                ProblemType::Unauthorized,
+                "An authorization of this order expired or was deactivated before the certificate was issued",
+            ),
+        }
+    }
+}
+
+/// Whether an order of an account in `status` may still be signed. The job runner asks before it
+/// signs anything; storage then reports the status it finds under the reserving transaction's
+/// lock ([`storage::model::Reserved::AccountNotValid`]), so a deactivation that commits between
+/// the two is refused too.
+pub fn account_may_be_issued(status: AccountStatus) -> Result<(), IssuanceRefusal> {
+    match status {
+        AccountStatus::Valid => Ok(()),
+        status => Err(IssuanceRefusal::AccountNotValid(status)),
+    }
 }
 
 /// The job runner as the policy layer uses it.

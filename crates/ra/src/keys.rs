@@ -157,11 +157,11 @@ impl Ra {
             .block_key(hash.as_bytes(), reason, self.now())
             .await
         {
-            Ok(blocked) => {
+            Ok(Some(blocked)) => {
                 tracing::warn!(spki_sha256 = %hash, reason, "key blocked by the operator");
                 Ok(blocked)
             }
-            Err(storage::error::Error::WrongState(detail)) => Err(Refusal::Conflict(detail).into()),
+            Ok(None) => Err(Refusal::Conflict(format!("key {hash} is already blocked")).into()),
             Err(e) => Err(e.into()),
         }
     }

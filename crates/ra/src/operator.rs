@@ -152,13 +152,21 @@ impl Ra {
     pub async fn operator_deactivates(&self, id: AccountId) -> Result<Account, Error> {
         let account = self.existing_account(id).await?;
         may_deactivate(&account)?;
-        let account = match self.inner.storage.deactivate_account(id, self.now()).await {
-            Ok(account) => account,
+        let account = match self
+            .inner
+            .storage
+            .deactivate_account(id, self.now())
+            .await?
+        {
+            storage::model::StatusChange::Changed(account) => account,
             // Deactivated by its holder between the check and the update.
-            Err(storage::error::Error::WrongState(state)) => {
-                return Err(Refusal::Conflict(format!("account {id}: {state}")).into());
+            storage::model::StatusChange::Unchanged(now) => {
+                return Err(Refusal::Conflict(format!(
+                    "account {id}: account is {}",
+                    now.status.as_str()
+                ))
+                .into());
             }
-            Err(e) => return Err(e.into()),
         };
         tracing::info!(account_id = %id, "account deactivated by an operator");
         metrics::counter!("certeasy_accounts_deactivated_total", "via" => "admin").increment(1);
@@ -211,16 +219,15 @@ impl Ra {
             .inner
             .storage
             .revoke_certificate(certificate.id, reason, self.now())
-            .await
+            .await?
         {
-            Ok(c) => c,
+            storage::model::StatusChange::Changed(c) => c,
             // Revoked by its holder between the check and the update.
-            Err(storage::error::Error::AlreadyRevoked) => {
+            storage::model::StatusChange::Unchanged(_) => {
                 return Err(
                     Refusal::Conflict(format!("certificate {serial} is already revoked")).into(),
                 );
             }
-            Err(e) => return Err(e.into()),
         };
         tracing::info!(serial = %serial, reason = reason.as_str(), "certificate revoked by an operator");
         metrics::counter!("certeasy_certificates_revoked_total").increment(1);

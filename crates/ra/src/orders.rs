@@ -17,6 +17,7 @@ use aws_lc_rs::rand::SystemRandom;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use storage::model::Account;
+use storage::model::Finalizing;
 use storage::model::NewAuthz;
 use storage::model::NewOrder;
 use storage::model::Order;
@@ -25,6 +26,7 @@ use time::OffsetDateTime;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 use crate::in_flight::Key;
 use crate::jobs::Finalized;
 use crate::jobs::ISSUE_WAIT;
@@ -127,7 +129,9 @@ impl Ra {
             not_after,
             expires_at: now + settings.order_lifetime,
             authorizations,
-            reuse_valid_authz: settings.reuse_valid_authorizations,
+            reuse_valid_until: settings.reuse_valid_authorizations.then(|| {
+                now + crate::settings::reuse_margin(settings.valid_authorization_lifetime)
+            }),
             replaces: replacement.map(|r| r.cert_id),
             profile,
         };
@@ -153,6 +157,20 @@ impl Ra {
         })
     }
 
+    /// Ids of the account's orders, ascending, strictly after `after`, at most `limit`.
+    pub async fn orders_of(
+        &self,
+        account: AccountId,
+        after: Option<OrderId>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, Error> {
+        Ok(self
+            .inner
+            .storage
+            .account_orders(account, after, limit)
+            .await?)
+    }
+
     /// An order of this account; other accounts' orders are indistinguishable from missing ones.
     pub async fn order_of(&self, account: AccountId, id: OrderId) -> Result<Order, Error> {
         match self.inner.storage.order(id, self.now()).await? {
@@ -173,14 +191,7 @@ impl Ra {
         csr_b64url: &str,
     ) -> Result<Order, Error> {
         if order.status != OrderStatus::Ready {
-            return Err(Refusal::problem(
-                ProblemType::OrderNotReady,
-                format!(
-                    "The order is {}, not ready: finalize needs every authorization to be valid first",
-                    order.status.as_str()
-                ),
-            )
-            .into());
+            return Err(StateRefusal::OrderNotReady(order.status).into());
         }
         let csr = URL_SAFE_NO_PAD
             .decode(csr_b64url.trim_end_matches('='))
@@ -242,11 +253,17 @@ impl Ra {
         id: OrderId,
         csr: &[u8],
     ) -> Result<Order, Error> {
-        let processing = self
+        let processing = match self
             .inner
             .storage
             .begin_finalize(id, csr, self.now())
-            .await?;
+            .await?
+        {
+            Finalizing::Begun { order, .. } => *order,
+            Finalizing::NotReady(status) => {
+                return Err(StateRefusal::OrderNotReady(status).into());
+            }
+        };
         self.inner.jobs.wake();
         tracing::info!(account_id = %account.id, order_id = %id, "finalization accepted (queued)");
         Ok(processing)

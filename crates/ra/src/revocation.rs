@@ -1,17 +1,20 @@
 //! Revocation (RFC 8555 §7.6): who may revoke a certificate, and with which reasons.
 
 use acme_core::ids::AccountId;
+use acme_core::ids::CertificateId;
 use acme_core::ids::Serial;
 use acme_core::problem::ProblemType;
 use acme_core::status::RevocationReason;
 use acme_jose::Jwk;
 use storage::model::Certificate;
+use storage::model::StatusChange;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 
 /// Who asks for a revocation.
 #[derive(Debug, Clone)]
@@ -63,24 +66,34 @@ impl Ra {
         self.revoke_stored(&cert, reason).await
     }
 
+    /// A certificate of this account; other accounts' certificates are indistinguishable from
+    /// missing ones.
+    pub async fn certificate_of(
+        &self,
+        account: AccountId,
+        id: CertificateId,
+    ) -> Result<Certificate, Error> {
+        match self.inner.storage.certificate(id).await? {
+            Some(cert) if cert.account_id == account => Ok(cert),
+            _ => Err(Refusal::NotFound("certificate").into()),
+        }
+    }
+
     /// Revokes a stored certificate; the ACME path and an operator's command end here.
     pub async fn revoke_stored(
         &self,
         cert: &Certificate,
         reason: RevocationReason,
     ) -> Result<Certificate, Error> {
-        let revoked = self
+        let revoked = match self
             .inner
             .storage
             .revoke_certificate(cert.id, reason, self.now())
-            .await
-            .map_err(|e| match e {
-                storage::error::Error::AlreadyRevoked => Error::from(Refusal::problem(
-                    ProblemType::AlreadyRevoked,
-                    "The certificate is already revoked",
-                )),
-                other => Error::from(other),
-            })?;
+            .await?
+        {
+            StatusChange::Changed(revoked) => revoked,
+            StatusChange::Unchanged(_) => return Err(StateRefusal::AlreadyRevoked.into()),
+        };
         tracing::info!(serial = %revoked.serial, reason = reason.as_str(), "certificate revoked");
         metrics::counter!("certeasy_certificates_revoked_total").increment(1);
         Ok(revoked)

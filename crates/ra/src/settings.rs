@@ -5,6 +5,24 @@ use acme_core::identifier::IdentifierPolicy;
 use issuance::Profiles;
 use time::Duration;
 
+/// Default of `issuance.backdate`: how far `notBefore` is set in the past, so that a client whose
+/// clock is a little slow does not see its new certificate as not yet valid. The one source of
+/// this default: the job runner signs with it and the configuration file states it.
+pub const DEFAULT_BACKDATE: Duration = Duration::minutes(1);
+
+/// Default of `acme.valid-authorization-lifetime`: how long a validated authorization lives.
+pub const DEFAULT_VALID_AUTHORIZATION_LIFETIME: Duration = Duration::days(30);
+
+/// A valid authorization is reused only while it still has this long to live (Boulder uses the
+/// same day), or half its lifetime when that is shorter: an order made of an authorization
+/// about to expire would expire with it before the client could finalize.
+const REUSE_MARGIN: Duration = Duration::days(1);
+
+/// How long before its expiry a valid authorization of `lifetime` stops being reused.
+pub fn reuse_margin(lifetime: Duration) -> Duration {
+    REUSE_MARGIN.min(lifetime / 2)
+}
+
 /// Settings of the policy decisions.
 #[derive(Debug, Clone)]
 pub struct PolicySettings {
@@ -15,6 +33,10 @@ pub struct PolicySettings {
     pub external_account_required: bool,
     pub order_lifetime: Duration,
     pub authorization_lifetime: Duration,
+    /// `acme.valid-authorization-lifetime`: a validated authorization expires this long after
+    /// its validation (the job runner records verdicts with it), and is reused only while it
+    /// has [`reuse_margin`] left.
+    pub valid_authorization_lifetime: Duration,
     pub reuse_valid_authorizations: bool,
     pub max_identifiers_per_order: usize,
     pub max_contacts: usize,
@@ -60,12 +82,13 @@ impl Default for PolicySettings {
             external_account_required: false,
             order_lifetime: Duration::days(7),
             authorization_lifetime: Duration::days(7),
+            valid_authorization_lifetime: DEFAULT_VALID_AUTHORIZATION_LIFETIME,
             reuse_valid_authorizations: true,
             max_identifiers_per_order: 100,
             max_contacts: 10,
             identifier_policy: IdentifierPolicy::default(),
             profiles: Profiles::shipped(),
-            backdate: Duration::minutes(1),
+            backdate: DEFAULT_BACKDATE,
             renewal: RenewalSettings::default(),
             blocked_keys: crate::keys::BlockedKeysFile::default(),
         }

@@ -37,6 +37,7 @@ use storage::model::NewCertificate;
 use storage::model::NewOrder;
 use storage::model::NewReservation;
 use storage::model::Order;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::Reserved;
 use time::Duration;
@@ -263,32 +264,37 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
     let identifiers = vec![identifier.clone()];
     // Tokens are 43 base64url characters, as the API makes them.
     let token = |kind: &str| format!("{kind}{i:042}");
-    s.create_order(
-        NewOrder {
-            account_id: account,
-            set_hash: canonical_set_hash(&identifiers),
-            identifiers,
-            not_before: None,
-            not_after: None,
-            expires_at: now + Duration::days(7),
-            authorizations: vec![NewAuthz {
-                identifier,
+    match s
+        .create_order(
+            NewOrder {
+                account_id: account,
+                set_hash: canonical_set_hash(&identifiers),
+                identifiers,
+                not_before: None,
+                not_after: None,
                 expires_at: now + Duration::days(7),
-                challenges: vec![
-                    (ChallengeType::Http01, token("h")),
-                    (ChallengeType::Dns01, token("d")),
-                    (ChallengeType::TlsAlpn01, token("t")),
-                ],
-            }],
-            reuse_valid_authz: false,
-            replaces: None,
-            profile: "tls-server".to_owned(),
-        },
-        &OrderGuards::default(),
-        now,
-    )
-    .await
-    .unwrap()
+                authorizations: vec![NewAuthz {
+                    identifier,
+                    expires_at: now + Duration::days(7),
+                    challenges: vec![
+                        (ChallengeType::Http01, token("h")),
+                        (ChallengeType::Dns01, token("d")),
+                        (ChallengeType::TlsAlpn01, token("t")),
+                    ],
+                }],
+                reuse_valid_until: None,
+                replaces: None,
+                profile: "tls-server".to_owned(),
+            },
+            &OrderGuards::default(),
+            now,
+        )
+        .await
+        .unwrap()
+    {
+        OrderCreation::Created { order, .. } => *order,
+        other => panic!("the order was not created: {other:?}"),
+    }
 }
 
 /// A new order whose http-01 challenge was started and whose validation job a worker took and
@@ -325,16 +331,22 @@ async fn fail(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
         ),
     )
     .with_identifier(authz.identifier.clone());
-    s.record_validation(challenge, Err(problem), now, None)
+    s.record_validation(challenge, Err(problem), Duration::days(30), now, None)
         .await
         .unwrap();
 }
 
 async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     let (order, authz) = validating_order(s, account, i, now).await;
-    s.record_validation(authz.challenges[0].id, Ok(()), now, None)
-        .await
-        .unwrap();
+    s.record_validation(
+        authz.challenges[0].id,
+        Ok(()),
+        Duration::days(30),
+        now,
+        None,
+    )
+    .await
+    .unwrap();
     s.begin_finalize(order.id, &filler(i, CSR_BYTES), now)
         .await
         .unwrap();

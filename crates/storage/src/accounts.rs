@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::model::Account;
 use crate::model::KeyChange;
 use crate::model::NewAccount;
+use crate::model::StatusChange;
 use crate::rows;
 use crate::rows::account_cols;
 use crate::sql;
@@ -161,7 +162,12 @@ async fn account_exists(s: &Storage, id: AccountId) -> Result<bool> {
     )
 }
 
-pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) -> Result<Account> {
+/// Deactivates a valid account; any other is `Unchanged` (its status is the caller's to judge).
+pub(crate) async fn deactivate(
+    s: &Storage,
+    id: AccountId,
+    now: OffsetDateTime,
+) -> Result<StatusChange<Account>> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     let changed =
@@ -172,10 +178,7 @@ pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) 
             .rows_affected();
     if changed == 0 {
         return match rows::load_account(&mut tx, id).await? {
-            Some(account) => Err(Error::WrongState(format!(
-                "account is {}",
-                account.status.as_str()
-            ))),
+            Some(account) => Ok(StatusChange::Unchanged(account)),
             None => Err(Error::NotFound),
         };
     }
@@ -198,5 +201,5 @@ pub(crate) async fn deactivate(s: &Storage, id: AccountId, now: OffsetDateTime) 
     let committed = tx.commit().await;
     written(s, id);
     committed?;
-    Ok(account)
+    Ok(StatusChange::Changed(account))
 }

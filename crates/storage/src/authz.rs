@@ -8,6 +8,7 @@ use acme_core::ids::ChallengeId;
 use acme_core::problem::Problem;
 use acme_core::status::AuthzStatus;
 use acme_core::status::ChallengeStatus;
+use time::Duration;
 use time::OffsetDateTime;
 
 use crate::Backend;
@@ -17,8 +18,11 @@ use crate::codec;
 use crate::error::Error;
 use crate::model::Authorization;
 use crate::model::Challenge;
+use crate::model::ChallengeStart;
 use crate::model::Job;
 use crate::model::JobKind;
+use crate::model::NotStarted;
+use crate::model::StatusChange;
 use crate::model::ValidationRecorded;
 use crate::rows;
 use crate::state;
@@ -90,29 +94,18 @@ async fn lock_authz_status(
     Ok(status)
 }
 
-/// What [`try_start`] found, under the locks of the transaction it ran in.
-enum Start {
-    /// The challenge was pending and has left it (to the status asked for); no other challenge
-    /// of its authorization had.
-    Started(Challenge),
-    /// The challenge had already left pending: started before, by this request's client or
-    /// another instance. Starting is idempotent, so this is an answer, not a refusal.
-    Left(Challenge),
-    /// The authorization no longer allows a validation.
-    Refused(Error),
-}
-
 /// Moves a pending challenge to `to` (`processing`, or `valid` for a validation that succeeded
 /// before anything was recorded) under the locks every path takes: the orders holding the
 /// authorization, then the authorization, whose expiry is applied first. One validation per
-/// authorization: a challenge whose sibling has left pending is refused.
+/// authorization: a challenge whose sibling has left pending does not start. The answer's `job`
+/// is always `None`: the caller enqueues it.
 async fn try_start(
     s: &Storage,
     conn: &mut Conn,
     id: ChallengeId,
     now_s: i64,
     to: ChallengeStatus,
-) -> Result<Start> {
+) -> Result<ChallengeStart> {
     let challenge = rows::load_challenge(conn, id)
         .await?
         .ok_or(Error::NotFound)?;
@@ -128,21 +121,23 @@ async fn try_start(
         Backend::Sqlite => challenge,
     };
     if challenge.status != ChallengeStatus::Pending {
-        return Ok(Start::Left(challenge));
+        return Ok(ChallengeStart::Left(challenge));
     }
     if authz_status != AuthzStatus::Pending {
-        return Ok(Start::Refused(Error::WrongState(format!(
-            "authorization is {}",
-            authz_status.as_str()
-        ))));
+        return Ok(ChallengeStart::NotStarted(NotStarted::AuthzNotPending(
+            authz_status,
+        )));
     }
     let validated_at = (to == ChallengeStatus::Valid).then_some(now_s);
     if !start_if_first(conn, id, authz_id, to, validated_at).await? {
-        return Ok(Start::Refused(Error::WrongState(ANOTHER_STARTED.into())));
+        return Ok(ChallengeStart::NotStarted(NotStarted::SiblingStarted));
     }
     challenge.status = to;
     challenge.validated_at = validated_at.map(codec::time_from_unix).transpose()?;
-    Ok(Start::Started(challenge))
+    Ok(ChallengeStart::Started {
+        challenge,
+        job: None,
+    })
 }
 
 /// `claim`: the lease under which the caller runs the validation job itself (see
@@ -151,8 +146,8 @@ pub(crate) async fn start_challenge(
     s: &Storage,
     id: ChallengeId,
     now: OffsetDateTime,
-    claim: Option<time::Duration>,
-) -> Result<(Challenge, Option<Job>)> {
+    claim: Option<Duration>,
+) -> Result<ChallengeStart> {
     let mut tx = s.begin_write().await?;
     let start = try_start(
         s,
@@ -163,16 +158,15 @@ pub(crate) async fn start_challenge(
     )
     .await?;
     let answer = match start {
-        Start::Started(challenge) => {
+        ChallengeStart::Started { challenge, .. } => {
             let job = state::enqueue_job(&mut tx, JobKind::Validate(id), now, claim).await?;
-            Ok((challenge, job))
+            ChallengeStart::Started { challenge, job }
         }
-        Start::Left(challenge) => Ok((challenge, None)),
-        Start::Refused(e) => Err(e),
+        other => other,
     };
-    // Commit even when refusing, so that an expiry found on the way is persisted.
+    // Commit even when it did not start, so that an expiry found on the way is persisted.
     tx.commit().await?;
-    answer
+    Ok(answer)
 }
 
 /// A validation that succeeded before anything about it was recorded: pending → valid in one
@@ -181,24 +175,20 @@ pub(crate) async fn start_challenge(
 pub(crate) async fn record_valid_at_once(
     s: &Storage,
     id: ChallengeId,
+    valid_for: Duration,
     now: OffsetDateTime,
-) -> Result<Challenge> {
+) -> Result<ChallengeStart> {
     let now_s = codec::unix(now);
     if s.backend == Backend::Postgres {
-        return record_valid_at_once_pg(s, id, now_s, codec::unix(now + s.valid_authz_lifetime))
-            .await;
+        return record_valid_at_once_pg(s, id, now_s, codec::unix(now + valid_for)).await;
     }
     let mut tx = s.begin_write().await?;
-    let answer = match try_start(s, &mut tx, id, now_s, ChallengeStatus::Valid).await? {
-        Start::Started(challenge) => {
-            authz_validated(s, &mut tx, challenge.authz_id, now).await?;
-            Ok(challenge)
-        }
-        Start::Left(challenge) => Ok(challenge),
-        Start::Refused(e) => Err(e),
-    };
+    let answer = try_start(s, &mut tx, id, now_s, ChallengeStatus::Valid).await?;
+    if let ChallengeStart::Started { challenge, .. } = &answer {
+        authz_validated(&mut tx, challenge.authz_id, valid_for, now).await?;
+    }
     tx.commit().await?;
-    answer
+    Ok(answer)
 }
 
 /// [`record_valid_at_once`] on PostgreSQL: the same transaction, lock for lock, as the function
@@ -208,7 +198,7 @@ async fn record_valid_at_once_pg(
     id: ChallengeId,
     now_s: i64,
     valid_until: i64,
-) -> Result<Challenge> {
+) -> Result<ChallengeStart> {
     let row = sql::query("SELECT * FROM certeasy_record_valid_at_once($1, $2, $3)")
         .bind(id.0)
         .bind(now_s)
@@ -218,20 +208,20 @@ async fn record_valid_at_once_pg(
         .ok_or(Error::NotFound)?;
     let challenge = rows::challenge(&row)?;
     match row.try_get::<String, _>("outcome")?.as_str() {
-        "started" | "left" => Ok(challenge),
-        "refused" => Err(Error::WrongState(format!(
-            "authorization is {}",
-            row.try_get::<String, _>("authz_status")?
+        "started" => Ok(ChallengeStart::Started {
+            challenge,
+            job: None,
+        }),
+        "left" => Ok(ChallengeStart::Left(challenge)),
+        "refused" => Ok(ChallengeStart::NotStarted(NotStarted::AuthzNotPending(
+            codec::parse(&row.try_get::<String, _>("authz_status")?)?,
         ))),
-        "sibling" => Err(Error::WrongState(ANOTHER_STARTED.into())),
+        "sibling" => Ok(ChallengeStart::NotStarted(NotStarted::SiblingStarted)),
         other => Err(Error::Corrupt(format!(
             "certeasy_record_valid_at_once answered {other}"
         ))),
     }
 }
-
-/// Why a second challenge of one authorization is refused.
-const ANOTHER_STARTED: &str = "another challenge of this authorization is already being validated";
 
 /// pending → `to` (and `validated_at`), unless another challenge of the authorization has left
 /// pending (one validation per authorization). The caller holds the authorization's lock and has
@@ -259,15 +249,15 @@ async fn start_if_first(
 }
 
 /// A challenge of the authorization was validated: a pending authorization becomes valid for
-/// the valid-authorization lifetime, the unfinished orders holding it expire no later, and those
-/// whose authorizations are now all valid become ready.
+/// `valid_for` (the policy layer's valid-authorization lifetime), the unfinished orders holding
+/// it expire no later, and those whose authorizations are now all valid become ready.
 async fn authz_validated(
-    s: &Storage,
     conn: &mut Conn,
     authz_id: AuthzId,
+    valid_for: Duration,
     now: OffsetDateTime,
 ) -> Result<()> {
-    let expires = codec::unix(now + s.valid_authz_lifetime);
+    let expires = codec::unix(now + valid_for);
     if decide_authz(conn, authz_id, AuthzStatus::Valid, Some(expires)).await? {
         state::cap_orders_expiry(conn, authz_id, expires).await?;
         state::promote_orders_holding(conn, authz_id, codec::unix(now)).await?;
@@ -280,6 +270,7 @@ pub(crate) async fn record_validation(
     s: &Storage,
     id: ChallengeId,
     outcome: std::result::Result<(), Problem>,
+    valid_for: Duration,
     now: OffsetDateTime,
     settle: Option<&Job>,
 ) -> Result<ValidationRecorded> {
@@ -330,10 +321,12 @@ pub(crate) async fn record_validation(
             tx.commit().await?;
             return Ok(recorded(current.status, false));
         }
+        // A verdict comes from the job its start enqueued: one for a challenge never started
+        // is a broken invariant (a bug or a manual edit), not a state to decide on.
         ChallengeStatus::Pending => {
-            return Err(Error::WrongState(
-                "challenge validation was not requested".into(),
-            ));
+            return Err(Error::Corrupt(format!(
+                "a verdict for challenge {id}, whose validation was never started"
+            )));
         }
         ChallengeStatus::Processing => {}
     }
@@ -344,7 +337,7 @@ pub(crate) async fn record_validation(
                 .bind(now_s)
                 .execute(&mut *tx)
                 .await?;
-            authz_validated(s, &mut tx, authz_id, now).await?;
+            authz_validated(&mut tx, authz_id, valid_for, now).await?;
             ChallengeStatus::Valid
         }
         Err(problem) => {
@@ -386,34 +379,32 @@ async fn decide_authz(
         > 0)
 }
 
+/// Deactivates a pending or valid authorization (expiry applied first); any other is
+/// `Unchanged`, with the expiry found on the way committed.
 pub(crate) async fn deactivate(
     s: &Storage,
     id: AuthzId,
     now: OffsetDateTime,
-) -> Result<Authorization> {
+) -> Result<StatusChange<Authorization>> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     state::lock_orders_holding(&mut tx, s.backend, id).await?;
     let status = lock_authz_status(&mut tx, s.backend, id, now_s).await?;
-    let refusal = if matches!(status, AuthzStatus::Pending | AuthzStatus::Valid) {
+    let changed = matches!(status, AuthzStatus::Pending | AuthzStatus::Valid);
+    if changed {
         sql::query("UPDATE authorizations SET status = 'deactivated' WHERE id = $1")
             .bind(id.0)
             .execute(&mut *tx)
             .await?;
         state::invalidate_orders_holding(&mut tx, id, now_s, None).await?;
-        None
-    } else {
-        Some(Error::WrongState(format!(
-            "authorization is {}",
-            status.as_str()
-        )))
-    };
+    }
     let authz = rows::load_authorization(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
     tx.commit().await?;
-    match refusal {
-        Some(e) => Err(e),
-        None => Ok(authz),
-    }
+    Ok(if changed {
+        StatusChange::Changed(authz)
+    } else {
+        StatusChange::Unchanged(authz)
+    })
 }

@@ -34,14 +34,13 @@ fn blocked_key(row: &Row) -> Result<BlockedKey> {
 }
 
 impl Storage {
-    /// Blocks a key. Blocking a key already blocked is refused with [`Error::WrongState`], and
-    /// the first reason stays.
+    /// Blocks a key. `None` when the key is already blocked: the first reason stays.
     pub async fn block_key(
         &self,
         spki_sha256: &[u8; 32],
         reason: &str,
         now: OffsetDateTime,
-    ) -> Result<BlockedKey> {
+    ) -> Result<Option<BlockedKey>> {
         let inserted = sql::query(
             "INSERT INTO blocked_keys (spki_sha256, reason, created_at) VALUES ($1, $2, $3)",
         )
@@ -51,15 +50,12 @@ impl Storage {
         .execute(&self.db)
         .await;
         match inserted {
-            Ok(_) => Ok(BlockedKey {
+            Ok(_) => Ok(Some(BlockedKey {
                 spki_sha256: *spki_sha256,
                 reason: reason.to_owned(),
                 created_at: codec::time_from_unix(codec::unix(now))?,
-            }),
-            Err(e) if e.is_unique_violation() => Err(Error::WrongState(format!(
-                "key {} is already blocked",
-                hex::encode(spki_sha256)
-            ))),
+            })),
+            Err(e) if e.is_unique_violation() => Ok(None),
             Err(e) => Err(e),
         }
     }

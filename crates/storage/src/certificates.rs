@@ -11,6 +11,7 @@ use crate::codec;
 use crate::crls;
 use crate::error::Error;
 use crate::model::Certificate;
+use crate::model::StatusChange;
 use crate::rows;
 use crate::sql;
 
@@ -29,7 +30,7 @@ pub(crate) async fn revoke(
     id: CertificateId,
     reason: RevocationReason,
     now: OffsetDateTime,
-) -> Result<Certificate> {
+) -> Result<StatusChange<Certificate>> {
     let mut tx = s.db.begin_write().await?;
     // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
     let revoked = sql::query(
@@ -50,9 +51,9 @@ pub(crate) async fn revoke(
         .await?
         .ok_or(Error::NotFound)?;
     tx.commit().await?;
-    if revoked {
-        Ok(cert)
+    Ok(if revoked {
+        StatusChange::Changed(cert)
     } else {
-        Err(Error::AlreadyRevoked)
-    }
+        StatusChange::Unchanged(cert)
+    })
 }

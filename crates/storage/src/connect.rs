@@ -22,7 +22,7 @@ static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres
 /// to the WAL and copied again by the next checkpoint, and an order touches about fifteen pages
 /// (its rows and their index entries) for a few hundred bytes of data. At 1 KiB instead of
 /// SQLite's 4 KiB default, the server writes a third of the bytes per issuance (measured in
-/// docs/performance.md, section 7). Takes effect only when the file is created: an existing
+/// docs/performance.md, "Measured decisions"). Takes effect only when the file is created: an existing
 /// database keeps its page size.
 const SQLITE_PAGE_SIZE: &str = "PRAGMA page_size = 1024";
 
@@ -105,7 +105,6 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
     Ok(Storage {
         db: std::sync::Arc::new(db),
         backend,
-        valid_authz_lifetime: crate::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
         young_tables: std::sync::Arc::default(),
         accounts: (backend == Backend::Sqlite).then(std::sync::Arc::default),
         issuer_chains: std::sync::Arc::default(),

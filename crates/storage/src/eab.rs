@@ -23,6 +23,7 @@ use crate::model::BindOutcome;
 use crate::model::EabKey;
 use crate::model::NewAccount;
 use crate::model::NewEabKey;
+use crate::model::StatusChange;
 use crate::rows;
 use crate::rows::account_cols;
 use crate::sql;
@@ -61,7 +62,12 @@ fn key(row: &Row) -> Result<EabKey> {
     })
 }
 
-pub(crate) async fn create(s: &Storage, new: NewEabKey, now: OffsetDateTime) -> Result<EabKey> {
+/// `None` when the kid is taken.
+pub(crate) async fn create(
+    s: &Storage,
+    new: NewEabKey,
+    now: OffsetDateTime,
+) -> Result<Option<EabKey>> {
     let cidrs: Vec<String> = new
         .policy
         .allowed_cidrs()
@@ -86,12 +92,10 @@ pub(crate) async fn create(s: &Storage, new: NewEabKey, now: OffsetDateTime) -> 
     .await;
     match inserted {
         Ok(_) => {}
-        Err(e) if e.is_unique_violation() => {
-            return Err(Error::WrongState(format!("key {} already exists", new.kid)));
-        }
+        Err(e) if e.is_unique_violation() => return Ok(None),
         Err(e) => return Err(e),
     }
-    get(s, &new.kid).await?.ok_or(Error::NotFound)
+    get(s, &new.kid).await?.ok_or(Error::NotFound).map(Some)
 }
 
 pub(crate) async fn get(s: &Storage, kid: &EabKid) -> Result<Option<EabKey>> {
@@ -117,7 +121,11 @@ pub(crate) async fn list(s: &Storage) -> Result<Vec<EabKey>> {
     rows.iter().map(key).collect()
 }
 
-pub(crate) async fn revoke(s: &Storage, kid: &EabKid, now: OffsetDateTime) -> Result<EabKey> {
+pub(crate) async fn revoke(
+    s: &Storage,
+    kid: &EabKid,
+    now: OffsetDateTime,
+) -> Result<StatusChange<EabKey>> {
     let changed =
         sql::query("UPDATE eab_keys SET revoked_at = $2 WHERE kid = $1 AND revoked_at IS NULL")
             .bind(&kid.0)
@@ -126,10 +134,11 @@ pub(crate) async fn revoke(s: &Storage, kid: &EabKid, now: OffsetDateTime) -> Re
             .await?
             .rows_affected();
     let current = get(s, kid).await?.ok_or(Error::NotFound)?;
-    if changed == 0 {
-        return Err(Error::WrongState(format!("key {kid} is already revoked")));
-    }
-    Ok(current)
+    Ok(if changed == 0 {
+        StatusChange::Unchanged(current)
+    } else {
+        StatusChange::Changed(current)
+    })
 }
 
 pub(crate) async fn bind_and_create(

@@ -1,27 +1,16 @@
-//! The storage error enum.
-
-use acme_core::status::OrderStatus;
-use time::OffsetDateTime;
+//! The storage error enum: failures and facts only. What a state or a limit forbids is never an
+//! error here: storage reports what it found as an outcome (`model::OrderCreation`,
+//! `model::ChallengeStart`, `model::StatusChange`, …) and the policy layer decides.
 
 /// Everything that can go wrong in storage.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The certificate was already revoked.
-    #[error("certificate already revoked")]
-    AlreadyRevoked,
     /// A unique key is taken; carries the id of the row that holds it.
     #[error("conflict with existing row {0}")]
     Conflict(i64),
     /// The database failed or is unreachable.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-    /// The duplicate-certificate guard refused the order.
-    #[error("{count} certificates already issued for this identifier set")]
-    DuplicateCertificate {
-        count: u32,
-        /// When the oldest certificate in the window leaves it.
-        retry_at: OffsetDateTime,
-    },
     /// SQLite failed.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -45,14 +34,6 @@ pub enum Error {
     /// The row does not exist.
     #[error("not found")]
     NotFound,
-    /// The pending-authorization guard refused the order.
-    #[error("{pending} pending authorizations, limit {max}")]
-    PendingAuthzLimit {
-        pending: u32,
-        max: u32,
-        /// When the soonest pending authorization expires.
-        retry_at: OffsetDateTime,
-    },
     /// The SQLite file could not be created or made private (carries the path).
     #[error("database file {path}: {source}")]
     File {
@@ -62,12 +43,6 @@ pub enum Error {
     /// The database URL names a backend Certeasy does not support (carries the scheme).
     #[error("unsupported database URL scheme {0:?}; use sqlite: or postgres:")]
     UnsupportedUrl(String),
-    /// The object is not in a state that allows the operation.
-    #[error("wrong state: {0}")]
-    WrongState(String),
-    /// An order is not ready for finalization.
-    #[error("order is {}", .0.as_str())]
-    OrderNotReady(OrderStatus),
 }
 
 impl Error {

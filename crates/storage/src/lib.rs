@@ -51,8 +51,9 @@ use crate::model::BindOutcome;
 use crate::model::Certificate;
 use crate::model::Challenge;
 use crate::model::ChallengeAttempt;
+use crate::model::ChallengeStart;
 use crate::model::EabKey;
-use crate::model::GuardUsage;
+use crate::model::Finalizing;
 use crate::model::Job;
 use crate::model::NewAccount;
 use crate::model::NewCertificate;
@@ -60,12 +61,14 @@ use crate::model::NewEabKey;
 use crate::model::NewOrder;
 use crate::model::NewReservation;
 use crate::model::Order;
+use crate::model::OrderCreation;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
 use crate::model::RenewEarly;
 use crate::model::Reservation;
 use crate::model::Reserved;
 use crate::model::ReservedAtOnce;
+use crate::model::StatusChange;
 use crate::model::ValidationRecorded;
 
 /// `Result` with this crate's error.
@@ -87,22 +90,11 @@ pub enum Backend {
     Sqlite,
 }
 
-/// How long a valid authorization lives unless the binary says otherwise: the default of
-/// `acme.valid-authorization-lifetime`.
-pub const DEFAULT_VALID_AUTHORIZATION_LIFETIME: Duration = Duration::days(30);
-
-/// A valid authorization is reused only while it still has this long to live (Boulder uses the
-/// same day), or half its lifetime when that is shorter: an order made of an authorization
-/// about to expire would expire with it before the client could finalize.
-const REUSE_MARGIN: Duration = Duration::days(1);
-
 /// Handle to the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Storage {
     db: std::sync::Arc<Db>,
     backend: Backend,
-    /// Recording a successful validation sets the authorization's expiry this far ahead.
-    valid_authz_lifetime: Duration,
     /// PostgreSQL only: analyzes the tables while they are young (`statistics.rs`).
     young_tables: std::sync::Arc<statistics::YoungTables>,
     /// SQLite only: the accounts read, kept while nothing changes them (`account_cache.rs`).
@@ -126,20 +118,6 @@ impl Storage {
     /// The most connections the pool opens.
     pub fn max_connections(&self) -> u32 {
         self.db.max_connections()
-    }
-
-    /// Sets `acme.valid-authorization-lifetime`: a validated authorization expires this long
-    /// after its validation, and is reused only while it has a margin left (a day, or half this
-    /// lifetime when that is shorter). Set it before handing clones to the API and the workers.
-    #[must_use]
-    pub fn with_valid_authorization_lifetime(mut self, lifetime: Duration) -> Self {
-        self.valid_authz_lifetime = lifetime;
-        self
-    }
-
-    /// How long before its expiry a valid authorization stops being reused.
-    pub(crate) fn reuse_margin(&self) -> Duration {
-        REUSE_MARGIN.min(self.valid_authz_lifetime / 2)
     }
 
     /// The backend in use.
@@ -173,8 +151,12 @@ impl Storage {
         accounts::update_contacts(self, id, contacts).await
     }
     /// Deactivates the account and its pending authorizations; all its pending and ready orders
-    /// become invalid. `Error::WrongState` when the account is not valid.
-    pub async fn deactivate_account(&self, id: AccountId, now: OffsetDateTime) -> Result<Account> {
+    /// become invalid. `Unchanged` when the account is not valid.
+    pub async fn deactivate_account(
+        &self,
+        id: AccountId,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<Account>> {
         accounts::deactivate(self, id, now).await
     }
     /// Replaces the account key `old_thumbprint` by the new one, only while it is still the
@@ -192,8 +174,12 @@ impl Storage {
 
     // ---- external account binding (RFC 8555 §7.3.4) ----
 
-    /// Stores a new EAB key; `Error::WrongState` when the kid is taken.
-    pub async fn create_eab_key(&self, new: NewEabKey, now: OffsetDateTime) -> Result<EabKey> {
+    /// Stores a new EAB key; `None` when the kid is taken.
+    pub async fn create_eab_key(
+        &self,
+        new: NewEabKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<EabKey>> {
         eab::create(self, new, now).await
     }
     /// One EAB key, with the number of accounts bound to it.
@@ -205,8 +191,12 @@ impl Storage {
         eab::list(self).await
     }
     /// Revokes a key: it binds no new account. `Error::NotFound` for an unknown kid,
-    /// `Error::WrongState` when it was already revoked.
-    pub async fn revoke_eab_key(&self, kid: &EabKid, now: OffsetDateTime) -> Result<EabKey> {
+    /// `Unchanged` when it was already revoked.
+    pub async fn revoke_eab_key(
+        &self,
+        kid: &EabKid,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<EabKey>> {
         eab::revoke(self, kid, now).await
     }
     /// The valid accounts bound with the key, oldest first.
@@ -227,27 +217,20 @@ impl Storage {
 
     // ---- orders and authorizations ----
 
-    /// Creates an order with its authorizations and challenges in one transaction, after the
-    /// guards (pending-authorization cap, duplicate certificates) pass inside that transaction.
-    /// The order is `ready` at once when every authorization was reused and valid. Only valid
-    /// authorizations with the reuse margin left are reused, and the order's expiry is cut to
-    /// the earliest expiry of its authorizations: an order never outlives them.
+    /// Creates an order with its authorizations and challenges in one transaction that first
+    /// reads the account's status under its lock and counts the database-backed limits
+    /// (pending-authorization cap, duplicate certificates), writing nothing when the account is
+    /// not valid or a limit to refuse on is exceeded. The order is `ready` at once when every
+    /// authorization was reused and valid. Only authorizations still valid at
+    /// `new.reuse_valid_until` are reused, and the order's expiry is cut to the earliest expiry
+    /// of its authorizations: an order never outlives them. The answer says how full the
+    /// limits are (for `RateLimit` headers).
     pub async fn create_order(
         &self,
         new: NewOrder,
         guards: &OrderGuards,
         now: OffsetDateTime,
-    ) -> Result<Order> {
-        Ok(orders::create(self, new, guards, now).await?.0)
-    }
-    /// [`Storage::create_order`], also returning how full the guards were once the order was
-    /// created (for `RateLimit` headers).
-    pub async fn create_order_with_usage(
-        &self,
-        new: NewOrder,
-        guards: &OrderGuards,
-        now: OffsetDateTime,
-    ) -> Result<(Order, GuardUsage)> {
+    ) -> Result<OrderCreation> {
         orders::create(self, new, guards, now).await
     }
     /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).
@@ -291,21 +274,25 @@ impl Storage {
         authz::challenge(self, id).await
     }
     /// The client asked for validation: pending → processing and a `Validate` job, in one
-    /// transaction. Idempotent for a challenge already processing, valid or invalid.
-    /// `Error::WrongState` when the authorization is no longer pending (expiry applied first), or
-    /// when another challenge of it was already started: one validation per authorization.
-    pub async fn start_challenge(&self, id: ChallengeId, now: OffsetDateTime) -> Result<Challenge> {
-        Ok(authz::start_challenge(self, id, now, None).await?.0)
+    /// transaction. Idempotent for a challenge already processing, valid or invalid (`Left`).
+    /// `NotStarted` when the authorization is no longer pending (expiry applied first), or when
+    /// another challenge of it was already started: one validation per authorization.
+    pub async fn start_challenge(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+    ) -> Result<ChallengeStart> {
+        authz::start_challenge(self, id, now, None).await
     }
     /// [`Storage::start_challenge`], but the `Validate` job is inserted already claimed by the
-    /// caller, leased for `lease`, and returned, so the caller runs it at once instead of
-    /// waking the queue. `None` when the challenge was already started (the job exists).
+    /// caller, leased for `lease`, and returned in `Started`, so the caller runs it at once
+    /// instead of waking the queue.
     pub async fn start_challenge_claimed(
         &self,
         id: ChallengeId,
         now: OffsetDateTime,
         lease: Duration,
-    ) -> Result<(Challenge, Option<Job>)> {
+    ) -> Result<ChallengeStart> {
         authz::start_challenge(self, id, now, Some(lease)).await
     }
     /// A validation that succeeded before anything about it was recorded (the request that asked
@@ -313,19 +300,22 @@ impl Storage {
     /// [`Storage::start_challenge`] and the effects of a valid verdict of
     /// [`Storage::record_validation`]. No job ever exists for it. A challenge that has already
     /// left pending (started first by another request or instance, whose outcome stands) is
-    /// returned as it is; the refusals are those of [`Storage::start_challenge`].
+    /// returned as it is (`Left`); `NotStarted` as for [`Storage::start_challenge`]. The
+    /// authorization is valid for `valid_for`, as in [`Storage::record_validation`].
     pub async fn record_valid_at_once(
         &self,
         id: ChallengeId,
+        valid_for: Duration,
         now: OffsetDateTime,
-    ) -> Result<Challenge> {
-        authz::record_valid_at_once(self, id, now).await
+    ) -> Result<ChallengeStart> {
+        authz::record_valid_at_once(self, id, valid_for, now).await
     }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
     /// all its authorizations are valid, invalid with the problem when one is invalid). A valid
-    /// authorization expires the valid-authorization lifetime after `now`, and the unfinished
-    /// orders holding it expire no later.
+    /// authorization expires `valid_for` (the policy layer's valid-authorization lifetime) after
+    /// `now`, and the unfinished orders holding it expire no later. `Error::Corrupt` for a
+    /// challenge never started, which no job can hold.
     ///
     /// `settle`: the job claim that produced the verdict; it is deleted in the same transaction
     /// (if the claim still holds it), so recording and finishing the job are one commit.
@@ -333,35 +323,34 @@ impl Storage {
         &self,
         id: ChallengeId,
         outcome: std::result::Result<(), Problem>,
+        valid_for: Duration,
         now: OffsetDateTime,
         settle: Option<&Job>,
     ) -> Result<ValidationRecorded> {
-        authz::record_validation(self, id, outcome, now, settle).await
+        authz::record_validation(self, id, outcome, valid_for, now, settle).await
     }
     /// Client deactivation of a pending or valid authorization; its pending/ready orders become
-    /// invalid. `Error::WrongState` otherwise.
+    /// invalid. `Unchanged` otherwise.
     pub async fn deactivate_authorization(
         &self,
         id: AuthzId,
         now: OffsetDateTime,
-    ) -> Result<Authorization> {
+    ) -> Result<StatusChange<Authorization>> {
         authz::deactivate(self, id, now).await
     }
 
     // ---- finalization and certificates ----
 
     /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
-    /// `Error::OrderNotReady(status)` when the order is not ready (an expired one, or one with an
-    /// expired authorization, is first made invalid).
+    /// `NotReady(status)` when the order is not ready (an expired one, or one with an expired
+    /// authorization, is first made invalid).
     pub async fn begin_finalize(
         &self,
         id: OrderId,
         csr_der: &[u8],
         now: OffsetDateTime,
-    ) -> Result<Order> {
-        Ok(orders::begin_finalize(self, id, csr_der, now, None)
-            .await?
-            .0)
+    ) -> Result<Finalizing> {
+        orders::begin_finalize(self, id, csr_der, now, None).await
     }
     /// [`Storage::begin_finalize`] with the `Finalize` job claimed by the caller, as
     /// [`Storage::start_challenge_claimed`] does.
@@ -371,7 +360,7 @@ impl Storage {
         csr_der: &[u8],
         now: OffsetDateTime,
         lease: Duration,
-    ) -> Result<(Order, Option<Job>)> {
+    ) -> Result<Finalizing> {
         orders::begin_finalize(self, id, csr_der, now, Some(lease)).await
     }
     /// The at-once path of a finalization, before anything is signed: ready → processing with
@@ -380,9 +369,8 @@ impl Storage {
     /// first (on PostgreSQL share-locked, so a deactivation commits before or after it) and that
     /// the order is ready with every authorization valid. The caller then signs exactly the
     /// reservation and stores it with [`Storage::complete_order`], settling the job; after a
-    /// crash the job resumes it ([`Storage::reserve_serial`]). `Error::OrderNotReady(status)`
-    /// when the order is no longer ready (expiry applied first, as in
-    /// [`Storage::begin_finalize`]).
+    /// crash the job resumes it ([`Storage::reserve_serial`]). `NotReady(status)` when the order
+    /// is no longer ready (expiry applied first, as in [`Storage::begin_finalize`]).
     pub async fn reserve_ready_order(
         &self,
         id: OrderId,
@@ -427,7 +415,9 @@ impl Storage {
     /// it exactly) and moves the order processing → valid; the reservation becomes `issued`.
     /// Nothing is checked again: the checks ran when the serial was reserved, and a signed
     /// certificate is kept. Idempotent: an order that is already valid returns its
-    /// certificate. `settle` as for [`Storage::record_validation`].
+    /// certificate. `settle` as for [`Storage::record_validation`]. `Error::Corrupt` when the
+    /// serial is not the order's open reservation or the order is neither processing nor
+    /// valid: only the holder of its `Finalize` job stores its certificate.
     pub async fn complete_order(
         &self,
         id: OrderId,
@@ -438,13 +428,15 @@ impl Storage {
         orders::complete(self, id, cert, now, settle).await
     }
     /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].
+    /// `Unchanged` for an order that is not processing; the job is settled all the same when
+    /// the order is already invalid (a repeated failure report).
     pub async fn fail_order(
         &self,
         id: OrderId,
         problem: Problem,
         now: OffsetDateTime,
         settle: Option<&Job>,
-    ) -> Result<Order> {
+    ) -> Result<StatusChange<Order>> {
         orders::fail(self, id, problem, now, settle).await
     }
     pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
@@ -467,13 +459,13 @@ impl Storage {
     pub async fn mark_renew_early(&self, which: &RenewEarly, now: OffsetDateTime) -> Result<u64> {
         renewals::mark_renew_early(self, which, now).await
     }
-    /// Marks a certificate revoked; `Error::AlreadyRevoked` if it was.
+    /// Marks a certificate revoked; `Unchanged` if it was, the first revocation standing.
     pub async fn revoke_certificate(
         &self,
         id: CertificateId,
         reason: RevocationReason,
         now: OffsetDateTime,
-    ) -> Result<Certificate> {
+    ) -> Result<StatusChange<Certificate>> {
         certificates::revoke(self, id, reason, now).await
     }
 

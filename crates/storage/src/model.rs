@@ -79,9 +79,10 @@ pub struct NewOrder {
     pub expires_at: OffsetDateTime,
     /// One per identifier, same order.
     pub authorizations: Vec<NewAuthz>,
-    /// Reuse a still-valid authorization of the same account for the same identifier (wildcard
-    /// flag included) instead of creating a new one.
-    pub reuse_valid_authz: bool,
+    /// Reuse a valid authorization of the same account for the same identifier (wildcard flag
+    /// included) instead of creating a new one, when it is still valid at this instant: the
+    /// policy layer's reuse margin ahead of now. `None` creates every authorization.
+    pub reuse_valid_until: Option<OffsetDateTime>,
     /// The ARI identifier of the certificate this order replaces (RFC 9773 `replaces`), checked
     /// and made canonical by the policy layer.
     pub replaces: Option<String>,
@@ -98,24 +99,79 @@ pub struct NewAuthz {
     pub challenges: Vec<(ChallengeType, String)>,
 }
 
-/// Database-backed limits checked inside the transaction that creates an order, so they hold
-/// under concurrency. `None` disables a check.
+/// Database-backed limits counted inside the transaction that creates an order, under the
+/// account's lock, so the counts hold under concurrency. `None` leaves a count out. Whether an
+/// exceeded limit stops the order is the policy layer's choice (`refuse`), made before the
+/// transaction so that a limit in shadow mode costs no second one.
 #[derive(Debug, Clone, Default)]
 pub struct OrderGuards {
-    /// Refuse when the account's unexpired pending authorizations plus the new ones would exceed
-    /// this number.
-    pub max_pending_authz: Option<u32>,
-    /// Refuse when the account already has this many non-revoked certificates for the same
-    /// identifier set within the rolling window.
+    /// The account's unexpired pending authorizations plus the new ones, against this cap.
+    pub max_pending_authz: Option<PendingAuthzGuard>,
+    /// The account's non-revoked certificates for the same identifier set within the rolling
+    /// window, against this cap.
     pub duplicate_certificates: Option<DuplicateGuard>,
 }
 
-/// Parameters of the duplicate-certificate check. The window, not a start instant: storage alone
-/// turns it into both the count's cutoff and the refusal's `retry_at`, so the two cannot disagree.
+/// Parameters of the pending-authorization count.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingAuthzGuard {
+    pub max: u32,
+    /// Whether exceeding `max` stops the order ([`OrderCreation::WouldExceed`]) or is only
+    /// reported with the created order.
+    pub refuse: bool,
+}
+
+/// Parameters of the duplicate-certificate count. The window, not a start instant: storage alone
+/// turns it into both the count's cutoff and the exceeded count's `retry_at`, so the two cannot
+/// disagree.
 #[derive(Debug, Clone, Copy)]
 pub struct DuplicateGuard {
     pub max: u32,
     pub window: time::Duration,
+    /// As for [`PendingAuthzGuard::refuse`].
+    pub refuse: bool,
+}
+
+/// A database-backed limit found exceeded under the account's lock: the counts, and when a
+/// retry can succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardExceeded {
+    /// The account's unexpired pending authorizations (before this order) plus the order's new
+    /// ones would be more than `max`; `retry_at` is when the soonest of them expires.
+    PendingAuthz {
+        pending: u32,
+        max: u32,
+        retry_at: OffsetDateTime,
+    },
+    /// `count` certificates (at least `max`) were issued for this identifier set within the
+    /// window; `retry_at` is when the oldest of them leaves it.
+    Duplicates {
+        count: u32,
+        max: u32,
+        retry_at: OffsetDateTime,
+    },
+}
+
+/// What creating an order found and did ([`crate::Storage::create_order`]). Refusals are the
+/// caller's to make: these are facts read under the account's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrderCreation {
+    /// The order and its authorizations were written. `usage`: how full the counted limits are
+    /// now; `exceeded`: the limits over their cap that were not to refuse (in shadow mode).
+    Created {
+        order: Box<Order>,
+        usage: GuardUsage,
+        exceeded: Vec<GuardExceeded>,
+    },
+    /// The account is not valid (deactivated or revoked since the request was authenticated):
+    /// nothing was written.
+    AccountNotValid(AccountStatus),
+    /// A limit to refuse on is exceeded: nothing was written. `also`: limits counted before it
+    /// that were exceeded but not to refuse on.
+    WouldExceed {
+        exceeded: GuardExceeded,
+        also: Vec<GuardExceeded>,
+    },
 }
 
 /// How full the database-backed limits were once an order was created, so clients can see them
@@ -189,6 +245,65 @@ pub struct ValidationRecorded {
     pub status: ChallengeStatus,
     /// False when the challenge had already been decided (an idempotent repeat).
     pub changed: bool,
+}
+
+/// What starting a validation of a challenge found ([`crate::Storage::start_challenge`],
+/// [`crate::Storage::record_valid_at_once`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChallengeStart {
+    /// The challenge left pending now. `job`: the `Validate` job, when the caller asked to hold
+    /// it (`start_challenge_claimed`); none for a validation recorded valid at once.
+    Started {
+        challenge: Challenge,
+        job: Option<Job>,
+    },
+    /// The challenge had already left pending (started before, by this client or another
+    /// instance): starting is idempotent, so this is the answer as it stands.
+    Left(Challenge),
+    /// The challenge is pending but cannot start; nothing changed except expiry applied.
+    NotStarted(NotStarted),
+}
+
+impl ChallengeStart {
+    /// The challenge as it now is, unless it could not start.
+    pub fn challenge(&self) -> Option<&Challenge> {
+        match self {
+            Self::Started { challenge, .. } | Self::Left(challenge) => Some(challenge),
+            Self::NotStarted(_) => None,
+        }
+    }
+}
+
+/// Why a pending challenge did not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStarted {
+    /// Its authorization is no longer pending (expired, deactivated, decided), expiry applied
+    /// first.
+    AuthzNotPending(AuthzStatus),
+    /// Another challenge of the same authorization has already left pending: one validation per
+    /// authorization.
+    SiblingStarted,
+}
+
+/// What asking for a status change did: the object as it now is either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusChange<T> {
+    /// The change was made.
+    Changed(T),
+    /// The object was not in a status that allows the change (already deactivated, already
+    /// revoked, already settled); nothing changed.
+    Unchanged(T),
+}
+
+/// What beginning a finalization found ([`crate::Storage::begin_finalize`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finalizing {
+    /// ready → processing with the CSR stored and a `Finalize` job enqueued; `job` when the
+    /// caller asked to hold it and this call created it.
+    Begun { order: Box<Order>, job: Option<Job> },
+    /// The order is not ready: its status now, after expiry (its own or an authorization's)
+    /// was applied and committed.
+    NotReady(OrderStatus),
 }
 
 /// An issued certificate.
@@ -360,6 +475,8 @@ pub enum ReservedAtOnce {
     /// The account is no longer valid: nothing was stored (a deactivation has already made the
     /// account's unfinished orders invalid).
     AccountNotValid(AccountStatus),
+    /// The order is not ready: its status now, after expiry was applied and committed.
+    NotReady(OrderStatus),
 }
 
 /// What pausing one (account, identifier) pair did.

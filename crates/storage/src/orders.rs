@@ -6,6 +6,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::OrderId;
+use acme_core::ids::Serial;
 use acme_core::problem::Problem;
 use acme_core::status::AccountStatus;
 use acme_core::status::OrderStatus;
@@ -19,15 +20,20 @@ use crate::error::Error;
 use crate::issuer_chains;
 use crate::model::Certificate;
 use crate::model::DuplicateUsage;
+use crate::model::Finalizing;
+use crate::model::GuardExceeded;
 use crate::model::GuardUsage;
 use crate::model::Job;
 use crate::model::JobKind;
 use crate::model::NewCertificate;
 use crate::model::NewOrder;
 use crate::model::Order;
+use crate::model::OrderCreation;
 use crate::model::OrderGuards;
 use crate::model::OrderValidation;
+use crate::model::PendingAuthzGuard;
 use crate::model::PendingAuthzUsage;
+use crate::model::StatusChange;
 use crate::reservation_rows;
 use crate::rows;
 use crate::state;
@@ -37,9 +43,9 @@ pub(crate) async fn create(
     new: NewOrder,
     guards: &OrderGuards,
     now: OffsetDateTime,
-) -> Result<(Order, GuardUsage)> {
+) -> Result<OrderCreation> {
     let now_s = codec::unix(now);
-    let reads_under_lock = new.reuse_valid_authz
+    let reads_under_lock = new.reuse_valid_until.is_some()
         || guards.max_pending_authz.is_some()
         || guards.duplicate_certificates.is_some();
     if s.backend == Backend::Postgres && !reads_under_lock {
@@ -47,10 +53,17 @@ pub(crate) async fn create(
         // and writes the order, one statement and so one transaction of its own.
         let plan = Plan::of(&new, vec![None; new.authorizations.len()]);
         let mut conn = s.db.acquire().await?;
-        let written = insert_pg(&mut conn, &new, &plan, now_s).await?;
+        let written = match insert_pg(&mut conn, &new, &plan, now_s).await? {
+            Ok(written) => written,
+            Err(status) => return Ok(OrderCreation::AccountNotValid(status)),
+        };
         drop(conn);
         s.young_tables.order_created(&s.db);
-        return Ok((created(new, &plan, now_s, written)?, GuardUsage::default()));
+        return Ok(OrderCreation::Created {
+            order: Box::new(created(new, &plan, now_s, written)?),
+            usage: GuardUsage::default(),
+            exceeded: Vec::new(),
+        });
     }
     let mut tx = s.begin_write().await?;
     // The account row lock serialises the guards of one account on PostgreSQL; on SQLite the
@@ -61,29 +74,31 @@ pub(crate) async fn create(
         }
         Backend::Sqlite => sql::query_scalar::<String>("SELECT status FROM accounts WHERE id = $1"),
     };
-    let status = lock
-        .bind(new.account_id.0)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound)?;
-    if status != "valid" {
-        return Err(Error::WrongState(format!("account is {status}")));
+    let status: AccountStatus = codec::parse(
+        &lock
+            .bind(new.account_id.0)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?,
+    )?;
+    if status != AccountStatus::Valid {
+        return Ok(OrderCreation::AccountNotValid(status));
     }
 
-    let reuse_until = codec::unix(now + s.reuse_margin());
     let mut reused = Vec::with_capacity(new.authorizations.len());
     for authz in &new.authorizations {
-        reused.push(if new.reuse_valid_authz {
-            reusable_authz(
-                &mut tx,
-                new.account_id,
-                authz.identifier.kind().as_str(),
-                authz.identifier.value(),
-                reuse_until,
-            )
-            .await?
-        } else {
-            None
+        reused.push(match new.reuse_valid_until {
+            Some(until) => {
+                reusable_authz(
+                    &mut tx,
+                    new.account_id,
+                    authz.identifier.kind().as_str(),
+                    authz.identifier.value(),
+                    codec::unix(until),
+                )
+                .await?
+            }
+            None => None,
         });
     }
     let fresh = reused.iter().filter(|r| r.is_none()).count();
@@ -94,29 +109,75 @@ pub(crate) async fn create(
         .filter(|(_, r)| r.is_none())
         .map(|(a, _)| a.expires_at)
         .max();
+    // Counted in this order; the first exceeded limit to refuse on ends the transaction, which
+    // wrote nothing yet, so dropping it rolls nothing back.
+    let mut exceeded = Vec::new();
+    let pending = count_pending_authz(
+        &mut tx,
+        new.account_id,
+        guards,
+        (fresh, fresh_expiry),
+        now,
+        now_s,
+    )
+    .await?;
+    let pending_authz = match pending {
+        Counted::Within(usage) => usage,
+        Counted::Exceeded(over, refuse) => {
+            if refuse {
+                return Ok(OrderCreation::WouldExceed {
+                    exceeded: over,
+                    also: exceeded,
+                });
+            }
+            exceeded.push(over);
+            None
+        }
+    };
+    let duplicates = match count_duplicates(&mut tx, &new, guards, now).await? {
+        Counted::Within(usage) => usage,
+        Counted::Exceeded(over, refuse) => {
+            if refuse {
+                return Ok(OrderCreation::WouldExceed {
+                    exceeded: over,
+                    also: exceeded,
+                });
+            }
+            exceeded.push(over);
+            None
+        }
+    };
     let usage = GuardUsage {
-        pending_authz: check_pending_authz(
-            &mut tx,
-            new.account_id,
-            guards,
-            (fresh, fresh_expiry),
-            now,
-            now_s,
-        )
-        .await?,
-        duplicates: check_duplicates(&mut tx, &new, guards, now).await?,
+        pending_authz,
+        duplicates,
     };
 
     let plan = Plan::of(&new, reused);
     let written = match s.backend {
-        Backend::Postgres => insert_pg(&mut tx, &new, &plan, now_s).await?,
+        Backend::Postgres => match insert_pg(&mut tx, &new, &plan, now_s).await? {
+            Ok(written) => written,
+            // The account was read valid under its lock just above.
+            Err(status) => return Ok(OrderCreation::AccountNotValid(status)),
+        },
         Backend::Sqlite => insert(&mut tx, &new, &plan, now_s).await?,
     };
     tx.commit().await?;
     if s.backend == Backend::Postgres {
         s.young_tables.order_created(&s.db);
     }
-    Ok((created(new, &plan, now_s, written)?, usage))
+    Ok(OrderCreation::Created {
+        order: Box::new(created(new, &plan, now_s, written)?),
+        usage,
+        exceeded,
+    })
+}
+
+/// What counting one database-backed limit found.
+enum Counted<U> {
+    /// Within the cap (or not counted: `None`), with how full it is once the order is created.
+    Within(Option<U>),
+    /// Over the cap, and whether the caller asked to refuse the order then.
+    Exceeded(GuardExceeded, bool),
 }
 
 /// An authorization an order reuses: its id and expiry.
@@ -214,10 +275,16 @@ fn bind_order(query: sql::Query, new: &NewOrder, plan: &Plan, now_s: i64) -> sql
         .bind(&new.profile)
 }
 
-/// [`insert`] on PostgreSQL, with the account's check that precedes it: the function
-/// `certeasy_create_order` (migration 0013), one round trip instead of three per authorization
-/// and two more, whether on its own or inside the caller's transaction.
-async fn insert_pg(conn: &mut Conn, new: &NewOrder, plan: &Plan, now_s: i64) -> Result<Written> {
+/// [`insert`] on PostgreSQL, with the account's status read under its lock before it: the
+/// function `certeasy_create_order` (migration 0013), one round trip instead of three per
+/// authorization and two more, whether on its own or inside the caller's transaction. The
+/// account's status, when it is not valid and so nothing was written.
+async fn insert_pg(
+    conn: &mut Conn,
+    new: &NewOrder,
+    plan: &Plan,
+    now_s: i64,
+) -> Result<std::result::Result<Written, AccountStatus>> {
     let lists = AuthzLists::of(new, &plan.reused)?;
     let row = bind_order(
         sql::query(
@@ -247,12 +314,11 @@ async fn insert_pg(conn: &mut Conn, new: &NewOrder, plan: &Plan, now_s: i64) -> 
                         .map_err(|_| Error::Corrupt(format!("authorization id {id:?}")))
                 })
                 .collect::<Result<_>>()?;
-            Ok((OrderId(row.try_get("order_id")?), authz_ids))
+            Ok(Ok((OrderId(row.try_get("order_id")?), authz_ids)))
         }
-        "account" => Err(Error::WrongState(format!(
-            "account is {}",
-            row.try_get::<String, _>("account_status")?
-        ))),
+        "account" => Ok(Err(codec::parse(
+            &row.try_get::<String, _>("account_status")?,
+        )?)),
         other => Err(Error::Corrupt(format!(
             "certeasy_create_order answered {other}"
         ))),
@@ -406,18 +472,18 @@ async fn insert_authz(
     Ok(id)
 }
 
-/// An order that creates no new authorization is never refused by this guard: it adds nothing
-/// to the pending count. `fresh` is how many it creates and when the last of them expires.
-async fn check_pending_authz(
+/// An order that creates no new authorization never exceeds this limit: it adds nothing to the
+/// pending count. `fresh` is how many it creates and when the last of them expires.
+async fn count_pending_authz(
     conn: &mut Conn,
     account: AccountId,
     guards: &OrderGuards,
     fresh: (usize, Option<OffsetDateTime>),
     now: OffsetDateTime,
     now_s: i64,
-) -> Result<Option<PendingAuthzUsage>> {
-    let Some(max) = guards.max_pending_authz else {
-        return Ok(None);
+) -> Result<Counted<PendingAuthzUsage>> {
+    let Some(PendingAuthzGuard { max, refuse }) = guards.max_pending_authz else {
+        return Ok(Counted::Within(None));
     };
     let (fresh, fresh_expiry) = fresh;
     let row = sql::query(
@@ -435,17 +501,18 @@ async fn check_pending_authz(
             Some(secs) => codec::time_from_unix(secs)?,
             None => now,
         };
-        return Err(Error::PendingAuthzLimit {
+        let over = GuardExceeded::PendingAuthz {
             pending,
             max,
             retry_at,
-        });
+        };
+        return Ok(Counted::Exceeded(over, refuse));
     }
     let latest = codec::opt_time_from_unix(row.try_get::<Option<i64>, _>("latest")?)?;
-    Ok(Some(PendingAuthzUsage {
+    Ok(Counted::Within(Some(PendingAuthzUsage {
         pending: pending.saturating_add(fresh),
         all_expired_at: latest.max(fresh_expiry),
-    }))
+    })))
 }
 
 /// The one definition of the duplicate-certificate window, used both to count and to say when to
@@ -465,14 +532,14 @@ fn leaves_window_at(issued_at: i64, window: time::Duration) -> Result<OffsetDate
     Ok(codec::time_from_unix(issued_at)? + window)
 }
 
-async fn check_duplicates(
+async fn count_duplicates(
     conn: &mut Conn,
     new: &NewOrder,
     guards: &OrderGuards,
     now: OffsetDateTime,
-) -> Result<Option<DuplicateUsage>> {
+) -> Result<Counted<DuplicateUsage>> {
     let Some(guard) = guards.duplicate_certificates else {
-        return Ok(None);
+        return Ok(Counted::Within(None));
     };
     let row = sql::query(
         "SELECT COUNT(*) AS n, MIN(issued_at) AS oldest, MAX(issued_at) AS newest \
@@ -490,13 +557,18 @@ async fn check_duplicates(
             Some(secs) => leaves_window_at(secs, guard.window)?,
             None => now,
         };
-        return Err(Error::DuplicateCertificate { count, retry_at });
+        let over = GuardExceeded::Duplicates {
+            count,
+            max: guard.max,
+            retry_at,
+        };
+        return Ok(Counted::Exceeded(over, guard.refuse));
     }
     let all_left_at = row
         .try_get::<Option<i64>, _>("newest")?
         .map(|secs| leaves_window_at(secs, guard.window))
         .transpose()?;
-    Ok(Some(DuplicateUsage { count, all_left_at }))
+    Ok(Counted::Within(Some(DuplicateUsage { count, all_left_at })))
 }
 
 pub(crate) async fn get(s: &Storage, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
@@ -593,13 +665,14 @@ pub(crate) async fn take_ready(
 }
 
 /// Persists why an order is not ready: expired authorizations expire (and invalidate the
-/// order), then the order's own expiry. Returns the refusal that says what the order now is.
+/// order), then the order's own expiry. Returns what the order now is; `Error::NotFound` when
+/// there is no such order.
 pub(crate) async fn not_ready(
     s: &Storage,
     conn: &mut Conn,
     id: OrderId,
     now_s: i64,
-) -> Result<Error> {
+) -> Result<OrderStatus> {
     let authz_ids =
         sql::query_scalar::<i64>("SELECT authz_id FROM order_authorizations WHERE order_id = $1")
             .bind(id.0)
@@ -612,10 +685,10 @@ pub(crate) async fn not_ready(
         state::expire_authz(conn, authz, now_s).await?;
     }
     state::expire_order(conn, id, now_s).await?;
-    Ok(match rows::load_order(conn, id).await? {
-        Some(order) => Error::OrderNotReady(order.status),
-        None => Error::NotFound,
-    })
+    match rows::load_order(conn, id).await? {
+        Some(order) => Ok(order.status),
+        None => Err(Error::NotFound),
+    }
 }
 
 /// `claim`: as for [`crate::authz::start_challenge`].
@@ -625,20 +698,23 @@ pub(crate) async fn begin_finalize(
     csr_der: &[u8],
     now: OffsetDateTime,
     claim: Option<time::Duration>,
-) -> Result<(Order, Option<Job>)> {
+) -> Result<Finalizing> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
     if take_ready(&mut tx, id, csr_der, now_s).await?.is_none() {
-        let refusal = not_ready(s, &mut tx, id, now_s).await?;
+        let status = not_ready(s, &mut tx, id, now_s).await?;
         tx.commit().await?;
-        return Err(refusal);
+        return Ok(Finalizing::NotReady(status));
     }
     let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, claim).await?;
     let order = rows::load_order(&mut tx, id)
         .await?
         .ok_or(Error::NotFound)?;
     tx.commit().await?;
-    Ok((order, job))
+    Ok(Finalizing::Begun {
+        order: Box::new(order),
+        job,
+    })
 }
 
 /// The status of the account that owns order `id`, locked before the order in the order account
@@ -776,12 +852,7 @@ pub(crate) async fn complete(
         OrderStatus::Processing => {
             let reserved = reservation_rows::open_for(&mut tx, id, &cert.serial)
                 .await?
-                .ok_or_else(|| {
-                    Error::WrongState(format!(
-                        "serial {} is not reserved for order {id}",
-                        cert.serial.to_hex()
-                    ))
-                })?;
+                .ok_or_else(|| not_reserved(id, &cert.serial))?;
             if (
                 reserved.not_before,
                 reserved.not_after,
@@ -807,7 +878,7 @@ pub(crate) async fn complete(
             reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
             certificate
         }
-        other => return Err(Error::WrongState(format!("order is {}", other.as_str()))),
+        other => return Err(not_processing(id, other.as_str())),
     };
     if let Some(job) = settle {
         state::settle_job(&mut tx, job).await?;
@@ -856,22 +927,37 @@ async fn complete_pg(
                 .await?
                 .ok_or(Error::NotFound)
         }
-        "not_reserved" => Err(Error::WrongState(format!(
-            "serial {} is not reserved for order {id}",
-            cert.serial.to_hex()
-        ))),
+        "not_reserved" => Err(not_reserved(id, &cert.serial)),
         "mismatch" => Err(Error::Corrupt(format!(
             "the certificate of serial {} differs from its reservation",
             cert.serial.to_hex()
         ))),
-        "state" => Err(Error::WrongState(format!(
-            "order is {}",
-            row.try_get::<String, _>("order_status")?
-        ))),
+        "state" => Err(not_processing(
+            id,
+            &row.try_get::<String, _>("order_status")?,
+        )),
         other => Err(Error::Corrupt(format!(
             "certeasy_complete_reserved answered {other}"
         ))),
     }
+}
+
+/// A certificate whose serial the order has no open reservation of. Only the holder of the
+/// order's `Finalize` job stores its certificate, and only one it reserved, so this is a broken
+/// invariant (a bug or a manual edit), not a state a caller decides on.
+fn not_reserved(id: OrderId, serial: &Serial) -> Error {
+    Error::Corrupt(format!(
+        "serial {} is not reserved for order {id}",
+        serial.to_hex()
+    ))
+}
+
+/// A certificate stored for an order that is neither processing nor valid: as for
+/// [`not_reserved`], the job that stores it held the order in processing.
+fn not_processing(id: OrderId, status: &str) -> Error {
+    Error::Corrupt(format!(
+        "order {id} is {status}: no certificate can be stored for it"
+    ))
 }
 
 pub(crate) async fn fail(
@@ -880,7 +966,7 @@ pub(crate) async fn fail(
     problem: Problem,
     now: OffsetDateTime,
     settle: Option<&Job>,
-) -> Result<Order> {
+) -> Result<StatusChange<Order>> {
     let (error_type, error_detail) = codec::problem_columns(Some(&problem));
     let mut tx = s.begin_write().await?;
     let moved = sql::query(
@@ -901,19 +987,19 @@ pub(crate) async fn fail(
     if moved {
         reservation_rows::abandon_open(&mut tx, id, now).await?;
     }
-    // A repeated failure report (a retried job) finds the order already invalid.
+    // A repeated failure report (a retried job) finds the order already invalid, and settles
+    // the job all the same. An order in another state is left as it is, job and all.
     if moved || order.status == OrderStatus::Invalid {
         if let Some(job) = settle {
             state::settle_job(&mut tx, job).await?;
         }
         tx.commit().await?;
-        Ok(order)
-    } else {
-        Err(Error::WrongState(format!(
-            "order is {}",
-            order.status.as_str()
-        )))
     }
+    Ok(if moved {
+        StatusChange::Changed(order)
+    } else {
+        StatusChange::Unchanged(order)
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! issuer changed meanwhile, the open reservation is marked `abandoned` and a new one recorded,
 //! so two serials for one order are never signed without both being recorded. An order that
 //! fails marks its open reservation `abandoned`. An abandoned serial may have been signed and has
-//! no certificate row, so it is revoked on its CRL shard's CRL instead (`crls::revoked`, the
+//! no certificate row, so it is revoked on its CRL shard's CRL instead (`Storage::revoked_in_crl_shard`, the
 //! shard's counter raised where it is marked).
 
 use acme_core::ids::JobId;
@@ -115,7 +115,7 @@ pub(crate) async fn reserve(
 /// The at-once path: ready → processing with the CSR, a `Finalize` job claimed by the caller for
 /// `lease` (a crash before the certificate is stored leaves it to be resumed), and a
 /// reservation, in one transaction. The account is checked (and on PostgreSQL share-locked)
-/// first; `Error::OrderNotReady(status)` when the order is not ready (an expired one, or one
+/// first; `NotReady(status)` when the order is not ready (an expired one, or one
 /// with an expired authorization, is first made invalid, and that is committed).
 pub(crate) async fn reserve_ready(
     s: &Storage,
@@ -140,9 +140,9 @@ pub(crate) async fn reserve_ready(
         .await?
         .is_none()
     {
-        let refusal = orders::not_ready(s, &mut tx, id, now_s).await?;
+        let status = orders::not_ready(s, &mut tx, id, now_s).await?;
         tx.commit().await?;
-        return Err(refusal);
+        return Ok(ReservedAtOnce::NotReady(status));
     }
     let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, Some(lease))
         .await?
@@ -214,9 +214,9 @@ async fn reserve_ready_pg(
         )?)),
         "not_ready" => {
             let mut tx = s.begin_write().await?;
-            let refusal = orders::not_ready(s, &mut tx, id, now_s).await?;
+            let status = orders::not_ready(s, &mut tx, id, now_s).await?;
             tx.commit().await?;
-            Err(refusal)
+            Ok(ReservedAtOnce::NotReady(status))
         }
         other => Err(Error::Corrupt(format!(
             "certeasy_reserve_ready answered {other}"

@@ -124,10 +124,10 @@ pub(crate) async fn orders(
     let account = own_account(&req, &id)?;
     let page = state.inner.settings.orders_per_page.max(1);
     let mut ids = state
-        .inner
-        .storage
-        .account_orders(account.id, cursor.cursor.map(OrderId), page + 1)
-        .await?;
+        .ra()
+        .orders_of(account.id, cursor.cursor.map(OrderId), page + 1)
+        .await
+        .map_err(|e| refused(&state, e))?;
     let more = ids.len() > page as usize;
     ids.truncate(page as usize);
     let urls: Vec<String> = ids.iter().map(|o| state.urls().order(*o)).collect();

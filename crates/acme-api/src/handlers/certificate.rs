@@ -32,10 +32,11 @@ pub(crate) async fn certificate(
     req.require_post_as_get()?;
     let account = req.account()?.id;
     let id: CertificateId = id.parse().map_err(|_| ApiError::not_found("certificate"))?;
-    let cert = match state.inner.storage.certificate(id).await? {
-        Some(c) if c.account_id == account => c,
-        _ => return Err(ApiError::not_found("certificate")),
-    };
+    let cert = state
+        .ra()
+        .certificate_of(account, id)
+        .await
+        .map_err(|e| refused(&state, e))?;
     let mut response = cert.chain_pem.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

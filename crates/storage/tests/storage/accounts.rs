@@ -4,11 +4,16 @@ use acme_core::status::AuthzStatus;
 use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::Account;
 use storage::model::KeyChange;
 use storage::model::NewAccount;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
+use storage::model::StatusChange;
 
 use crate::harness;
+use crate::harness::Changed;
+use crate::harness::Created;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -201,7 +206,8 @@ async fn deactivation_cascades(s: &Storage) {
             t0(),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     let ready = harness::ready_order(s, acct.id, &["r.example.com"], t0()).await;
     let other = harness::account(s, t0()).await;
     let untouched = s
@@ -211,9 +217,10 @@ async fn deactivation_cascades(s: &Storage) {
             t0(),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
 
-    let deactivated = s.deactivate_account(acct.id, t0()).await.unwrap();
+    let deactivated = s.deactivate_account(acct.id, t0()).await.unwrap().changed();
     assert_eq!(deactivated.status, AccountStatus::Deactivated);
     assert_eq!(
         s.account(acct.id).await.unwrap().unwrap().status,
@@ -249,7 +256,10 @@ async fn deactivation_cascades(s: &Storage) {
 
     assert!(matches!(
         s.deactivate_account(acct.id, t0()).await,
-        Err(Error::WrongState(_))
+        Ok(StatusChange::Unchanged(Account {
+            status: AccountStatus::Deactivated,
+            ..
+        }))
     ));
     assert!(matches!(
         s.deactivate_account(AccountId(999_999), t0()).await,
@@ -262,7 +272,13 @@ async fn deactivation_cascades(s: &Storage) {
             t0(),
         )
         .await;
-    assert!(matches!(refused, Err(Error::WrongState(_))), "{refused:?}");
+    assert!(
+        matches!(
+            refused,
+            Ok(OrderCreation::AccountNotValid(AccountStatus::Deactivated))
+        ),
+        "{refused:?}"
+    );
     let missing = s
         .create_order(
             harness::new_order(AccountId(999_999), &["n.example.com"], t0(), false),

@@ -11,6 +11,7 @@ use storage::model::Page;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Changed;
 use crate::harness::dns;
 use crate::harness::t0;
 
@@ -120,7 +121,8 @@ async fn certificate_filters_and_pages(s: &Storage) {
     let at = now + Duration::days(40);
     s.revoke_certificate(c3.id, RevocationReason::Superseded, at)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let revoked = s
         .revoke_certificates(&[c1.id, c3.id], RevocationReason::KeyCompromise, at)
         .await
@@ -247,7 +249,7 @@ async fn accounts_filters_and_counts(s: &Storage) {
     };
     assert_eq!(list(wildcard, None, 10).await, vec![b.id]);
 
-    s.deactivate_account(c.id, now).await.unwrap();
+    s.deactivate_account(c.id, now).await.unwrap().changed();
     let deactivated = AccountFilter {
         status: Some(AccountStatus::Deactivated),
         ..Default::default()
@@ -264,7 +266,8 @@ async fn accounts_filters_and_counts(s: &Storage) {
     harness::pending_order(s, a.id, &["three.example.com"], now).await;
     s.revoke_certificate(first.id, RevocationReason::Unspecified, now)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let counts = s.account_counts(a.id).await.unwrap();
     assert_eq!(counts.orders, 3);
     assert_eq!(counts.certificates, 2);

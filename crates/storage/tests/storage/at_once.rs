@@ -16,8 +16,10 @@ use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
 use storage::model::Certificate;
+use storage::model::ChallengeStart;
 use storage::model::JobKind;
 use storage::model::NewCertificate;
+use storage::model::NotStarted;
 use storage::model::Order;
 use storage::model::ReservationState;
 use storage::model::ReservedAtOnce;
@@ -25,6 +27,9 @@ use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
+use crate::harness::Started;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -49,7 +54,7 @@ crate::both_backends!(
 const VALID: Duration = Duration::hours(2);
 
 fn with_short_lifetime(s: &Storage) -> Storage {
-    s.clone().with_valid_authorization_lifetime(VALID)
+    s.clone()
 }
 
 /// What issuing at once did ([`issue_ready`]).
@@ -60,6 +65,7 @@ enum IssuedAtOnce {
         certificate: Box<Certificate>,
     },
     AccountNotValid(AccountStatus),
+    NotReady(OrderStatus),
 }
 
 /// The lease of the job an at-once issuance holds.
@@ -95,6 +101,7 @@ async fn issue_ready(
             })
         }
         ReservedAtOnce::AccountNotValid(status) => Ok(IssuedAtOnce::AccountNotValid(status)),
+        ReservedAtOnce::NotReady(status) => Ok(IssuedAtOnce::NotReady(status)),
     }
 }
 
@@ -154,7 +161,10 @@ async fn ready_at_once(
     let order = harness::pending_order(s, account, names, now).await;
     for i in 0..order.authz_ids.len() {
         let chal = challenge_of(s, &order, i, 0, now).await;
-        s.record_valid_at_once(chal, now).await.unwrap();
+        s.record_valid_at_once(chal, VALID, now)
+            .await
+            .unwrap()
+            .started();
     }
     let order = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(order.status, OrderStatus::Ready);
@@ -222,7 +232,11 @@ async fn a_pending_challenge_becomes_valid_at_once(s: &Storage) {
     let at = now + Duration::minutes(10) + Duration::milliseconds(700);
     let whole = now + Duration::minutes(10);
     let chal = challenge_of(s, &order, 0, 0, now).await;
-    let valid = s.record_valid_at_once(chal, at).await.unwrap();
+    let valid = s
+        .record_valid_at_once(chal, VALID, at)
+        .await
+        .unwrap()
+        .started();
     assert_eq!(valid.id, chal);
     assert_eq!(valid.status, ChallengeStatus::Valid);
     assert_eq!(valid.validated_at, Some(whole), "truncated to seconds");
@@ -253,7 +267,11 @@ async fn a_pending_challenge_becomes_valid_at_once(s: &Storage) {
     // The second authorization, through its dns-01 challenge: the order becomes ready.
     let later = now + Duration::minutes(20);
     let chal = challenge_of(s, &order, 1, 1, now).await;
-    let valid = s.record_valid_at_once(chal, later).await.unwrap();
+    let valid = s
+        .record_valid_at_once(chal, VALID, later)
+        .await
+        .unwrap()
+        .started();
     assert_eq!(valid.status, ChallengeStatus::Valid);
     assert_eq!(valid.kind, ChallengeType::Dns01);
     assert_eq!(valid.validated_at, Some(later));
@@ -295,11 +313,11 @@ async fn at_once_keeps_one_validation_per_authorization(s: &Storage) {
     let order = harness::pending_order(s, acct.id, &["a.example.com"], now).await;
     let first = challenge_of(s, &order, 0, 0, now).await;
     let second = challenge_of(s, &order, 0, 1, now).await;
-    s.start_challenge(first, now).await.unwrap();
-    let refused = s.record_valid_at_once(second, now).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::WrongState(why) if why.contains("another challenge")),
-        "{refused:?}"
+    s.start_challenge(first, now).await.unwrap().started();
+    let refused = s.record_valid_at_once(second, VALID, now).await.unwrap();
+    assert_eq!(
+        refused,
+        ChallengeStart::NotStarted(NotStarted::SiblingStarted)
     );
     let authz = s
         .authorization(order.authz_ids[0], now)
@@ -321,14 +339,17 @@ async fn at_once_keeps_one_validation_per_authorization(s: &Storage) {
     let order = harness::pending_order(s, acct.id, &["b.example.com"], now).await;
     let first = challenge_of(s, &order, 0, 0, now).await;
     let second = challenge_of(s, &order, 0, 1, now).await;
-    s.record_valid_at_once(first, now).await.unwrap();
+    s.record_valid_at_once(first, VALID, now)
+        .await
+        .unwrap()
+        .started();
     for refused in [
-        s.record_valid_at_once(second, now).await.unwrap_err(),
-        s.start_challenge(second, now).await.unwrap_err(),
+        s.record_valid_at_once(second, VALID, now).await.unwrap(),
+        s.start_challenge(second, now).await.unwrap(),
     ] {
-        assert!(
-            matches!(&refused, Error::WrongState(why) if why == "authorization is valid"),
-            "{refused:?}"
+        assert_eq!(
+            refused,
+            ChallengeStart::NotStarted(NotStarted::AuthzNotPending(AuthzStatus::Valid))
         );
     }
     let authz = s
@@ -354,7 +375,11 @@ async fn a_challenge_that_left_pending_is_returned_unchanged(s: &Storage) {
     let order = harness::pending_order(s, acct.id, &["processing.example.com"], now).await;
     let chal = harness::start_first_challenge(s, order.authz_ids[0], now).await;
     let before = seen(s, order.id, now).await;
-    let answer = s.record_valid_at_once(chal, later).await.unwrap();
+    let answer = s
+        .record_valid_at_once(chal, VALID, later)
+        .await
+        .unwrap()
+        .started();
     assert_eq!(answer.status, ChallengeStatus::Processing);
     assert_eq!(answer.validated_at, None);
     assert_eq!(Some(answer), s.challenge(chal).await.unwrap());
@@ -370,10 +395,18 @@ async fn a_challenge_that_left_pending_is_returned_unchanged(s: &Storage) {
     // Valid: a repeat an hour later keeps the first validation's time and expiry.
     let order = harness::pending_order(s, acct.id, &["valid.example.com"], now).await;
     let chal = challenge_of(s, &order, 0, 0, now).await;
-    let first = s.record_valid_at_once(chal, now).await.unwrap();
+    let first = s
+        .record_valid_at_once(chal, VALID, now)
+        .await
+        .unwrap()
+        .started();
     let before = seen(s, order.id, now).await;
     assert_eq!(before.status, OrderStatus::Ready);
-    let again = s.record_valid_at_once(chal, later).await.unwrap();
+    let again = s
+        .record_valid_at_once(chal, VALID, later)
+        .await
+        .unwrap()
+        .started();
     assert_eq!(again, first);
     assert_eq!(again.validated_at, Some(now));
     assert_eq!(seen(s, order.id, now).await, before, "nothing was written");
@@ -382,11 +415,15 @@ async fn a_challenge_that_left_pending_is_returned_unchanged(s: &Storage) {
     let order = harness::pending_order(s, acct.id, &["invalid.example.com"], now).await;
     let chal = harness::start_first_challenge(s, order.authz_ids[0], now).await;
     let problem = Problem::new(ProblemType::Unauthorized, "wrong key authorization");
-    s.record_validation(chal, Err(problem.clone()), now, None)
+    s.record_validation(chal, Err(problem.clone()), VALID, now, None)
         .await
         .unwrap();
     let before = seen(s, order.id, now).await;
-    let answer = s.record_valid_at_once(chal, later).await.unwrap();
+    let answer = s
+        .record_valid_at_once(chal, VALID, later)
+        .await
+        .unwrap()
+        .started();
     assert_eq!(answer.status, ChallengeStatus::Invalid);
     assert_eq!(answer.error, Some(problem));
     assert_eq!(answer.validated_at, None);
@@ -415,10 +452,10 @@ async fn an_expired_authorization_is_refused_and_its_expiry_persisted(s: &Storag
     let chal = challenge_of(s, &order, 0, 0, now).await;
 
     let at = now + Duration::hours(1);
-    let refused = s.record_valid_at_once(chal, at).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::WrongState(why) if why == "authorization is expired"),
-        "{refused:?}"
+    let refused = s.record_valid_at_once(chal, VALID, at).await.unwrap();
+    assert_eq!(
+        refused,
+        ChallengeStart::NotStarted(NotStarted::AuthzNotPending(AuthzStatus::Expired))
     );
     // Written by the refused call: read back with a clock before the expiry, when a read alone
     // would still say pending.
@@ -443,12 +480,13 @@ async fn an_authorization_no_longer_pending_is_refused(s: &Storage) {
     let order = harness::pending_order(s, acct.id, &["a.example.com"], now).await;
     s.deactivate_authorization(order.authz_ids[0], now)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let chal = challenge_of(s, &order, 0, 0, now).await;
-    let refused = s.record_valid_at_once(chal, now).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::WrongState(why) if why == "authorization is deactivated"),
-        "{refused:?}"
+    let refused = s.record_valid_at_once(chal, VALID, now).await.unwrap();
+    assert_eq!(
+        refused,
+        ChallengeStart::NotStarted(NotStarted::AuthzNotPending(AuthzStatus::Deactivated))
     );
     let authz = s
         .authorization(order.authz_ids[0], now)
@@ -470,7 +508,7 @@ async fn an_authorization_no_longer_pending_is_refused(s: &Storage) {
 
     let unknown = ChallengeId(chal.0 + 1000);
     assert!(matches!(
-        s.record_valid_at_once(unknown, now).await,
+        s.record_valid_at_once(unknown, VALID, now).await,
         Err(Error::NotFound)
     ));
     assert_no_job(s).await;
@@ -483,18 +521,24 @@ async fn concurrent_siblings_at_once_have_one_winner(s: &Storage) {
     let http = challenge_of(s, &order, 0, 0, now).await;
     let dns = challenge_of(s, &order, 0, 1, now).await;
     let (s1, s2) = (s.clone(), s.clone());
-    let one = tokio::spawn(async move { s1.record_valid_at_once(http, now).await });
-    let two = tokio::spawn(async move { s2.record_valid_at_once(dns, now).await });
-    let results = [one.await.unwrap(), two.await.unwrap()];
-    let won: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let one = tokio::spawn(async move { s1.record_valid_at_once(http, VALID, now).await });
+    let two = tokio::spawn(async move { s2.record_valid_at_once(dns, VALID, now).await });
+    let results = [one.await.unwrap().unwrap(), two.await.unwrap().unwrap()];
+    let won: Vec<_> = results
+        .iter()
+        .filter_map(|r| match r {
+            ChallengeStart::Started { challenge, .. } => Some(challenge),
+            _ => None,
+        })
+        .collect();
     assert_eq!(won.len(), 1, "{results:?}");
     assert_eq!(won[0].status, ChallengeStatus::Valid);
     // The loser ran after the winner's commit, under the authorization's lock: it found the
     // authorization already valid.
     assert!(
-        results
-            .iter()
-            .any(|r| matches!(r, Err(Error::WrongState(why)) if why == "authorization is valid")),
+        results.contains(&ChallengeStart::NotStarted(NotStarted::AuthzNotPending(
+            AuthzStatus::Valid
+        ))),
         "{results:?}"
     );
     let authz = s
@@ -535,12 +579,15 @@ async fn at_once_agrees_with_start_then_record(s: &Storage) {
     // First authorization through http-01, at a clock with a fraction of a second.
     let first = now + Duration::minutes(5) + Duration::milliseconds(250);
     let chal = challenge_of(s, &at_once, 0, 0, now).await;
-    s.record_valid_at_once(chal, first).await.unwrap();
+    s.record_valid_at_once(chal, VALID, first)
+        .await
+        .unwrap()
+        .started();
     let chal = challenge_of(s, &two_step, 0, 0, now).await;
     let mut started = vec![JobKind::Validate(chal)];
-    s.start_challenge(chal, first).await.unwrap();
+    s.start_challenge(chal, first).await.unwrap().started();
     let recorded = s
-        .record_validation(chal, Ok(()), first, None)
+        .record_validation(chal, Ok(()), VALID, first, None)
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -556,11 +603,14 @@ async fn at_once_agrees_with_start_then_record(s: &Storage) {
     // Second authorization through dns-01: both orders become ready, alike.
     let second = now + Duration::minutes(30);
     let chal = challenge_of(s, &at_once, 1, 1, now).await;
-    s.record_valid_at_once(chal, second).await.unwrap();
+    s.record_valid_at_once(chal, VALID, second)
+        .await
+        .unwrap()
+        .started();
     let chal = challenge_of(s, &two_step, 1, 1, now).await;
     started.push(JobKind::Validate(chal));
-    s.start_challenge(chal, second).await.unwrap();
-    s.record_validation(chal, Ok(()), second, None)
+    s.start_challenge(chal, second).await.unwrap().started();
+    s.record_validation(chal, Ok(()), VALID, second, None)
         .await
         .unwrap();
     let both = seen(s, at_once.id, second).await;
@@ -675,7 +725,7 @@ async fn a_second_issue_is_refused_and_stores_nothing(s: &Storage) {
     )
     .await;
     assert!(
-        matches!(again, Err(Error::OrderNotReady(OrderStatus::Valid))),
+        matches!(again, Ok(IssuedAtOnce::NotReady(OrderStatus::Valid))),
         "{again:?}"
     );
     assert_eq!(
@@ -704,7 +754,7 @@ async fn a_deactivated_account_is_refused_before_anything_is_stored(s: &Storage)
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = ready_at_once(s, acct.id, &["gone.example.com"], now).await;
-    s.deactivate_account(acct.id, now).await.unwrap();
+    s.deactivate_account(acct.id, now).await.unwrap().changed();
     // Deactivating the account already ended its unfinished orders; the call must change
     // nothing of what the deactivation left.
     let before = s.order(order.id, now).await.unwrap().unwrap();
@@ -740,10 +790,13 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
     let pending =
         harness::pending_order(s, acct.id, &["a.example.com", "b.example.com"], now).await;
     let chal = challenge_of(s, &pending, 0, 0, now).await;
-    s.record_valid_at_once(chal, now).await.unwrap();
+    s.record_valid_at_once(chal, VALID, now)
+        .await
+        .unwrap()
+        .started();
     let refused = issue_ready(s, pending.id, b"csr", harness::new_cert(1, now), now).await;
     assert!(
-        matches!(refused, Err(Error::OrderNotReady(OrderStatus::Pending))),
+        matches!(refused, Ok(IssuedAtOnce::NotReady(OrderStatus::Pending))),
         "{refused:?}"
     );
     let order = s.order(pending.id, now).await.unwrap().unwrap();
@@ -762,10 +815,11 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
     let finalizing = ready_at_once(s, acct.id, &["c.example.com"], now).await;
     s.begin_finalize(finalizing.id, b"queued csr", now)
         .await
-        .unwrap();
+        .unwrap()
+        .begun();
     let refused = issue_ready(s, finalizing.id, b"csr", harness::new_cert(2, now), now).await;
     assert!(
-        matches!(refused, Err(Error::OrderNotReady(OrderStatus::Processing))),
+        matches!(refused, Ok(IssuedAtOnce::NotReady(OrderStatus::Processing))),
         "{refused:?}"
     );
     let order = s.order(finalizing.id, now).await.unwrap().unwrap();
@@ -806,7 +860,7 @@ async fn an_order_whose_authorization_expired_is_refused_and_invalidated(s: &Sto
     let later = now + VALID;
     let refused = issue_ready(s, order.id, b"csr", harness::new_cert(1, later), later).await;
     assert!(
-        matches!(refused, Err(Error::OrderNotReady(OrderStatus::Invalid))),
+        matches!(refused, Ok(IssuedAtOnce::NotReady(OrderStatus::Invalid))),
         "{refused:?}"
     );
     // Persisted, read with the earlier clock: the authorizations expired and the order is
@@ -844,7 +898,10 @@ async fn an_expired_order_is_refused_and_invalidated(s: &Storage) {
     )
     .await;
     let chal = challenge_of(s, &order, 0, 0, now).await;
-    s.record_valid_at_once(chal, now).await.unwrap();
+    s.record_valid_at_once(chal, VALID, now)
+        .await
+        .unwrap()
+        .started();
     let ready = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(ready.status, OrderStatus::Ready);
     assert_eq!(ready.expires_at, now + Duration::hours(1));
@@ -852,7 +909,7 @@ async fn an_expired_order_is_refused_and_invalidated(s: &Storage) {
     let at = ready.expires_at;
     let refused = issue_ready(s, order.id, b"csr", harness::new_cert(1, at), at).await;
     assert!(
-        matches!(refused, Err(Error::OrderNotReady(OrderStatus::Invalid))),
+        matches!(refused, Ok(IssuedAtOnce::NotReady(OrderStatus::Invalid))),
         "{refused:?}"
     );
     // Persisted: an earlier clock still sees the order invalid. Its authorization, which has
@@ -903,7 +960,7 @@ async fn concurrent_issues_have_one_winner(s: &Storage) {
     assert!(
         results.iter().any(|r| matches!(
             r,
-            Err(Error::OrderNotReady(
+            Ok(IssuedAtOnce::NotReady(
                 OrderStatus::Processing | OrderStatus::Valid
             ))
         )),
@@ -950,7 +1007,10 @@ async fn issue_at_once_agrees_with_finalize_then_complete(s: &Storage) {
         IssuedAtOnce::Issued { certificate, .. } => *certificate,
         other => panic!("expected an issued certificate, got {other:?}"),
     };
-    s.begin_finalize(queued.id, b"csr", at).await.unwrap();
+    s.begin_finalize(queued.id, b"csr", at)
+        .await
+        .unwrap()
+        .begun();
     let completed = harness::complete(s, queued.id, harness::new_cert(2, at), at, None).await;
 
     let one = seen(s, at_once.id, at).await;

@@ -2,17 +2,22 @@
 //! validation, an order never outlives its authorizations, reuse keeps a margin, and finalize
 //! refuses an order whose authorization has expired.
 
+use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::status::AuthzStatus;
 use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::Finalizing;
+use storage::model::NewOrder;
 use storage::model::Order;
 use storage::model::OrderGuards;
 use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Created;
+use crate::harness::Started;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -26,7 +31,16 @@ crate::both_backends!(
 const VALID: Duration = Duration::hours(2);
 
 fn with_short_lifetime(s: &Storage) -> Storage {
-    s.clone().with_valid_authorization_lifetime(VALID)
+    s.clone()
+}
+
+/// An order for `names` at `at` that reuses the authorizations still valid for the reuse margin
+/// of [`VALID`] (half of it, shorter than a day).
+fn reusing(account: AccountId, names: &[&str], at: OffsetDateTime) -> NewOrder {
+    NewOrder {
+        reuse_valid_until: Some(at + VALID / 2),
+        ..harness::new_order(account, names, at, false)
+    }
 }
 
 /// Validates every authorization of `order` at `at`.
@@ -34,8 +48,8 @@ async fn validate(s: &Storage, order: &Order, at: OffsetDateTime) {
     for authz_id in &order.authz_ids {
         let authz = s.authorization(*authz_id, at).await.unwrap().unwrap();
         let challenge = &authz.challenges[0];
-        s.start_challenge(challenge.id, at).await.unwrap();
-        s.record_validation(challenge.id, Ok(()), at, None)
+        s.start_challenge(challenge.id, at).await.unwrap().started();
+        s.record_validation(challenge.id, Ok(()), VALID, at, None)
             .await
             .unwrap();
     }
@@ -56,7 +70,8 @@ async fn a_valid_authorization_expires_its_lifetime_after_validation(s: &Storage
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     let validated_at = now + Duration::minutes(10);
     validate(s, &order, validated_at).await;
     let authz_id = order.authz_ids[0];
@@ -129,7 +144,8 @@ async fn reuse_needs_a_margin_of_validity(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     validate(s, &first, now).await;
     let authz_expiry = now + VALID;
 
@@ -137,12 +153,13 @@ async fn reuse_needs_a_margin_of_validity(s: &Storage) {
     let at = now + Duration::minutes(30);
     let reused = s
         .create_order(
-            harness::new_order(acct.id, &["a.example.com"], at, true),
+            reusing(acct.id, &["a.example.com"], at),
             &OrderGuards::default(),
             at,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(reused.status, OrderStatus::Ready);
     assert_eq!(reused.authz_ids, first.authz_ids);
     assert_eq!(reused.expires_at, authz_expiry);
@@ -155,12 +172,13 @@ async fn reuse_needs_a_margin_of_validity(s: &Storage) {
     );
     let fresh = s
         .create_order(
-            harness::new_order(acct.id, &["a.example.com"], at, true),
+            reusing(acct.id, &["a.example.com"], at),
             &OrderGuards::default(),
             at,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(fresh.status, OrderStatus::Pending);
     assert_ne!(fresh.authz_ids, first.authz_ids);
     assert_eq!(
@@ -180,7 +198,8 @@ async fn finalize_refuses_an_order_whose_authorization_expired(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     validate(s, &order, now).await;
     assert_eq!(
         s.order(order.id, now).await.unwrap().unwrap().status,
@@ -189,7 +208,7 @@ async fn finalize_refuses_an_order_whose_authorization_expired(s: &Storage) {
     let later = now + VALID;
     assert!(matches!(
         s.begin_finalize(order.id, b"csr", later).await,
-        Err(Error::OrderNotReady(OrderStatus::Invalid))
+        Ok(Finalizing::NotReady(OrderStatus::Invalid))
     ));
     // Persisted, read with the earlier clock: the authorizations expired and the order is
     // invalid, with no CSR stored and no job.
@@ -223,7 +242,8 @@ async fn order_validations_tell_how_and_when_each_authorization_was_validated(s:
             later,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     // Not every authorization is valid yet: this order cannot be finalized, and says so.
     assert!(matches!(
         s.order_validations(order.id).await,
@@ -239,8 +259,8 @@ async fn order_validations_tell_how_and_when_each_authorization_was_validated(s:
     let authz = s.authorization(fresh, later).await.unwrap().unwrap();
     let dns01 = &authz.challenges[1];
     assert_eq!(dns01.kind, acme_core::status::ChallengeType::Dns01);
-    s.start_challenge(dns01.id, later).await.unwrap();
-    s.record_validation(dns01.id, Ok(()), later, None)
+    s.start_challenge(dns01.id, later).await.unwrap().started();
+    s.record_validation(dns01.id, Ok(()), VALID, later, None)
         .await
         .unwrap();
     let validations = s.order_validations(order.id).await.unwrap();

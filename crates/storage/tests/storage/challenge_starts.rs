@@ -8,12 +8,14 @@ use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use storage::Storage;
-use storage::error::Error;
+use storage::model::ChallengeStart;
+use storage::model::NotStarted;
 use storage::model::Order;
 use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Started;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -47,13 +49,13 @@ async fn one_validation_per_authorization(s: &Storage) {
         .unwrap();
     let (first, second) = (&authz.challenges[0], &authz.challenges[1]);
 
-    let started = s.start_challenge(first.id, now).await.unwrap();
+    let started = s.start_challenge(first.id, now).await.unwrap().started();
     assert_eq!(started.status, ChallengeStatus::Processing);
 
-    let refused = s.start_challenge(second.id, now).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::WrongState(why) if why.contains("another challenge")),
-        "{refused:?}"
+    let refused = s.start_challenge(second.id, now).await.unwrap();
+    assert_eq!(
+        refused,
+        ChallengeStart::NotStarted(NotStarted::SiblingStarted)
     );
     let authz = s
         .authorization(order.authz_ids[0], now)
@@ -68,7 +70,7 @@ async fn one_validation_per_authorization(s: &Storage) {
     );
 
     // Asking again for the one being validated answers with it, and starts nothing new.
-    let again = s.start_challenge(first.id, now).await.unwrap();
+    let again = s.start_challenge(first.id, now).await.unwrap().started();
     assert_eq!(again.status, ChallengeStatus::Processing);
 }
 
@@ -84,10 +86,10 @@ async fn starting_a_challenge_of_an_expired_authorization_expires_it(s: &Storage
     let challenge = authz.challenges[0].id;
 
     let at = now + Duration::hours(1);
-    let refused = s.start_challenge(challenge, at).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::WrongState(why) if why == "authorization is expired"),
-        "{refused:?}"
+    let refused = s.start_challenge(challenge, at).await.unwrap();
+    assert_eq!(
+        refused,
+        ChallengeStart::NotStarted(NotStarted::AuthzNotPending(AuthzStatus::Expired))
     );
     // The expiry was written by the refused start, not only computed: read it back as of a
     // moment before the expiry, when a read alone would still say pending.
@@ -112,7 +114,7 @@ async fn a_verdict_after_expiry_is_kept_but_does_not_revive_the_authorization(s:
 
     let late = now + Duration::hours(2);
     let recorded = s
-        .record_validation(challenge, Ok(()), late, None)
+        .record_validation(challenge, Ok(()), harness::VALID_FOR, late, None)
         .await
         .unwrap();
     assert!(recorded.changed);

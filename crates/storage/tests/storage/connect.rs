@@ -8,6 +8,7 @@ use storage::Storage;
 use storage::error::Error;
 
 use crate::harness;
+use crate::harness::Created;
 use crate::harness::t0;
 
 #[tokio::test]
@@ -128,7 +129,7 @@ async fn postgres_young_tables_are_analyzed_early() {
                 now,
             )
             .await
-            .unwrap();
+            .unwrap().created();
         }
         let mut conn = AnyConnection::connect(&url)
             .await

@@ -13,6 +13,8 @@ use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -35,7 +37,10 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
 
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["sharded.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let mut new = harness::new_cert(1, now);
     new.crl_shard = Some(1);
     let sharded = harness::complete(s, order.id, new, now, None).await;
@@ -62,7 +67,8 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     let at = now + Duration::hours(1);
     s.revoke_certificate(sharded.id, RevocationReason::KeyCompromise, at)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let states = s.crl_shard_states().await.unwrap();
     assert!(!states[0].is_stale(), "{states:?}");
     assert!(states[1].is_stale(), "{states:?}");
@@ -182,7 +188,8 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     let problem = Problem::new(ProblemType::ServerInternal, "the CA could not sign");
     s.fail_order(order.id, problem, at, Some(&job))
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(stale(s).await, [false, true], "its shard's CRL is stale");
     let listed = s.revoked_in_crl_shard(1, &chain(), at).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -223,7 +230,10 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
         .unwrap();
     let issued = sharded_cert(3, Some(1), now);
     let order = harness::ready_order(s, acct.id, &["issued.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", at).await.unwrap();
+    s.begin_finalize(order.id, b"csr", at)
+        .await
+        .unwrap()
+        .begun();
     harness::complete(s, order.id, issued, at, None).await;
     assert_eq!(stale(s).await, [false, false]);
     assert_eq!(
@@ -235,7 +245,10 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     // reserved it, not by the new one.
     let replaced = sharded_cert(4, Some(1), now);
     let order = harness::ready_order(s, acct.id, &["replaced.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     s.reserve_serial(order.id, harness::reservation_of(&replaced), now)
         .await
         .unwrap();
@@ -283,7 +296,8 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     let problem = Problem::new(ProblemType::ServerInternal, "the CA could not sign");
     s.fail_order(order.id, problem, at, Some(&job))
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(stale(s).await, [true, false]);
     assert_eq!(listed_serials(s, 0, &chain(), at).await, [unsharded.serial]);
 }

@@ -8,6 +8,8 @@ use storage::model::ReservationState;
 use storage::model::Reserved;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -20,9 +22,12 @@ async fn a_reservation_is_refused_once_the_account_is_deactivated(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["gone.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     // The account is deactivated while the job waits in the queue.
-    s.deactivate_account(acct.id, now).await.unwrap();
+    s.deactivate_account(acct.id, now).await.unwrap().changed();
     let processing = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(processing.status, OrderStatus::Processing);
 
@@ -56,7 +61,10 @@ async fn a_certificate_reserved_before_the_deactivation_is_stored(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["signing.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let cert = harness::new_cert(9, now);
     let reserved = s
         .reserve_serial(order.id, harness::reservation_of(&cert), now)
@@ -65,7 +73,7 @@ async fn a_certificate_reserved_before_the_deactivation_is_stored(s: &Storage) {
     assert!(matches!(reserved, Reserved::Reserved(_)), "{reserved:?}");
     // Deactivated while the worker signs: the issuance was decided before, and what the key
     // signed must be recorded.
-    s.deactivate_account(acct.id, now).await.unwrap();
+    s.deactivate_account(acct.id, now).await.unwrap().changed();
     let stored = s
         .complete_order(order.id, cert.clone(), now, None)
         .await
@@ -85,7 +93,7 @@ async fn completion_before_deactivation_stands(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let cert = harness::issue(s, acct.id, &["kept.example.com"], 8, now).await;
-    s.deactivate_account(acct.id, now).await.unwrap();
+    s.deactivate_account(acct.id, now).await.unwrap().changed();
     // A repeated completion (a job that runs twice) still finds the certificate it stored.
     let order = s.order(cert.order_id, now).await.unwrap().unwrap();
     assert_eq!(order.status, OrderStatus::Valid);

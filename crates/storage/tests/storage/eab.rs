@@ -8,9 +8,11 @@ use storage::error::Error;
 use storage::model::BindOutcome;
 use storage::model::NewAccount;
 use storage::model::NewEabKey;
+use storage::model::StatusChange;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Changed;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -51,6 +53,7 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
     let created = s
         .create_eab_key(new_key("kid-a", false), t0())
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(created.kid.0, "kid-a");
     assert_eq!(created.hmac_key, Some(vec![7_u8; 32]));
@@ -63,10 +66,11 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
     assert!(!format!("{created:?}").contains("7, 7"));
     assert!(matches!(
         s.create_eab_key(new_key("kid-a", true), t0()).await,
-        Err(Error::WrongState(_))
+        Ok(None)
     ));
     s.create_eab_key(new_key("kid-b", true), t0() + Duration::seconds(1))
         .await
+        .unwrap()
         .unwrap();
     let all = s.list_eab_keys().await.unwrap();
     assert_eq!(
@@ -78,11 +82,12 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
     let revoked = s
         .revoke_eab_key(&EabKid("kid-a".into()), t0() + Duration::hours(1))
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(revoked.revoked_at, Some(t0() + Duration::hours(1)));
     assert!(matches!(
         s.revoke_eab_key(&EabKid("kid-a".into()), t0()).await,
-        Err(Error::WrongState(_))
+        Ok(StatusChange::Unchanged(key)) if key.revoked_at == Some(t0() + Duration::hours(1))
     ));
     assert!(matches!(
         s.revoke_eab_key(&EabKid("nope".into()), t0()).await,
@@ -94,6 +99,7 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     let kid = EabKid("single".into());
     s.create_eab_key(new_key("single", false), t0())
         .await
+        .unwrap()
         .unwrap();
     let first = match s
         .bind_eab_and_create_account(&kid, new_account("a"), t0())
@@ -121,6 +127,7 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     assert_eq!(plain.eab_kid, None);
     s.create_eab_key(new_key("fresh", false), t0())
         .await
+        .unwrap()
         .unwrap();
     let taken = NewAccount {
         jwk_json: plain.jwk_json.clone(),
@@ -150,6 +157,7 @@ async fn reusable_expired_and_revoked_keys(s: &Storage) {
     let kid = EabKid("multi".into());
     s.create_eab_key(new_key("multi", true), t0())
         .await
+        .unwrap()
         .unwrap();
     for tag in ["a", "b", "c"] {
         assert!(matches!(
@@ -172,7 +180,7 @@ async fn reusable_expired_and_revoked_keys(s: &Storage) {
         BindOutcome::Expired(expiry)
     );
     let revoked_at = t0() + Duration::minutes(5);
-    s.revoke_eab_key(&kid, revoked_at).await.unwrap();
+    s.revoke_eab_key(&kid, revoked_at).await.unwrap().changed();
     assert_eq!(
         s.bind_eab_and_create_account(&kid, new_account("e"), t0())
             .await
@@ -186,6 +194,7 @@ async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
     let kid = EabKid("race".into());
     s.create_eab_key(new_key("race", false), t0())
         .await
+        .unwrap()
         .unwrap();
     let s = Arc::new(s.clone());
     let tasks: Vec<_> = (0..16)
@@ -217,7 +226,10 @@ async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
 /// The accounts a key bound that are still valid, for `eab revoke --deactivate-accounts`.
 async fn valid_accounts_bound_with_a_key(s: &Storage) {
     let kid = EabKid("team".into());
-    s.create_eab_key(new_key("team", true), t0()).await.unwrap();
+    s.create_eab_key(new_key("team", true), t0())
+        .await
+        .unwrap()
+        .unwrap();
     let mut bound = Vec::new();
     for tag in ["a", "b", "c"] {
         match s
@@ -234,7 +246,10 @@ async fn valid_accounts_bound_with_a_key(s: &Storage) {
         s.valid_accounts_bound_to_eab_key(&kid).await.unwrap(),
         bound
     );
-    s.deactivate_account(bound[1], t0()).await.unwrap();
+    s.deactivate_account(bound[1], t0())
+        .await
+        .unwrap()
+        .changed();
     assert_eq!(
         s.valid_accounts_bound_to_eab_key(&kid).await.unwrap(),
         [bound[0], bound[2]]

@@ -12,6 +12,7 @@ use storage::model::KeyChange;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Changed;
 use crate::harness::t0;
 
 /// Every write to an account is seen by the next read, however often the account was read
@@ -68,7 +69,8 @@ async fn a_kept_account_follows_every_write() {
 
     s.deactivate_account(account.id, now + Duration::seconds(1))
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(
         s.account(account.id).await.unwrap().unwrap().status,
         AccountStatus::Deactivated
@@ -95,7 +97,10 @@ async fn reads_racing_a_deactivation_never_bring_the_old_account_back() {
                 })
             })
             .collect();
-        s.deactivate_account(account.id, now).await.unwrap();
+        s.deactivate_account(account.id, now)
+            .await
+            .unwrap()
+            .changed();
         for reader in readers {
             reader.await.unwrap();
         }

@@ -1,16 +1,24 @@
+use acme_core::status::AccountStatus;
 use acme_core::status::OrderStatus;
 use storage::Storage;
-use storage::error::Error;
 use storage::model::DuplicateGuard;
+use storage::model::GuardExceeded;
+use storage::model::GuardUsage;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
+use storage::model::PendingAuthzGuard;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Changed;
+use crate::harness::Created;
 use crate::harness::t0;
 
 crate::both_backends!(
     pending_authz_cap,
     duplicate_certificate_cap,
+    an_exceeded_limit_not_to_refuse_on_is_reported_with_the_order,
+    an_order_of_an_account_no_longer_valid_is_not_created,
     parallel_orders_respect_pending_cap
 );
 
@@ -18,24 +26,32 @@ async fn pending_authz_cap(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let guards = OrderGuards {
-        max_pending_authz: Some(3),
+        max_pending_authz: Some(PendingAuthzGuard {
+            max: 3,
+            refuse: true,
+        }),
         duplicate_certificates: None,
     };
     // Authorizations expiring one hour apart, the soonest first.
     for (i, name) in ["a.example.com", "b.example.com"].iter().enumerate() {
         let expires = now + Duration::hours(1 + i64::try_from(i).unwrap());
         let new =
-            harness::new_order_expiring(acct.id, &[name], now + Duration::days(7), expires, false);
-        s.create_order(new, &guards, now).await.unwrap();
+            harness::new_order_expiring(acct.id, &[name], now + Duration::days(7), expires, None);
+        s.create_order(new, &guards, now).await.unwrap().created();
     }
     // Two new ones would make four.
     let two = harness::new_order(acct.id, &["c.example.com", "d.example.com"], now, false);
     match s.create_order(two, &guards, now).await {
-        Err(Error::PendingAuthzLimit {
-            pending,
-            max,
-            retry_at,
+        Ok(OrderCreation::WouldExceed {
+            exceeded:
+                GuardExceeded::PendingAuthz {
+                    pending,
+                    max,
+                    retry_at,
+                },
+            also,
         }) => {
+            assert!(also.is_empty());
             assert_eq!((pending, max), (2, 3));
             assert_eq!(retry_at, now + Duration::hours(1));
         }
@@ -47,7 +63,8 @@ async fn pending_authz_cap(s: &Storage) {
         now,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
     let refused = s
         .create_order(
             harness::new_order(acct.id, &["e.example.com"], now, false),
@@ -58,9 +75,12 @@ async fn pending_authz_cap(s: &Storage) {
     assert!(
         matches!(
             refused,
-            Err(Error::PendingAuthzLimit {
-                pending: 3,
-                max: 3,
+            Ok(OrderCreation::WouldExceed {
+                exceeded: GuardExceeded::PendingAuthz {
+                    pending: 3,
+                    max: 3,
+                    ..
+                },
                 ..
             })
         ),
@@ -75,7 +95,8 @@ async fn pending_authz_cap(s: &Storage) {
         now,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
 
     // Expired pending authorizations no longer count.
     let later = now + Duration::hours(1);
@@ -85,11 +106,15 @@ async fn pending_authz_cap(s: &Storage) {
         later,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
 
     // An order made only of reused valid authorizations adds nothing pending and passes.
     let full = OrderGuards {
-        max_pending_authz: Some(0),
+        max_pending_authz: Some(PendingAuthzGuard {
+            max: 0,
+            refuse: true,
+        }),
         duplicate_certificates: None,
     };
     let ready = harness::ready_order(s, other.id, &["v.example.com"], now).await;
@@ -100,7 +125,8 @@ async fn pending_authz_cap(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(reused.status, OrderStatus::Ready);
     assert_eq!(reused.authz_ids, ready.authz_ids);
 }
@@ -117,7 +143,11 @@ async fn duplicate_certificate_cap(s: &Storage) {
     let week = Duration::days(7);
     let guard = |max| OrderGuards {
         max_pending_authz: None,
-        duplicate_certificates: Some(DuplicateGuard { max, window: week }),
+        duplicate_certificates: Some(DuplicateGuard {
+            max,
+            window: week,
+            refuse: true,
+        }),
     };
     match s
         .create_order(
@@ -127,7 +157,15 @@ async fn duplicate_certificate_cap(s: &Storage) {
         )
         .await
     {
-        Err(Error::DuplicateCertificate { count, retry_at }) => {
+        Ok(OrderCreation::WouldExceed {
+            exceeded:
+                GuardExceeded::Duplicates {
+                    count,
+                    max: 2,
+                    retry_at,
+                },
+            ..
+        }) => {
             assert_eq!(count, 2);
             assert_eq!(retry_at, now + week);
         }
@@ -140,14 +178,16 @@ async fn duplicate_certificate_cap(s: &Storage) {
         at,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
     s.create_order(
         harness::new_order(acct.id, &["a.example.com"], at, false),
         &guard(2),
         at,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
     let other = harness::account(s, now).await;
     s.create_order(
         harness::new_order(other.id, &names, at, false),
@@ -155,7 +195,8 @@ async fn duplicate_certificate_cap(s: &Storage) {
         at,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
 
     // Certificates issued before the window do not count.
     let late = now + week + Duration::seconds(1);
@@ -166,12 +207,14 @@ async fn duplicate_certificate_cap(s: &Storage) {
             duplicate_certificates: Some(DuplicateGuard {
                 max: 2,
                 window: week,
+                refuse: true,
             }),
         },
         late,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
 
     // The refusal's retry_at is exactly when the oldest leaves: refused a nanosecond before it,
     // allowed at it.
@@ -185,17 +228,23 @@ async fn duplicate_certificate_cap(s: &Storage) {
         )
         .await
     {
-        Err(Error::DuplicateCertificate { retry_at, .. }) => assert_eq!(retry_at, boundary),
+        Ok(OrderCreation::WouldExceed {
+            exceeded: GuardExceeded::Duplicates { retry_at, .. },
+            ..
+        }) => assert_eq!(retry_at, boundary),
         other => panic!("expected the duplicate cap, got {other:?}"),
     }
-    let (_, usage) = s
-        .create_order_with_usage(
+    let OrderCreation::Created { usage, .. } = s
+        .create_order(
             harness::new_order(acct.id, &names, boundary, false),
             &guard(2),
             boundary,
         )
         .await
-        .unwrap();
+        .unwrap()
+    else {
+        panic!("the order at the boundary was not created");
+    };
     let usage = usage.duplicates.unwrap();
     assert_eq!(usage.count, 1, "the oldest left the window at retry_at");
     assert_eq!(usage.all_left_at, Some(now + Duration::hours(1) + week));
@@ -207,7 +256,8 @@ async fn duplicate_certificate_cap(s: &Storage) {
         at,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .changed();
     match s
         .create_order(
             harness::new_order(acct.id, &names, at, false),
@@ -216,7 +266,12 @@ async fn duplicate_certificate_cap(s: &Storage) {
         )
         .await
     {
-        Err(Error::DuplicateCertificate { count, retry_at }) => {
+        Ok(OrderCreation::WouldExceed {
+            exceeded: GuardExceeded::Duplicates {
+                count, retry_at, ..
+            },
+            ..
+        }) => {
             assert_eq!(count, 1);
             assert_eq!(retry_at, now + Duration::hours(1) + week);
         }
@@ -228,14 +283,133 @@ async fn duplicate_certificate_cap(s: &Storage) {
         at,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
+}
+
+/// A limit not to refuse on (shadow mode) is counted in the same transaction and reported with
+/// the created order; one to refuse on after it still refuses, naming the other too.
+async fn an_exceeded_limit_not_to_refuse_on_is_reported_with_the_order(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    let names = ["a.example.com"];
+    harness::issue(s, acct.id, &names, 1, now).await;
+    let shadow = OrderGuards {
+        max_pending_authz: Some(PendingAuthzGuard {
+            max: 0,
+            refuse: false,
+        }),
+        duplicate_certificates: Some(DuplicateGuard {
+            max: 1,
+            window: Duration::days(7),
+            refuse: false,
+        }),
+    };
+    match s
+        .create_order(
+            harness::new_order(acct.id, &names, now, false),
+            &shadow,
+            now,
+        )
+        .await
+        .unwrap()
+    {
+        OrderCreation::Created {
+            order,
+            usage,
+            exceeded,
+        } => {
+            assert_eq!(order.status, OrderStatus::Pending);
+            assert_eq!(usage, GuardUsage::default());
+            assert!(
+                matches!(
+                    exceeded.as_slice(),
+                    [
+                        GuardExceeded::PendingAuthz {
+                            pending: 0,
+                            max: 0,
+                            ..
+                        },
+                        GuardExceeded::Duplicates {
+                            count: 1,
+                            max: 1,
+                            ..
+                        }
+                    ]
+                ),
+                "{exceeded:?}"
+            );
+        }
+        other => panic!("expected the order, got {other:?}"),
+    }
+    let mixed = OrderGuards {
+        duplicate_certificates: Some(DuplicateGuard {
+            max: 1,
+            window: Duration::days(7),
+            refuse: true,
+        }),
+        ..shadow
+    };
+    let refused = s
+        .create_order(harness::new_order(acct.id, &names, now, false), &mixed, now)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &refused,
+            OrderCreation::WouldExceed {
+                exceeded: GuardExceeded::Duplicates { count: 1, .. },
+                also,
+            } if matches!(also.as_slice(), [GuardExceeded::PendingAuthz { .. }])
+        ),
+        "{refused:?}"
+    );
+}
+
+/// The account's status is read under its lock and told, nothing written.
+async fn an_order_of_an_account_no_longer_valid_is_not_created(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    for guards in [
+        OrderGuards::default(),
+        OrderGuards {
+            max_pending_authz: Some(PendingAuthzGuard {
+                max: 10,
+                refuse: true,
+            }),
+            duplicate_certificates: None,
+        },
+    ] {
+        let outcome = s
+            .create_order(
+                harness::new_order(acct.id, &["a.example.com"], now, false),
+                &guards,
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            OrderCreation::AccountNotValid(AccountStatus::Deactivated)
+        );
+    }
+    assert!(
+        s.account_orders(acct.id, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn parallel_orders_respect_pending_cap(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let guards = OrderGuards {
-        max_pending_authz: Some(10),
+        max_pending_authz: Some(PendingAuthzGuard {
+            max: 10,
+            refuse: true,
+        }),
         duplicate_certificates: None,
     };
     let mut tasks = tokio::task::JoinSet::new();
@@ -251,16 +425,20 @@ async fn parallel_orders_respect_pending_cap(s: &Storage) {
     let (mut ok, mut refused) = (0, 0);
     while let Some(result) = tasks.join_next().await {
         match result.unwrap() {
-            Ok(order) => {
+            Ok(OrderCreation::Created { order, .. }) => {
                 assert_eq!(order.status, OrderStatus::Pending);
                 ok += 1;
             }
-            Err(Error::PendingAuthzLimit {
-                pending: 10,
-                max: 10,
+            Ok(OrderCreation::WouldExceed {
+                exceeded:
+                    GuardExceeded::PendingAuthz {
+                        pending: 10,
+                        max: 10,
+                        ..
+                    },
                 ..
             }) => refused += 1,
-            Err(other) => panic!("unexpected error: {other:?}"),
+            other => panic!("unexpected outcome: {other:?}"),
         }
     }
     assert_eq!((ok, refused), (10, 40));

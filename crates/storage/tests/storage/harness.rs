@@ -20,6 +20,9 @@ use sqlx::Connection;
 use storage::Storage;
 use storage::model::Account;
 use storage::model::Certificate;
+use storage::model::Challenge;
+use storage::model::ChallengeStart;
+use storage::model::Finalizing;
 use storage::model::Job;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
@@ -27,10 +30,85 @@ use storage::model::NewCertificate;
 use storage::model::NewOrder;
 use storage::model::NewReservation;
 use storage::model::Order;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::Reserved;
+use storage::model::StatusChange;
 use time::Duration;
 use time::OffsetDateTime;
+
+/// The valid-authorization lifetime verdicts are recorded with unless a test says otherwise: the
+/// server's default (`ra::settings::DEFAULT_VALID_AUTHORIZATION_LIFETIME`).
+pub(crate) const VALID_FOR: Duration = Duration::days(30);
+
+/// The reuse margin of [`VALID_FOR`]: a day (`ra::settings::reuse_margin`).
+pub(crate) const REUSE_MARGIN: Duration = Duration::days(1);
+
+/// A created order.
+pub(crate) trait Created {
+    fn created(self) -> Order;
+}
+
+impl Created for OrderCreation {
+    fn created(self) -> Order {
+        match self {
+            OrderCreation::Created { order, .. } => *order,
+            other => panic!("the order was not created: {other:?}"),
+        }
+    }
+}
+
+/// A challenge that started now or before (`Started` or `Left`).
+pub(crate) trait Started {
+    fn started(self) -> Challenge;
+    /// `started` with the job of `start_challenge_claimed`.
+    fn started_claimed(self) -> (Challenge, Option<Job>);
+}
+
+impl Started for ChallengeStart {
+    fn started(self) -> Challenge {
+        self.started_claimed().0
+    }
+    fn started_claimed(self) -> (Challenge, Option<Job>) {
+        match self {
+            ChallengeStart::Started { challenge, job } => (challenge, job),
+            ChallengeStart::Left(challenge) => (challenge, None),
+            ChallengeStart::NotStarted(why) => panic!("the challenge did not start: {why:?}"),
+        }
+    }
+}
+
+/// A status change that was made.
+pub(crate) trait Changed<T> {
+    fn changed(self) -> T;
+}
+
+impl<T: std::fmt::Debug> Changed<T> for StatusChange<T> {
+    fn changed(self) -> T {
+        match self {
+            StatusChange::Changed(value) => value,
+            StatusChange::Unchanged(value) => panic!("nothing changed: {value:?}"),
+        }
+    }
+}
+
+/// A finalization that began.
+pub(crate) trait Begun {
+    fn begun(self) -> Order;
+    fn begun_claimed(self) -> (Order, Option<Job>);
+}
+
+impl Begun for Finalizing {
+    fn begun(self) -> Order {
+        self.begun_claimed().0
+    }
+    fn begun_claimed(self) -> (Order, Option<Job>) {
+        match self {
+            Finalizing::Begun { order, job } => (*order, job),
+            Finalizing::NotReady(status) => panic!("the order is {status:?}, not ready"),
+        }
+    }
+}
 
 const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -200,7 +278,7 @@ pub(crate) async fn start_first_challenge(
         .unwrap()
         .challenges[0]
         .id;
-    s.start_challenge(chal, now).await.unwrap();
+    s.start_challenge(chal, now).await.unwrap().started();
     chal
 }
 
@@ -231,7 +309,7 @@ pub(crate) fn new_order(
         names,
         now + Duration::days(7),
         now + Duration::days(7),
-        reuse,
+        reuse.then(|| now + REUSE_MARGIN),
     )
 }
 
@@ -270,6 +348,7 @@ pub(crate) async fn created_order(s: &Storage, new: NewOrder, now: OffsetDateTim
     s.create_order(new, &OrderGuards::default(), now)
         .await
         .unwrap()
+        .created()
 }
 
 /// A created order for `names` whose order and authorizations expire when given.
@@ -281,7 +360,7 @@ pub(crate) async fn order_expiring(
     authz_expires: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Order {
-    let new = new_order_expiring(account, names, order_expires, authz_expires, false);
+    let new = new_order_expiring(account, names, order_expires, authz_expires, None);
     created_order(s, new, now).await
 }
 
@@ -290,7 +369,7 @@ pub(crate) fn new_order_expiring(
     names: &[&str],
     order_expires: OffsetDateTime,
     authz_expires: OffsetDateTime,
-    reuse: bool,
+    reuse_valid_until: Option<OffsetDateTime>,
 ) -> NewOrder {
     let identifiers: Vec<Identifier> = names.iter().map(|n| dns(n)).collect();
     let authorizations = identifiers
@@ -312,7 +391,7 @@ pub(crate) fn new_order_expiring(
         not_after: None,
         expires_at: order_expires,
         authorizations,
-        reuse_valid_authz: reuse,
+        reuse_valid_until,
         replaces: None,
         profile: "tls-server".to_owned(),
     }
@@ -332,6 +411,7 @@ pub(crate) async fn pending_order(
     )
     .await
     .unwrap()
+    .created()
 }
 
 /// Creates an order and validates every authorization through its first challenge.
@@ -345,8 +425,11 @@ pub(crate) async fn ready_order(
     for authz_id in &order.authz_ids {
         let authz = s.authorization(*authz_id, now).await.unwrap().unwrap();
         let challenge = &authz.challenges[0];
-        s.start_challenge(challenge.id, now).await.unwrap();
-        s.record_validation(challenge.id, Ok(()), now, None)
+        s.start_challenge(challenge.id, now)
+            .await
+            .unwrap()
+            .started();
+        s.record_validation(challenge.id, Ok(()), VALID_FOR, now, None)
             .await
             .unwrap();
     }
@@ -387,7 +470,10 @@ pub(crate) async fn issue(
     now: OffsetDateTime,
 ) -> Certificate {
     let order = ready_order(s, account, names, now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     complete(s, order.id, new_cert(serial, now), now, None).await
 }
 

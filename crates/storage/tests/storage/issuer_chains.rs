@@ -11,6 +11,7 @@ use storage::model::NewCertificate;
 use storage::model::ReservedAtOnce;
 
 use crate::harness;
+use crate::harness::Begun;
 use crate::harness::t0;
 
 const OTHER_CHAIN: &str =
@@ -78,7 +79,10 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         .unwrap();
     issued.push((certificate, shared_chain.clone()));
     let order = harness::ready_order(&s, account.id, &["e.example"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let other = NewCertificate {
         issuer_chain_pem: OTHER_CHAIN.to_owned(),
         ..harness::new_cert(5, now)

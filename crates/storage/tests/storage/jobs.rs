@@ -12,6 +12,9 @@ use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Created;
+use crate::harness::Started;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -36,7 +39,8 @@ async fn enqueue_validations(s: &Storage, n: usize, now: OffsetDateTime) -> Vec<
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     let mut started = Vec::new();
     for authz_id in order.authz_ids {
         started.push(harness::start_first_challenge(s, authz_id, now).await);
@@ -320,7 +324,11 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     let lease = Duration::seconds(30);
     let (order, chal) = order_with_one_challenge(s, "claimed.example.com", now).await;
 
-    let (started, job) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    let (started, job) = s
+        .start_challenge_claimed(chal, now, lease)
+        .await
+        .unwrap()
+        .started_claimed();
     assert_eq!(started.status, ChallengeStatus::Processing);
     // Read back, the challenge is what the call returned.
     assert_eq!(s.challenge(chal).await.unwrap(), Some(started.clone()));
@@ -335,11 +343,15 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
         "held by its creator"
     );
     // Starting again (a client's repeated POST) creates nothing more and claims nothing.
-    let (again, none) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    let (again, none) = s
+        .start_challenge_claimed(chal, now, lease)
+        .await
+        .unwrap()
+        .started_claimed();
     assert_eq!(again.status, ChallengeStatus::Processing);
     assert_eq!(none, None);
 
-    s.record_validation(chal, Ok(()), now, Some(&job))
+    s.record_validation(chal, Ok(()), harness::VALID_FOR, now, Some(&job))
         .await
         .unwrap();
     assert_eq!(
@@ -353,7 +365,8 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
     let (processing, job) = s
         .begin_finalize_claimed(order.id, b"csr", now, lease)
         .await
-        .unwrap();
+        .unwrap()
+        .begun_claimed();
     assert_eq!(
         processing.status,
         acme_core::status::OrderStatus::Processing
@@ -376,7 +389,11 @@ async fn a_claimed_job_whose_holder_died_goes_back_to_the_queue(s: &Storage) {
     let now = t0();
     let lease = Duration::seconds(30);
     let (_, chal) = order_with_one_challenge(s, "orphan.example.com", now).await;
-    let (_, first) = s.start_challenge_claimed(chal, now, lease).await.unwrap();
+    let (_, first) = s
+        .start_challenge_claimed(chal, now, lease)
+        .await
+        .unwrap()
+        .started_claimed();
     let first = first.unwrap();
     assert_eq!(s.next_job_due().await.unwrap(), Some(now + lease));
     assert_eq!(
@@ -390,13 +407,13 @@ async fn a_claimed_job_whose_holder_died_goes_back_to_the_queue(s: &Storage) {
     assert_eq!(second.attempts, 2);
 
     // The stale holder records its verdict: kept, but the job is not its to delete.
-    s.record_validation(chal, Ok(()), now + lease, Some(&first))
+    s.record_validation(chal, Ok(()), harness::VALID_FOR, now + lease, Some(&first))
         .await
         .unwrap();
     assert_eq!(s.next_job_due().await.unwrap(), Some(second.lease_until));
     // The new holder finds the verdict recorded and ends the job.
     let recorded = s
-        .record_validation(chal, Ok(()), now + lease, Some(&second))
+        .record_validation(chal, Ok(()), harness::VALID_FOR, now + lease, Some(&second))
         .await
         .unwrap();
     assert!(!recorded.changed);
@@ -466,6 +483,7 @@ async fn a_validation_retry_records_the_attempt_and_reschedules_the_job(s: &Stor
     s.record_validation(
         id,
         Err(Problem::new(ProblemType::Connection, "final")),
+        harness::VALID_FOR,
         next.lease_until,
         Some(&next),
     )

@@ -9,11 +9,22 @@ use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use storage::Storage;
 use storage::error::Error;
+use storage::model::Authorization;
+use storage::model::ChallengeStart;
+use storage::model::Finalizing;
 use storage::model::JobKind;
+use storage::model::NotStarted;
+use storage::model::Order;
 use storage::model::OrderGuards;
+use storage::model::PendingAuthzGuard;
+use storage::model::StatusChange;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
+use crate::harness::Created;
+use crate::harness::Started;
 use crate::harness::dns;
 use crate::harness::t0;
 
@@ -38,7 +49,8 @@ async fn valid_path_to_certificate(s: &Storage) {
     let order = s
         .create_order(new.clone(), &OrderGuards::default(), now)
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(order.status, OrderStatus::Pending);
     assert_eq!(order.account_id, acct.id);
     assert_eq!(order.identifiers, new.identifiers);
@@ -98,17 +110,21 @@ async fn valid_path_to_certificate(s: &Storage) {
         s.challenge(ChallengeId(http.id.0 + 1000)).await.unwrap(),
         None
     );
-    let started = s.start_challenge(http.id, now).await.unwrap();
+    let started = s.start_challenge(http.id, now).await.unwrap().started();
     assert_eq!(started.status, ChallengeStatus::Processing);
     // Idempotent, and no second job.
     assert_eq!(
-        s.start_challenge(http.id, now).await.unwrap().status,
+        s.start_challenge(http.id, now)
+            .await
+            .unwrap()
+            .started()
+            .status,
         ChallengeStatus::Processing
     );
     // One validation per authorization at a time.
     assert!(matches!(
         s.start_challenge(first.challenges[1].id, now).await,
-        Err(Error::WrongState(_))
+        Ok(ChallengeStart::NotStarted(NotStarted::SiblingStarted))
     ));
     assert!(matches!(
         s.start_challenge(ChallengeId(http.id.0 + 1000), now).await,
@@ -128,13 +144,19 @@ async fn valid_path_to_certificate(s: &Storage) {
 
     // A verdict for a challenge nobody started is refused.
     assert!(matches!(
-        s.record_validation(second.challenges[0].id, Ok(()), now, None)
-            .await,
-        Err(Error::WrongState(_))
+        s.record_validation(
+            second.challenges[0].id,
+            Ok(()),
+            harness::VALID_FOR,
+            now,
+            None
+        )
+        .await,
+        Err(Error::Corrupt(_))
     ));
 
     let recorded = s
-        .record_validation(http.id, Ok(()), now, None)
+        .record_validation(http.id, Ok(()), harness::VALID_FOR, now, None)
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -146,6 +168,7 @@ async fn valid_path_to_certificate(s: &Storage) {
         .record_validation(
             http.id,
             Err(Problem::new(ProblemType::Dns, "late")),
+            harness::VALID_FOR,
             now,
             None,
         )
@@ -163,19 +186,23 @@ async fn valid_path_to_certificate(s: &Storage) {
     );
     assert!(matches!(
         s.begin_finalize(order.id, b"csr", now).await,
-        Err(Error::OrderNotReady(OrderStatus::Pending))
+        Ok(Finalizing::NotReady(OrderStatus::Pending))
     ));
 
     let dns_chal = second.challenges[1].id;
-    s.start_challenge(dns_chal, now).await.unwrap();
-    s.record_validation(dns_chal, Ok(()), now, None)
+    s.start_challenge(dns_chal, now).await.unwrap().started();
+    s.record_validation(dns_chal, Ok(()), harness::VALID_FOR, now, None)
         .await
         .unwrap();
     let ready = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(ready.status, OrderStatus::Ready);
 
     assert_eq!(s.order_csr(order.id).await.unwrap(), None);
-    let processing = s.begin_finalize(order.id, b"the csr", now).await.unwrap();
+    let processing = s
+        .begin_finalize(order.id, b"the csr", now)
+        .await
+        .unwrap()
+        .begun();
     assert_eq!(processing.status, OrderStatus::Processing);
     assert_eq!(
         s.order_csr(order.id).await.unwrap(),
@@ -230,7 +257,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     );
     assert!(matches!(
         s.begin_finalize(order.id, b"csr", later).await,
-        Err(Error::OrderNotReady(OrderStatus::Valid))
+        Ok(Finalizing::NotReady(OrderStatus::Valid))
     ));
     assert!(matches!(
         s.begin_finalize(OrderId(order.id.0 + 1000), b"csr", later)
@@ -260,7 +287,8 @@ async fn authz_reuse(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(reused.status, OrderStatus::Ready);
     assert_eq!(reused.authz_ids, first.authz_ids);
 
@@ -271,7 +299,8 @@ async fn authz_reuse(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(mixed.status, OrderStatus::Pending);
     assert_eq!(mixed.authz_ids[0], first.authz_ids[0]);
     assert_ne!(mixed.authz_ids[1], first.authz_ids[0]);
@@ -283,7 +312,8 @@ async fn authz_reuse(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(fresh.status, OrderStatus::Pending);
     assert_ne!(fresh.authz_ids, first.authz_ids);
 
@@ -295,7 +325,8 @@ async fn authz_reuse(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(wildcard.status, OrderStatus::Pending);
     assert_ne!(wildcard.authz_ids, first.authz_ids);
 
@@ -308,11 +339,12 @@ async fn authz_reuse(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(theirs.status, OrderStatus::Pending);
 
     // Nor an expired one: a valid authorization lives the valid lifetime from its validation.
-    let late = now + storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME;
+    let late = now + harness::VALID_FOR;
     let after_expiry = s
         .create_order(
             harness::new_order(acct.id, &["a.example.com"], late, true),
@@ -320,7 +352,8 @@ async fn authz_reuse(s: &Storage) {
             late,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     assert_eq!(after_expiry.status, OrderStatus::Pending);
     assert_ne!(after_expiry.authz_ids, first.authz_ids);
 }
@@ -335,7 +368,8 @@ async fn invalid_validation_propagates(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     let a = s
         .authorization(order.authz_ids[0], now)
         .await
@@ -348,9 +382,18 @@ async fn invalid_validation_propagates(s: &Storage) {
         .unwrap();
     let problem = Problem::new(ProblemType::IncorrectResponse, "key authorization mismatch");
 
-    s.start_challenge(a.challenges[0].id, now).await.unwrap();
+    s.start_challenge(a.challenges[0].id, now)
+        .await
+        .unwrap()
+        .started();
     let recorded = s
-        .record_validation(a.challenges[0].id, Err(problem.clone()), now, None)
+        .record_validation(
+            a.challenges[0].id,
+            Err(problem.clone()),
+            harness::VALID_FOR,
+            now,
+            None,
+        )
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -368,12 +411,17 @@ async fn invalid_validation_propagates(s: &Storage) {
     // An invalid authorization accepts no further attempt.
     assert!(matches!(
         s.start_challenge(a.challenges[1].id, now).await,
-        Err(Error::WrongState(_))
+        Ok(ChallengeStart::NotStarted(NotStarted::AuthzNotPending(
+            AuthzStatus::Invalid
+        )))
     ));
 
     // The other authorization can still succeed, but the order stays invalid.
-    s.start_challenge(b.challenges[0].id, now).await.unwrap();
-    s.record_validation(b.challenges[0].id, Ok(()), now, None)
+    s.start_challenge(b.challenges[0].id, now)
+        .await
+        .unwrap()
+        .started();
+    s.record_validation(b.challenges[0].id, Ok(()), harness::VALID_FOR, now, None)
         .await
         .unwrap();
     assert_eq!(
@@ -421,7 +469,7 @@ async fn order_and_authz_expiry(s: &Storage) {
     let past = ready.expires_at + Duration::seconds(1);
     assert!(matches!(
         s.begin_finalize(ready.id, b"csr", past).await,
-        Err(Error::OrderNotReady(OrderStatus::Invalid))
+        Ok(Finalizing::NotReady(OrderStatus::Invalid))
     ));
     assert_eq!(
         s.order(ready.id, now).await.unwrap().unwrap().status,
@@ -450,7 +498,9 @@ async fn order_and_authz_expiry(s: &Storage) {
     // Starting a challenge of an expired authorization is refused, and the expiry persists.
     assert!(matches!(
         s.start_challenge(chal, at).await,
-        Err(Error::WrongState(_))
+        Ok(ChallengeStart::NotStarted(NotStarted::AuthzNotPending(
+            AuthzStatus::Expired
+        )))
     ));
     assert_eq!(
         s.authorization(authz_id, now)
@@ -486,13 +536,18 @@ async fn order_and_authz_expiry(s: &Storage) {
         .unwrap();
     s.start_challenge(authz.challenges[0].id, now)
         .await
-        .unwrap();
+        .unwrap()
+        .started();
     // The valid lifetime (not the pending one) decides when a valid authorization expires.
-    s.clone()
-        .with_valid_authorization_lifetime(Duration::hours(3))
-        .record_validation(authz.challenges[0].id, Ok(()), now, None)
-        .await
-        .unwrap();
+    s.record_validation(
+        authz.challenges[0].id,
+        Ok(()),
+        Duration::hours(3),
+        now,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         s.order(ready.id, now).await.unwrap().unwrap().status,
         OrderStatus::Ready
@@ -524,10 +579,11 @@ async fn order_and_authz_expiry(s: &Storage) {
         .unwrap();
     s.start_challenge(authz.challenges[0].id, now)
         .await
-        .unwrap();
+        .unwrap()
+        .started();
     let at = now + Duration::hours(4);
     let recorded = s
-        .record_validation(authz.challenges[0].id, Ok(()), at, None)
+        .record_validation(authz.challenges[0].id, Ok(()), harness::VALID_FOR, at, None)
         .await
         .unwrap();
     assert!(recorded.changed);
@@ -551,11 +607,13 @@ async fn authz_deactivation(s: &Storage) {
             now,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .created();
     let deactivated = s
         .deactivate_authorization(order.authz_ids[0], now)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(deactivated.status, AuthzStatus::Deactivated);
     assert_eq!(
         s.order(order.id, now).await.unwrap().unwrap().status,
@@ -563,7 +621,10 @@ async fn authz_deactivation(s: &Storage) {
     );
     assert!(matches!(
         s.deactivate_authorization(order.authz_ids[0], now).await,
-        Err(Error::WrongState(_))
+        Ok(StatusChange::Unchanged(Authorization {
+            status: AuthzStatus::Deactivated,
+            ..
+        }))
     ));
     assert!(matches!(
         s.deactivate_authorization(AuthzId(order.authz_ids[0].0 + 1000), now)
@@ -577,6 +638,7 @@ async fn authz_deactivation(s: &Storage) {
         s.deactivate_authorization(ready.authz_ids[0], now)
             .await
             .unwrap()
+            .changed()
             .status,
         AuthzStatus::Deactivated
     );
@@ -594,12 +656,15 @@ async fn concurrent_finalize_has_one_winner(s: &Storage) {
     let one = tokio::spawn(async move { s1.begin_finalize(order.id, b"one", now).await });
     let two = tokio::spawn(async move { s2.begin_finalize(order.id, b"two", now).await });
     let results = [one.await.unwrap(), two.await.unwrap()];
-    let won: Vec<_> = results.iter().filter(|r| r.is_ok()).collect();
+    let won: Vec<_> = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Finalizing::Begun { .. })))
+        .collect();
     assert_eq!(won.len(), 1, "{results:?}");
     assert!(
         results
             .iter()
-            .any(|r| matches!(r, Err(Error::OrderNotReady(OrderStatus::Processing)))),
+            .any(|r| matches!(r, Ok(Finalizing::NotReady(OrderStatus::Processing)))),
         "{results:?}"
     );
     let csr = s.order_csr(order.id).await.unwrap().unwrap();
@@ -621,25 +686,33 @@ async fn fail_order_and_account_listing(s: &Storage) {
     let problem = Problem::new(ProblemType::BadCsr, "CSR names do not match the order");
     assert!(matches!(
         s.fail_order(order.id, problem.clone(), now, None).await,
-        Err(Error::WrongState(_))
+        Ok(StatusChange::Unchanged(Order {
+            status: OrderStatus::Ready,
+            ..
+        }))
     ));
     assert!(matches!(
         s.complete_order(order.id, harness::new_cert(9, now), now, None)
             .await,
-        Err(Error::WrongState(_))
+        Err(Error::Corrupt(_))
     ));
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let failed = s
         .fail_order(order.id, problem.clone(), now, None)
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     assert_eq!(failed.status, OrderStatus::Invalid);
     assert_eq!(failed.error, Some(problem.clone()));
+    // A repeated report finds it invalid already: unchanged, and so settled.
     assert_eq!(
         s.fail_order(order.id, problem.clone(), now, None)
             .await
             .unwrap(),
-        failed
+        StatusChange::Unchanged(failed)
     );
     assert!(matches!(
         s.fail_order(OrderId(order.id.0 + 1000), problem, now, None)
@@ -656,7 +729,8 @@ async fn fail_order_and_account_listing(s: &Storage) {
                 now,
             )
             .await
-            .unwrap();
+            .unwrap()
+            .created();
         ids.push(o.id);
     }
     let other = harness::account(s, now).await;
@@ -666,7 +740,8 @@ async fn fail_order_and_account_listing(s: &Storage) {
         now,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .created();
     assert_eq!(s.account_orders(acct.id, None, 100).await.unwrap(), ids);
     assert_eq!(s.account_orders(acct.id, None, 2).await.unwrap(), ids[..2]);
     assert_eq!(
@@ -687,7 +762,10 @@ async fn authorizations_and_challenges_keep_their_order(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let guarded = OrderGuards {
-        max_pending_authz: Some(100),
+        max_pending_authz: Some(PendingAuthzGuard {
+            max: 100,
+            refuse: true,
+        }),
         ..OrderGuards::default()
     };
     for guards in [OrderGuards::default(), guarded] {
@@ -706,7 +784,11 @@ async fn authorizations_and_challenges_keep_their_order(s: &Storage) {
                 .map(|kind| (*kind, format!("tok-{}", harness::unique())))
                 .collect();
         }
-        let order = s.create_order(new.clone(), &guards, now).await.unwrap();
+        let order = s
+            .create_order(new.clone(), &guards, now)
+            .await
+            .unwrap()
+            .created();
         assert_eq!(order.authz_ids.len(), 3);
         assert_eq!(s.order(order.id, now).await.unwrap(), Some(order.clone()));
         for (id, wanted) in order.authz_ids.iter().zip(&new.authorizations) {

@@ -9,6 +9,9 @@ use time::Duration;
 use time::OffsetDateTime;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
+use crate::harness::Created;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -34,6 +37,7 @@ async fn pending_order(
     )
     .await
     .unwrap()
+    .created()
 }
 
 async fn order_gone(s: &Storage, id: OrderId, now: OffsetDateTime) -> bool {
@@ -53,7 +57,8 @@ async fn only_finished_transient_rows_go(s: &Storage) {
             now + Duration::days(1),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let issued = s.order(cert.order_id, now).await.unwrap().unwrap();
     // The fixture records verdicts itself: settle the jobs a worker would have finished.
     while let Some(job) = s.claim_job(now, Duration::minutes(1), 10).await.unwrap() {
@@ -76,7 +81,10 @@ async fn only_finished_transient_rows_go(s: &Storage) {
 
     // In processing with its finalization job: everything stays.
     let processing = harness::ready_order(s, acct.id, &["processing.example.com"], now).await;
-    s.begin_finalize(processing.id, b"csr", now).await.unwrap();
+    s.begin_finalize(processing.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
 
     // Long after: everything above expired more than the retention ago; this one did not.
     let late = now + Duration::days(60);

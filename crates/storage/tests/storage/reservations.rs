@@ -16,6 +16,8 @@ use storage::model::ReservedAtOnce;
 use time::Duration;
 
 use crate::harness;
+use crate::harness::Begun;
+use crate::harness::Changed;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -124,7 +126,10 @@ async fn a_resumed_reservation_of_another_issuer_is_abandoned_and_both_are_kept(
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let first = harness::new_cert(1, now);
     s.reserve_serial(order.id, harness::reservation_of(&first), now)
         .await
@@ -159,7 +164,7 @@ async fn a_resumed_reservation_of_another_issuer_is_abandoned_and_both_are_kept(
     // The abandoned serial's certificate can no longer be stored; the second one can.
     assert!(matches!(
         s.complete_order(order.id, first, now, None).await,
-        Err(Error::WrongState(_))
+        Err(Error::Corrupt(_))
     ));
     let stored = s.complete_order(order.id, second, now, None).await.unwrap();
     assert_eq!(stored.serial, reserved.serial);
@@ -180,7 +185,8 @@ async fn a_failed_order_abandons_its_open_reservation(s: &Storage) {
     let problem = Problem::new(ProblemType::ServerInternal, "the CA could not sign");
     s.fail_order(order.id, problem, now, Some(&job))
         .await
-        .unwrap();
+        .unwrap()
+        .changed();
     let reservations = s.serial_reservations(order.id).await.unwrap();
     assert_eq!(reservations.len(), 1, "the serial stays recorded");
     assert_eq!(reservations[0].state, ReservationState::Abandoned);
@@ -192,7 +198,10 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     let cert = harness::new_cert(1, now);
     s.reserve_serial(order.id, harness::reservation_of(&cert), now)
         .await
@@ -202,7 +211,7 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
     assert!(matches!(
         s.complete_order(order.id, harness::new_cert(2, now), now, None)
             .await,
-        Err(Error::WrongState(_))
+        Err(Error::Corrupt(_))
     ));
     // The reserved serial with another window or another issuer than recorded.
     for changed in [
@@ -247,9 +256,12 @@ async fn an_expired_authorization_refuses_the_reservation(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now).await.unwrap();
+    s.begin_finalize(order.id, b"csr", now)
+        .await
+        .unwrap()
+        .begun();
     // The job ran only after the authorization's validity ended.
-    let late = now + storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME;
+    let late = now + harness::VALID_FOR;
     let cert = harness::new_cert(1, late);
     assert_eq!(
         s.reserve_serial(order.id, harness::reservation_of(&cert), late)
