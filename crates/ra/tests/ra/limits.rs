@@ -727,3 +727,28 @@ async fn a_created_account_reports_the_account_creation_policy() {
     );
     assert_eq!(item.window_secs, 1800, "3 tokens at one per 600 s");
 }
+
+#[tokio::test]
+async fn revoking_a_certificate_frees_its_duplicate_certificate_slot() {
+    let h = harness()
+        .limits(|l| {
+            l.duplicate_certificate.enabled = true;
+            l.duplicate_certificate.max_per_window = 1;
+        })
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    let (cert, _) = h.issue(&account, &["a.example.com"]).await;
+    assert_eq!(
+        rate_limited(h.order(&account, &["a.example.com"]).await).0,
+        "duplicate-certificate"
+    );
+    h.ra.revoke(
+        ra::revocation::Revoker::Account(account.id),
+        &cert.der,
+        None,
+    )
+    .await
+    .unwrap();
+    h.order(&account, &["a.example.com"]).await.unwrap();
+}

@@ -168,6 +168,26 @@ async fn replacing_a_certificate_twice_is_already_replaced() {
 }
 
 #[tokio::test]
+async fn a_certificate_whose_replacing_order_expired_may_be_replaced_again() {
+    let h = harness()
+        .settings(|s| s.order_lifetime = time::Duration::hours(1))
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    let (cert, _) = h.issue(&account, &["a.example.com"]).await;
+    h.ra.new_order(&account, replacing(&h, &cert, &["a.example.com"]))
+        .await
+        .unwrap();
+    h.advance(time::Duration::hours(1) + time::Duration::SECOND);
+    let again =
+        h.ra.new_order(&account, replacing(&h, &cert, &["a.example.com"]))
+            .await
+            .unwrap()
+            .order;
+    assert_eq!(again.replaces, Some(h.cert_id(&cert)));
+}
+
+#[tokio::test]
 async fn replacing_another_accounts_certificate_is_unauthorized() {
     let h = harness().build().await;
     let (account, _) = h.account().await;
