@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 use serde::Deserializer;
+use serde::Serialize;
+use serde::Serializer;
 
 /// A non-negative duration parsed from a human string. Units: `ms`, `s`, `m`, `h`, `d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -95,6 +97,14 @@ impl<'de> Deserialize<'de> for ConfigDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Written as [`Display`](fmt::Display) writes it, which parses back to the same duration (a
+/// sub-second duration is whole milliseconds, the finest unit a file can state).
+impl Serialize for ConfigDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 

@@ -6,9 +6,10 @@
 use acme_core::duration::ConfigDuration;
 use ipnet::IpNet;
 use serde::Deserialize;
+use serde::Serialize;
 
 /// `rate-limiting:`
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RateLimitingConfig {
     /// IPs and CIDRs that bypass the IP-based limits (global, account creation). Empty by default.
@@ -67,7 +68,7 @@ impl Default for RateLimitingConfig {
 }
 
 /// Whether a limit's decisions are enforced or only logged and counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Denials are answered with 429.
@@ -78,7 +79,7 @@ pub enum Mode {
 }
 
 /// `global:` per-IP bucket on every ACME POST entry point.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct GlobalLimit {
     pub enabled: bool,
@@ -99,7 +100,7 @@ impl Default for GlobalLimit {
 }
 
 /// `account-creation:` per-IP bucket on new-account.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AccountCreationLimit {
     pub enabled: bool,
@@ -120,7 +121,7 @@ impl Default for AccountCreationLimit {
 }
 
 /// `order-creation:` per-account order count and SAN budget.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct OrderCreationLimit {
     pub enabled: bool,
@@ -144,7 +145,7 @@ impl Default for OrderCreationLimit {
 
 /// A count inside a rolling window (`duplicate-certificate:`, `failed-validation:`). Every key
 /// has a default, so `enabled: false` alone is a complete block.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct WindowLimit {
     #[serde(default = "yes")]
@@ -187,7 +188,7 @@ fn failed_validation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WindowLim
 }
 
 /// `pending-authorizations:` cap on in-flight authorizations per account.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PendingAuthorizationsLimit {
     pub enabled: bool,

@@ -1,7 +1,9 @@
 //! Deserializers for values that are parsed from strings one entry at a time.
 //!
 //! Each list element is parsed while the deserializer still stands on it, so an error such as a
-//! malformed CIDR is reported at the element's own line rather than at the end of the list.
+//! malformed CIDR is reported at the element's own line rather than at the end of the list. The
+//! serializers write such values back as the names those parsers read (`certeasy-loadgen bench`
+//! writes each server's file from the model).
 
 use std::fmt::Display;
 use std::net::{IpAddr, SocketAddr};
@@ -9,10 +11,13 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use acme_core::duration::ConfigDuration;
+use acme_core::identifier::IdentifierKind;
 use ipnet::IpNet;
+use issuance::KeyAlgorithm;
+use issuance::profiles::{ExtendedKeyUsage, KeyUsage};
 use ratelimits::config::parse_ip_or_cidr;
 use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serializer};
 
 /// The port a resolver listed without one is queried on.
 const DNS_PORT: u16 = 53;
@@ -56,6 +61,51 @@ where
         .into_iter()
         .map(|NameEntry(value)| value)
         .collect())
+}
+
+/// A value the file states by name: the name its type's own parser reads back.
+pub(crate) trait ConfigName {
+    fn config_name(&self) -> &'static str;
+}
+
+impl ConfigName for KeyAlgorithm {
+    fn config_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl ConfigName for KeyUsage {
+    fn config_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl ConfigName for ExtendedKeyUsage {
+    fn config_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl ConfigName for IdentifierKind {
+    fn config_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// Writes a value read by a name parser (`ca.key-algorithm`) as that name.
+pub(crate) fn serialize_name<S: Serializer, T: ConfigName>(
+    value: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(value.config_name())
+}
+
+/// Writes a list read by [`deserialize_names`] as its names.
+pub(crate) fn serialize_names<S: Serializer, T: ConfigName>(
+    values: &[T],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(values.iter().map(ConfigName::config_name))
 }
 
 struct NameEntry<T>(T);

@@ -19,15 +19,16 @@ use issuance::profiles::{self, ExtendedKeyUsage, KeyUsage, ProfileDefinition};
 use ra::settings::PolicySettings;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
 use serde::Deserialize;
+use serde::Serialize;
 
 use super::entries::{
     deserialize_cidrs, deserialize_names, deserialize_optional_duration, deserialize_optional_path,
-    deserialize_resolvers, deserialize_strings,
+    deserialize_resolvers, deserialize_strings, serialize_name, serialize_names,
 };
 use super::test_mode::TestModeConfig;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
     /// Where the SQLite database, CA keys and the generated TLS certificate live.
@@ -52,7 +53,7 @@ pub struct Config {
 }
 
 /// `crl:` certificate revocation lists for relying parties (docs/configuration.md).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CrlConfig {
     /// Publish CRLs and name them in every new certificate.
@@ -85,7 +86,7 @@ impl Default for CrlConfig {
 }
 
 /// `zombie-pausing:` pause (account, identifier) pairs that fail validation forever.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ZombiePausingConfig {
     pub enabled: bool,
@@ -223,7 +224,7 @@ impl Config {
 
 /// `server:` the ACME and admin listeners, how requests reach them, and the connection limits
 /// every listener (the CRL listener too) is held to.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ServerConfig {
     /// The HTTPS ACME listener. Port 0 binds an ephemeral port (tests).
@@ -315,7 +316,7 @@ impl Default for ServerConfig {
 }
 
 /// `database:`
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct DatabaseConfig {
     /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
@@ -342,7 +343,7 @@ pub struct DatabaseConfig {
 }
 
 /// `database.sqlite-synchronous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SqliteSynchronous {
     Normal,
@@ -384,10 +385,10 @@ impl Default for DatabaseConfig {
 }
 
 /// `ca:` the certificate authority that signs everything.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CaConfig {
-    #[serde(deserialize_with = "key_algorithm")]
+    #[serde(deserialize_with = "key_algorithm", serialize_with = "serialize_name")]
     pub key_algorithm: KeyAlgorithm,
     pub organization: String,
     pub root_common_name: String,
@@ -420,7 +421,7 @@ fn key_algorithm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<KeyAlgorithm,
 }
 
 /// `ca.existing:` paths of PEM files of a CA created elsewhere; all `None` means "create one".
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ExistingCaConfig {
     /// The issuing CA certificate.
@@ -442,7 +443,7 @@ impl ExistingCaConfig {
 }
 
 /// `issuance:` the certificate profiles and the validity of end-entity certificates.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IssuanceConfig {
     /// Lifetime for profiles that set no `validity`.
@@ -492,7 +493,7 @@ impl IssuanceConfig {
 
 /// `issuance.profiles.<name>:` one certificate profile (draft-ietf-acme-profiles). A key left
 /// out takes the value of `ProfileDefinition::default()`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ProfileConfig {
     /// Shown to clients in the directory's `meta.profiles`.
@@ -503,13 +504,25 @@ pub struct ProfileConfig {
     /// Longest lifetime an order may ask for; `None`: `issuance.max-validity`.
     #[serde(deserialize_with = "deserialize_optional_duration")]
     pub max_validity: Option<ConfigDuration>,
-    #[serde(deserialize_with = "deserialize_names")]
+    #[serde(
+        deserialize_with = "deserialize_names",
+        serialize_with = "serialize_names"
+    )]
     pub key_usages: Vec<KeyUsage>,
-    #[serde(deserialize_with = "deserialize_names")]
+    #[serde(
+        deserialize_with = "deserialize_names",
+        serialize_with = "serialize_names"
+    )]
     pub extended_key_usages: Vec<ExtendedKeyUsage>,
-    #[serde(deserialize_with = "deserialize_names")]
+    #[serde(
+        deserialize_with = "deserialize_names",
+        serialize_with = "serialize_names"
+    )]
     pub identifier_types: Vec<IdentifierKind>,
-    #[serde(deserialize_with = "deserialize_names")]
+    #[serde(
+        deserialize_with = "deserialize_names",
+        serialize_with = "serialize_names"
+    )]
     pub key_types: Vec<KeyAlgorithm>,
 }
 
@@ -548,7 +561,7 @@ impl ProfileConfig {
 }
 
 /// `acme:` protocol-level settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AcmeConfig {
     /// URL of the terms of service; when set, newAccount must agree to them.
@@ -621,7 +634,7 @@ fn percent(fraction: f64) -> u8 {
 }
 
 /// `identifiers:` which names and addresses this CA issues for.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IdentifiersConfig {
     /// When non-empty, only these domains and their subdomains.
@@ -649,7 +662,7 @@ impl IdentifiersConfig {
 }
 
 /// `validation:` how challenges are checked.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ValidationConfig {
     /// Resolvers to query; empty means the host's resolver configuration. A bare IP means port 53.
@@ -710,7 +723,7 @@ impl Default for ValidationConfig {
 }
 
 /// `logging:`
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LoggingConfig {
     /// A `tracing` filter directive such as `info,certeasy=debug`.
@@ -728,7 +741,7 @@ impl Default for LoggingConfig {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -739,7 +752,7 @@ pub enum LogFormat {
 }
 
 /// `redis:` shared rate-limit state for several instances.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RedisConfig {
     /// `redis://host:port` URLs; empty means limits are kept in memory.

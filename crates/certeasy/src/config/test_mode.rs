@@ -16,6 +16,7 @@ use ratelimits::config::{
     RateLimitingConfig, WindowLimit,
 };
 use serde::Deserialize;
+use serde::Serialize;
 
 use super::entries::{
     deserialize_optional_duration, deserialize_optional_path, deserialize_resolvers,
@@ -29,7 +30,7 @@ pub const TEST_TLS_ALPN_PORT: u16 = 5001;
 
 /// `test-mode:` what an ephemeral test instance does differently. Off unless `enabled` (or
 /// `--test-mode`): nothing here is ever applied by accident.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TestModeConfig {
     /// Run as a test instance. Logged at warn level at start.
