@@ -7,6 +7,7 @@
 
 mod algorithm;
 mod b64;
+mod der;
 pub mod eab;
 mod error;
 pub mod goodkey;

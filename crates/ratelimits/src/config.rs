@@ -242,12 +242,24 @@ pub struct RedisConfig {
     pub expiry_margin: ConfigDuration,
 }
 
+/// Default of `redis.timeout`: Redis answers in well under a millisecond on a local network, so
+/// a call still unanswered after 50 ms means trouble, and failing open then costs a request less
+/// than waiting would.
+pub const DEFAULT_REDIS_TIMEOUT: ConfigDuration =
+    ConfigDuration(std::time::Duration::from_millis(50));
+
+/// Default of `redis.key-prefix`: every key Certeasy writes starts with it; each user of Redis
+/// adds its own part (`rl:` for buckets, `nonce:` for the nonce ledger).
+pub const DEFAULT_REDIS_KEY_PREFIX: &str = "certeasy:";
+
+/// The defaults of the configuration file's `redis:` section (no shards: limits in memory), the
+/// one source of them.
 impl Default for RedisConfig {
     fn default() -> Self {
         Self {
-            shards: vec!["redis://127.0.0.1:6379".to_owned()],
-            key_prefix: "certeasy:rl:".to_owned(),
-            timeout: ConfigDuration(std::time::Duration::from_millis(50)),
+            shards: Vec::new(),
+            key_prefix: DEFAULT_REDIS_KEY_PREFIX.to_owned(),
+            timeout: DEFAULT_REDIS_TIMEOUT,
             expiry_margin: ConfigDuration::from_secs(60),
         }
     }

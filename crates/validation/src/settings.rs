@@ -20,6 +20,11 @@ const CONNECT_SHARE_DIVISOR: u32 = 2;
 /// The one source of this default, for [`ValidationSettings`] and the configuration file.
 pub const DEFAULT_ALLOW_PRIVATE_REDIRECTS: bool = false;
 
+/// Default of `validation.timeout`: the time limit of one whole attempt. Ten seconds covers a
+/// slow DNS answer, a second address and a redirect, and is still well inside the time clients
+/// poll for a verdict. The configuration file reads it as `ValidationSettings::default().timeout`.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How validation attempts reach the outside world.
 ///
 /// The defaults are production values: ports 80 and 443, loopback refused. Tests point
@@ -64,7 +69,7 @@ impl Default for ValidationSettings {
             allow_loopback: false,
             deny_target_cidrs: Vec::new(),
             allow_private_redirects: DEFAULT_ALLOW_PRIVATE_REDIRECTS,
-            timeout: Duration::from_secs(10),
+            timeout: DEFAULT_TIMEOUT,
             max_redirects: 10,
             max_body_bytes: 64 * 1024,
             caa_identities: Vec::new(),

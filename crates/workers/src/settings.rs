@@ -115,21 +115,26 @@ impl WorkerSettings {
 /// query per `poll_interval`.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
-/// The base URL of account URIs unless the binary says otherwise: the default
-/// `server.external-url` (the default listener on localhost).
-const DEFAULT_BASE_URL: &str = "https://localhost:14000";
+/// Default of `validation.max-attempts`: claims of one job that may end without a verdict (a
+/// crash, a database error, the backstop) before the job is given up.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+/// The ACME listener's port unless `server.listen` says otherwise. Kept here, below the binary,
+/// because the account URIs' default base URL names it too.
+pub const DEFAULT_ACME_PORT: u16 = 14000;
 
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
             concurrency: DEFAULT_CONCURRENCY,
-            max_attempts: 3,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease: DEFAULT_JOB_LEASE,
             attempt_timeout: None,
             poll_interval: std::time::Duration::from_secs(1),
             profiles: Profiles::shipped(),
-            backdate: Duration::minutes(1),
-            account_uris: AccountUris::new(DEFAULT_BASE_URL),
+            backdate: ra::settings::DEFAULT_BACKDATE,
+            // The default `server.external-url`: the default listener on localhost.
+            account_uris: AccountUris::new(&format!("https://localhost:{DEFAULT_ACME_PORT}")),
             caa_recheck_after: ra::caa::DEFAULT_RECHECK_AFTER,
             validation_retries: DEFAULT_VALIDATION_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,

@@ -4,15 +4,17 @@
 //! duplicate keys and wrongly typed values; it stops at the first such error. Then a semantic pass
 //! ([`validate`]) checks values that have the right type but cannot work, and reports all of them
 //! at once. Both kinds of problem name the file, the line and column, and the key path, which a
-//! schema-free pass over the same text ([`locations`]) supplies. The reference is
-//! `docs/configuration.md`; `config/certeasy.yaml` lists every key with its default.
+//! schema-free pass over the same text ([`locations`]) supplies. The reference,
+//! `docs/configuration.md`, and `config/certeasy.yaml`, which lists every key with its default,
+//! are generated from the model (`reference.rs`).
 
 mod entries;
 mod error;
 mod locations;
 mod model;
 #[cfg(test)]
-mod reference_tests;
+mod reference;
+mod schema;
 mod secrets;
 mod test_instance;
 mod test_mode;

@@ -2,8 +2,9 @@
 //!
 //! Every struct carries `#[serde(default)]` so that any key, or a whole section, may be left out,
 //! and `deny_unknown_fields` so that a typo is an error rather than a silently ignored setting.
-//! The `Default` impls are the documented defaults: `config/certeasy.yaml` spells out the same
-//! values and a test keeps the two equal.
+//! The `Default` impls are the defaults, each taken from the crate whose setting it is where one
+//! owns it; the doc comments of the fields are the operators' reference: `docs/configuration.md`
+//! and `config/certeasy.yaml` are generated from them and from the defaults (`reference.rs`).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -18,6 +19,7 @@ use issuance::Profiles;
 use issuance::profiles::{self, ExtendedKeyUsage, KeyUsage, ProfileDefinition};
 use ra::settings::PolicySettings;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
@@ -25,13 +27,17 @@ use super::entries::{
     deserialize_cidrs, deserialize_names, deserialize_optional_duration, deserialize_optional_path,
     deserialize_resolvers, deserialize_strings, serialize_name, serialize_names,
 };
+use super::schema;
 use super::test_mode::TestModeConfig;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
-    /// Where the SQLite database, CA keys and the generated TLS certificate live.
+    /// Directory of the SQLite database, the CA keys, the unpause key and the admin token. Must not
+    /// be empty. Created with mode 0700 (an existing directory is left alone, with a warning if
+    /// other users can enter it); the SQLite database and its `-wal`/`-shm` files are kept at 0600.
+    #[schemars(with = "schema::Path")]
     pub data_dir: PathBuf,
     pub server: ServerConfig,
     pub database: DatabaseConfig,
@@ -41,10 +47,12 @@ pub struct Config {
     pub identifiers: IdentifiersConfig,
     pub validation: ValidationConfig,
     pub logging: LoggingConfig,
+    #[schemars(with = "schema::RateLimiting")]
     pub rate_limiting: RateLimitingConfig,
     pub redis: RedisConfig,
-    /// Path of the per-ID overrides YAML file; `None` when the key is empty.
+    /// Path of the per-account/per-IP overrides YAML file; empty means none.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub rate_limit_overrides: Option<PathBuf>,
     pub zombie_pausing: ZombiePausingConfig,
     pub crl: CrlConfig,
@@ -53,21 +61,26 @@ pub struct Config {
 }
 
 /// `crl:` certificate revocation lists for relying parties (docs/configuration.md).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CrlConfig {
-    /// Publish CRLs and name them in every new certificate.
+    /// Publish CRLs and name them in new certificates.
     pub enabled: bool,
-    /// The plain-HTTP listener the CRLs are served on (also at `/crl/` on the ACME listener).
+    /// The plain-HTTP listener the CRLs are served on. Relying parties fetch CRLs over HTTP (RFC
+    /// 5280 §4.2.1.13).
+    #[schemars(with = "schema::SocketAddress")]
     pub listen: SocketAddr,
-    /// The URL certificates name, without the file name; empty = `http://<host of
-    /// server.external-url>:<port of crl.listen>/crl`.
+    /// The URL certificates name, without the file name (`<base-url>/<shard>.crl`); empty means
+    /// `http://<host of server.external-url>:<port of listen>/crl`.
     pub base_url: String,
-    /// New certificates are spread over this many CRLs.
+    /// New certificates are spread over this many CRLs (1 to 1024).
     pub shards: u16,
-    /// Every CRL is rebuilt at least this often (and within seconds of a revocation).
+    /// Every CRL is rebuilt at least this often.
+    #[schemars(with = "schema::Duration")]
     pub update_interval: ConfigDuration,
-    /// A CRL's `nextUpdate` is this long after its `thisUpdate`.
+    /// A CRL's `nextUpdate` is this long after its `thisUpdate`; must be longer than
+    /// `update-interval`.
+    #[schemars(with = "schema::Duration")]
     pub lifetime: ConfigDuration,
 }
 
@@ -86,24 +99,32 @@ impl Default for CrlConfig {
 }
 
 /// `zombie-pausing:` pause (account, identifier) pairs that fail validation forever.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ZombiePausingConfig {
+    /// Count consecutive failures and pause pairs that reach the limit.
     pub enabled: bool,
-    /// Consecutive failed validations of one pair before it is paused.
+    /// Failures in a row before the pair is paused (the bucket's burst). A successful validation
+    /// resets the count to zero.
     pub max_consecutive_failures: u64,
-    /// One failure is forgiven per this period (the bucket's refill).
+    /// One failure is forgiven per this period.
+    #[schemars(with = "schema::Duration")]
     pub refill_per: ConfigDuration,
-    /// How long an unpause link works.
+    /// How long the unpause link in a refusal works.
+    #[schemars(with = "schema::Duration")]
     pub unpause_link_lifetime: ConfigDuration,
-    /// A pair unpaused less than this long ago is not paused again.
+    /// A pair unpaused less than this long ago is not paused again; after it, counting starts
+    /// fresh.
+    #[schemars(with = "schema::Duration")]
     pub repause_grace: ConfigDuration,
-    /// Base URL of the unpause page; empty = the ACME listener's external URL.
+    /// Base URL of the unpause page; empty means `server.external-url`.
     pub unpause_base_url: String,
-    /// HMAC key of unpause links; empty = `<data-dir>/unpause.key`, created on first start.
+    /// HMAC-SHA256 key of unpause links; empty means `<data-dir>/unpause.key`, created with mode
+    /// 0600 on first start. Instances behind one load balancer must share it.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub unpause_key_file: Option<PathBuf>,
-    /// Bump to invalidate every outstanding unpause link.
+    /// Bump it to invalidate every outstanding unpause link.
     pub unpause_key_version: u32,
 }
 
@@ -224,69 +245,100 @@ impl Config {
 
 /// `server:` the ACME and admin listeners, how requests reach them, and the connection limits
 /// every listener (the CRL listener too) is held to.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ServerConfig {
-    /// The HTTPS ACME listener. Port 0 binds an ephemeral port (tests).
+    /// HTTPS ACME listener, `address:port` (IPv6 as `"[::]:14000"`). Port 0 picks a free port
+    /// (tests).
+    #[schemars(with = "schema::SocketAddress")]
     pub listen: SocketAddr,
-    /// The plain-HTTP admin listener (`/metrics`, `/healthz`, `/readyz`, admin API); it is never
-    /// served on the ACME listener, so it can stay on loopback.
+    /// Plain-HTTP admin listener: `/metrics`, `/healthz`, `/readyz`, admin API. Never served on the
+    /// ACME listener; must not overlap `listen`.
+    #[schemars(with = "schema::SocketAddress")]
     pub admin_listen: SocketAddr,
-    /// Base URL clients use; empty means `https://localhost:<listen port>`.
+    /// Base URL clients use, e.g. `https://acme.internal:14000`. Must be `https://` with a host and
+    /// no query. Empty means `https://localhost:<listen port>`.
     pub external_url: String,
-    /// DNS names and IP addresses on the self-issued listener certificate.
+    /// DNS names and IP addresses on the listener certificate issued by our own CA. Must not be
+    /// empty unless `tls-certificate` is set.
     pub tls_names: Vec<String>,
-    /// PEM certificate chain for the listener instead of a self-issued one.
+    /// PEM file with the listener's certificate chain, used instead of a self-issued one. Needs
+    /// `tls-private-key`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub tls_certificate: Option<PathBuf>,
-    /// The PEM private key of `tls-certificate`.
+    /// PEM file with the private key of `tls-certificate`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub tls_private_key: Option<PathBuf>,
-    /// Peers whose `X-Forwarded-For` header is believed.
+    /// CIDRs/IPs of reverse proxies whose `X-Forwarded-For` header is believed. List only the
+    /// proxies' own addresses, never a whole network clients can reach you from. See [client
+    /// addresses](#client-addresses).
     #[serde(deserialize_with = "deserialize_cidrs")]
+    #[schemars(with = "Vec<schema::Cidr>")]
     pub trusted_proxies: Vec<IpNet>,
+    /// Largest accepted request body; at least 1024.
     pub max_body_bytes: usize,
+    /// Deadline for one request; longer than zero.
+    #[schemars(with = "schema::Duration")]
     pub request_timeout: ConfigDuration,
-    /// IPv6 clients are keyed by this prefix in per-IP limits, since one host usually owns a
-    /// whole /64 and could otherwise rotate addresses to escape its bucket.
+    /// IPv6 clients are keyed by this prefix in per-IP rate limits and in `max-connections-per-ip`
+    /// (1 to 128).
     pub ipv6_prefix_length: u8,
-    /// Lifetime of the self-issued listener certificate; it is renewed after two thirds of it,
-    /// so a server that runs for years never serves an expired certificate.
+    /// Lifetime of the self-issued listener certificate (when `tls-certificate` is not set). It is
+    /// renewed after two thirds of its lifetime and swapped in without a restart; connections
+    /// already open keep the certificate they started with.
+    #[schemars(with = "schema::Duration")]
     pub tls_certificate_lifetime: ConfigDuration,
-    /// A client that has not finished its TLS handshake by then is dropped, so silent
-    /// connections cannot hold connection slots.
+    /// A client that has not completed its TLS handshake by then is disconnected.
+    #[schemars(with = "schema::Duration")]
     pub tls_handshake_timeout: ConfigDuration,
-    /// An HTTP/1.1 client must send a complete request head within this time, counted from when
-    /// the connection waits for a request; this is what ends slow-header ("slowloris") clients
-    /// and idle HTTP/1.1 keep-alive connections.
+    /// An HTTP/1.1 client must send a complete request head within this time, counted from when the
+    /// connection starts waiting for a request. This ends slow-header ("slowloris") clients, and it
+    /// is also how long an idle HTTP/1.1 keep-alive connection stays open.
+    #[schemars(with = "schema::Duration")]
     pub header_read_timeout: ConfigDuration,
-    /// A connection with no request in flight for this long is closed gracefully (mostly for
-    /// HTTP/2, whose connections have no header timer).
+    /// A connection with no request in flight for this long is closed gracefully. This is the
+    /// keep-alive limit of HTTP/2 connections, which have no header timer, and it also ends
+    /// connections that never send enough to tell which protocol they speak.
+    #[schemars(with = "schema::Duration")]
     pub idle_timeout: ConfigDuration,
-    /// Connections served at once; further clients wait in the kernel's accept queue until a
-    /// slot frees, which the timeouts above guarantee happens.
+    /// Connections served at once (at least 1). When all slots are taken, Certeasy stops accepting
+    /// and new clients wait in the kernel's accept queue until a slot frees; they are not refused.
+    /// The timeouts above bound how long a slot can be held without doing work, so slow or silent
+    /// clients cannot starve the others.
     pub max_connections: usize,
-    /// Connections one client address (IPv6: its `ipv6-prefix-length` prefix) may hold at once
-    /// on each listener, so one address cannot take every slot; further connections are closed
-    /// as soon as they are accepted. Trusted proxies are exempt.
+    /// Connections one client address may hold at once on each listener (at least 1); an IPv6
+    /// client is counted by its `ipv6-prefix-length` prefix. A further connection is closed as soon
+    /// as it is accepted, so one address cannot hold every slot of `max-connections`. The
+    /// `trusted-proxies` are exempt: every client behind a proxy shares its address.
     pub max_connections_per_ip: usize,
-    /// Streams one HTTP/2 connection may have open at once.
+    /// Streams one HTTP/2 connection may have open at once (at least 1).
     pub http2_max_concurrent_streams: u32,
-    /// HTTP/2 PING interval, so dead peers are noticed and their slots freed.
+    /// Interval of HTTP/2 PINGs, so dead peers are noticed.
+    #[schemars(with = "schema::Duration")]
     pub http2_keep_alive_interval: ConfigDuration,
-    /// An HTTP/2 connection whose PING is not answered within this time is closed.
+    /// An HTTP/2 connection that does not answer a PING within this time is closed.
+    #[schemars(with = "schema::Duration")]
     pub http2_keep_alive_timeout: ConfigDuration,
-    /// Largest decoded header list of one HTTP/2 request, in bytes.
+    /// Largest decoded header list of one HTTP/2 request, in bytes (at least 1024).
     pub http2_max_header_list_size: u32,
-    /// Bearer token of `/admin/*`; empty = `<data-dir>/admin.token`, created on first start.
+    /// File holding the bearer token that `/admin/*` requires (see [Admin API
+    /// authentication](#admin-api-authentication)). Empty means `<data-dir>/admin.token`. A missing
+    /// file is created on first start with a random 32-byte token (hex) and mode 0600; instances
+    /// that share an admin client can point this at one shared file.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 14000),
+            listen: SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                workers::settings::DEFAULT_ACME_PORT,
+            ),
             admin_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 14001),
             external_url: String::new(),
             tls_names: vec![
@@ -299,7 +351,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             max_body_bytes: ApiSettings::defaults().max_body_bytes,
             request_timeout: ConfigDuration::from_secs(30),
-            ipv6_prefix_length: 64,
+            ipv6_prefix_length: RateLimitingConfig::default().ipv6_prefix_length,
             tls_certificate_lifetime: ConfigDuration::from_secs(30 * 86_400),
             tls_handshake_timeout: ConfigDuration::from_secs(10),
             header_read_timeout: ConfigDuration::from_secs(10),
@@ -315,35 +367,60 @@ impl Default for ServerConfig {
     }
 }
 
-/// `database:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// `database:` where the CA keeps its state, and how long expired objects are kept.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct DatabaseConfig {
-    /// `sqlite://...` or `postgres://...`; empty means a SQLite file under `data-dir`
-    /// (see [`Config::database_url`]).
+    /// `sqlite://path`, `postgres://user@host/db` or `postgresql://...`. Empty means
+    /// `sqlite://<data-dir>/certeasy.db` (the file is created if missing).
     pub url: String,
-    /// A file holding `url` (a Docker or systemd secret), so that this file holds no password;
-    /// read at load, its trailing newline trimmed (`config/secrets.rs`). Never set with `url`.
+    /// A file holding the URL instead, e.g. a Docker secret (`/run/secrets/database-url`) or a
+    /// systemd credential, so the configuration file holds no password (see [Secrets in
+    /// files](#secrets-in-files)). Not with `url`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub url_file: Option<PathBuf>,
-    /// Size of the connection pool (both backends).
+    /// Connection pool size; at least 1. PostgreSQL: every instance opens up to this many
+    /// connections, so PostgreSQL's `max_connections` must cover instances × this. SQLite: one
+    /// writer connection plus readers, as many as this less one but no more than the CPUs
+    /// (statements run on the server's own threads, so more readers would only idle).
     pub max_connections: u32,
-    /// When a SQLite commit is durable: `normal` survives a crash of the process, `full` also
-    /// a power loss (docs/performance.md).
+    /// When a SQLite commit is durable. `normal` (WAL, `synchronous=NORMAL`): every commit reaches
+    /// the WAL file before the client hears of it, so it survives the server process being killed;
+    /// the file is synced at checkpoints, so a power loss or kernel crash may roll back the last
+    /// commits before the most recent checkpoint, leaving an older but consistent database. `full`:
+    /// each commit is synced to the disk before the response, and survives a power loss too, at the
+    /// price of an fsync per write. Ignored on PostgreSQL. See
+    /// [docs/performance.md](performance.md#durability-of-sqlite-commits).
     pub sqlite_synchronous: SqliteSynchronous,
-    /// Run the background pruner (expired orders, authorizations and challenges; certificates
-    /// and revocations are kept).
+    /// Run the background pruner: orders that never issued, authorizations and their challenges are
+    /// deleted once they have been expired for `prune-after`; the order of an issued certificate is
+    /// kept but trimmed (CSR and authorization links dropped). Certificates, their revocation
+    /// state, accounts and paused pairs are never pruned; jobs delete themselves when settled, and
+    /// used nonces are not in the database (memory forgets them after the nonce lifetime; Redis
+    /// keys carry it as TTL). With `false` nothing is ever deleted and the database grows with
+    /// every request (docs/performance.md, "Database size and pruning").
     pub prune: bool,
-    /// How long after its expiry an order or authorization is pruned.
+    /// Retention, counted from each row's expiry (an order's `expires`, an authorization's
+    /// `expires`). A client polls an object at most until it expires, after which it only answers
+    /// `invalid`, so any value is safe for clients, including `0s` (prune as soon as expired); the
+    /// week is for operators looking into a failed order. Expired objects are answered as "not
+    /// found" once pruned.
+    #[schemars(with = "schema::Duration")]
     pub prune_after: ConfigDuration,
-    /// Pause between two pruning passes.
+    /// Pause between two pruning passes; more than zero. A pass runs batches until none is full,
+    /// resting between two batches as long as the last one took, and stops between batches on
+    /// shutdown. Several instances may prune one PostgreSQL database at once: batches skip rows
+    /// another transaction holds.
+    #[schemars(with = "schema::Duration")]
     pub prune_interval: ConfigDuration,
-    /// Rows per table per pruning transaction.
+    /// Rows per table per pruning transaction, 1 to 10000. Each batch is one short transaction, so
+    /// the SQLite write lock is never held for long.
     pub prune_batch: u32,
 }
 
 /// `database.sqlite-synchronous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SqliteSynchronous {
     Normal,
@@ -385,15 +462,26 @@ impl Default for DatabaseConfig {
 }
 
 /// `ca:` the certificate authority that signs everything.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CaConfig {
+    /// Key of a generated root and intermediate: `ecdsa-p256`, `ecdsa-p384`, `rsa-2048`, `rsa-3072`
+    /// or `rsa-4096`.
     #[serde(deserialize_with = "key_algorithm", serialize_with = "serialize_name")]
+    #[schemars(with = "schema::Name")]
     pub key_algorithm: KeyAlgorithm,
+    /// `O=` of the generated CA certificates; not empty.
     pub organization: String,
+    /// `CN=` of the generated root; not empty.
     pub root_common_name: String,
+    /// `CN=` of the generated intermediate; not empty.
     pub intermediate_common_name: String,
+    /// Lifetime of a generated root.
+    #[schemars(with = "schema::Duration")]
     pub root_validity: ConfigDuration,
+    /// Lifetime of a generated intermediate (the issuing one and the listener's, `ca/listener.pem`,
+    /// which signs only Certeasy's own HTTPS certificate); not longer than `root-validity`.
+    #[schemars(with = "schema::Duration")]
     pub intermediate_validity: ConfigDuration,
     /// An existing CA to load instead of creating one.
     pub existing: ExistingCaConfig,
@@ -421,17 +509,24 @@ fn key_algorithm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<KeyAlgorithm,
 }
 
 /// `ca.existing:` paths of PEM files of a CA created elsewhere; all `None` means "create one".
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ExistingCaConfig {
-    /// The issuing CA certificate.
+    /// PEM file of an existing issuing CA certificate to load instead of creating a CA. Needs
+    /// `existing.private-key`. It signs only certificates the database records, never the
+    /// listener's own: a self-issued listener certificate needs `listener.pem` and `listener.key`
+    /// (PKCS#8) in the same directory, a second intermediate under the same root
+    /// (docs/operations.md), or else `server.tls-certificate`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub certificate: Option<PathBuf>,
-    /// Its private key (PKCS#8).
+    /// Its private key, PEM (PKCS#8).
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub private_key: Option<PathBuf>,
-    /// Further CA certificates up to the root.
+    /// Optional PEM file of further CA certificates up to the root. Needs `existing.certificate`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub chain: Option<PathBuf>,
 }
 
@@ -443,16 +538,23 @@ impl ExistingCaConfig {
 }
 
 /// `issuance:` the certificate profiles and the validity of end-entity certificates.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IssuanceConfig {
-    /// Lifetime for profiles that set no `validity`.
+    /// Certificate lifetime when the order does not ask for one, for every profile that sets no
+    /// `validity` of its own; longer than zero.
+    #[schemars(with = "schema::Duration")]
     pub default_validity: ConfigDuration,
-    /// Longest lifetime for profiles that set no `max-validity`.
+    /// Longest lifetime an order may ask for, for every profile that sets no `max-validity` of its
+    /// own: at least `default-validity`, and, for a generated CA, not longer than
+    /// `ca.intermediate-validity`.
+    #[schemars(with = "schema::Duration")]
     pub max_validity: ConfigDuration,
-    /// `notBefore` is set this far in the past to tolerate clients with slow clocks.
+    /// `notBefore` is set this far in the past to tolerate client clock skew; shorter than
+    /// `default-validity` and than every profile's `validity`.
+    #[schemars(with = "schema::Duration")]
     pub backdate: ConfigDuration,
-    /// The profile of orders that name none.
+    /// The profile of orders that name none; one of `profiles`.
     pub default_profile: String,
     /// The profiles offered, by name. Written in the file, the map replaces the shipped one.
     pub profiles: BTreeMap<String, ProfileConfig>,
@@ -493,36 +595,54 @@ impl IssuanceConfig {
 
 /// `issuance.profiles.<name>:` one certificate profile (draft-ietf-acme-profiles). A key left
 /// out takes the value of `ProfileDefinition::default()`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ProfileConfig {
-    /// Shown to clients in the directory's `meta.profiles`.
+    /// Shown to clients in the directory's `meta.profiles`; must not be empty.
     pub description: String,
-    /// Lifetime when the order does not ask; `None`: `issuance.default-validity`.
+    /// Certificate lifetime when the order does not ask for one (`notAfter`); empty means
+    /// `issuance.default-validity`. Longer than zero and than `issuance.backdate`.
     #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
     pub validity: Option<ConfigDuration>,
-    /// Longest lifetime an order may ask for; `None`: `issuance.max-validity`.
+    /// Longest lifetime an order may ask for with `notBefore`/`notAfter`, which must also start no
+    /// earlier than `issuance.backdate` before now; empty means `issuance.max-validity`. At least
+    /// `validity`, and, for a generated CA, not longer than `ca.intermediate-validity`. A window
+    /// outside these limits is refused with `malformed`.
     #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
     pub max_validity: Option<ConfigDuration>,
+    /// Key usages of the certificate: `digital-signature`, `key-encipherment`. `key-encipherment`
+    /// is given to RSA keys only (an ECDSA key cannot encipher). At least one.
     #[serde(
         deserialize_with = "deserialize_names",
         serialize_with = "serialize_names"
     )]
+    #[schemars(with = "Vec<schema::Name>")]
     pub key_usages: Vec<KeyUsage>,
+    /// Extended key usages: `server-auth` (TLS server), `client-auth` (TLS client). At least one.
     #[serde(
         deserialize_with = "deserialize_names",
         serialize_with = "serialize_names"
     )]
+    #[schemars(with = "Vec<schema::Name>")]
     pub extended_key_usages: Vec<ExtendedKeyUsage>,
+    /// Identifier types an order under this profile may hold; an order with another type is refused
+    /// with `rejectedIdentifier`, one subproblem per identifier. At least one.
     #[serde(
         deserialize_with = "deserialize_names",
         serialize_with = "serialize_names"
     )]
+    #[schemars(with = "Vec<schema::Name>")]
     pub identifier_types: Vec<IdentifierKind>,
+    /// CSR key types certified (the keys the CA accepts at all: ECDSA P-256 and P-384, RSA of 2048,
+    /// 3072 or 4096 bits); a CSR with another key is refused at finalize with `badCSR` and the
+    /// order stays `ready`. At least one.
     #[serde(
         deserialize_with = "deserialize_names",
         serialize_with = "serialize_names"
     )]
+    #[schemars(with = "Vec<schema::Name>")]
     pub key_types: Vec<KeyAlgorithm>,
 }
 
@@ -561,38 +681,77 @@ impl ProfileConfig {
 }
 
 /// `acme:` protocol-level settings.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AcmeConfig {
-    /// URL of the terms of service; when set, newAccount must agree to them.
+    /// URL (`http`/`https`). When set, it is announced in the directory and newAccount must send
+    /// `termsOfServiceAgreed: true`.
     pub terms_of_service: String,
+    /// URL announced in the directory metadata.
     pub website: String,
-    /// Issuer domains for CAA; when non-empty CAA checking is enabled.
+    /// Issuer domain names this CA answers to in CAA records (no `*.`). When set, CAA (RFC 8659) is
+    /// checked at every validation, and again at issuance for authorizations validated longer ago
+    /// than `validation.caa-recheck-after`; `issuewild` properties govern wildcard names. A
+    /// property naming this CA may narrow it with the RFC 8657 parameters `accounturi`, the
+    /// account's URL exactly as the server hands it out (`<external-url>/acme/acct/<id>`, the
+    /// `Location` of new-account; a property with two `accounturi` is satisfied by nobody), and
+    /// `validationmethods`, challenge types separated by commas (`dns-01,http-01`). A refusal, or a
+    /// CAA lookup that fails, is a `caa` problem.
     pub caa_identities: Vec<String>,
-    /// newAccount must carry an external account binding (keys from `certeasy admin eab`).
+    /// When `true`, newAccount must carry an external account binding (RFC 8555 §7.3.4) made with a
+    /// key from `certeasy admin eab create`, and the directory announces `externalAccountRequired:
+    /// true`; a request without one gets `externalAccountRequired`. A valid binding is honoured
+    /// either way, and the account then keeps the key's policy (README, [External account
+    /// binding](../README.md#external-account-binding)).
     pub external_account_required: bool,
+    /// Orders expire after this.
+    #[schemars(with = "schema::Duration")]
     pub order_lifetime: ConfigDuration,
     /// Pending authorizations expire after this.
+    #[schemars(with = "schema::Duration")]
     pub authorization_lifetime: ConfigDuration,
-    /// A valid authorization may be reused for this long.
+    /// A validated authorization expires this long after its validation; orders holding it expire
+    /// no later. It is reused by new orders only while at least a day (or half this lifetime, when
+    /// shorter) remains.
+    #[schemars(with = "schema::Duration")]
     pub valid_authorization_lifetime: ConfigDuration,
+    /// Whether new orders reuse the account's still-valid authorizations.
     pub reuse_valid_authorizations: bool,
+    /// Replay nonces are accepted for this long.
+    #[schemars(with = "schema::Duration")]
     pub nonce_lifetime: ConfigDuration,
+    /// Page size of an account's orders list; at least 1.
     pub orders_per_page: usize,
+    /// Most identifiers one order may name; at least 1.
     pub max_identifiers_per_order: usize,
     /// `Retry-After` on pending authorizations and processing orders.
+    #[schemars(with = "schema::Duration")]
     pub retry_after: ConfigDuration,
+    /// Most contact URLs an account may register (0 refuses all contacts).
     pub max_contacts: usize,
-    /// ARI (RFC 9773): the suggested renewal window, in percent of a certificate's lifetime.
+    /// ARI (RFC 9773, the directory's `renewalInfo`): the suggested renewal window starts this far
+    /// into a certificate's lifetime, in percent.
     pub renewal_window_start_percent: u8,
+    /// … and ends this far in; more than the start. A revoked certificate, or one marked with
+    /// `certeasy admin certificates renew-early`, gets a window in the past instead.
     pub renewal_window_end_percent: u8,
-    /// ARI: each certificate's window moves later by up to this percent of its lifetime.
+    /// Each certificate's window moves later by up to this percent of its lifetime, by an amount
+    /// fixed by its serial, so certificates issued together are not renewed together. End plus
+    /// jitter is at most 100.
     pub renewal_jitter_percent: u8,
-    /// ARI: `Retry-After` of renewal information.
+    /// `Retry-After` of renewal information: how long clients wait before asking again.
+    #[schemars(with = "schema::Duration")]
     pub renewal_info_retry_after: ConfigDuration,
-    /// SHA-256 hashes of public keys that may be neither an account's nor a certificate's, one
-    /// per line (`ra::keys`); `None` when the key is empty. Read again on SIGHUP.
+    /// Path of the operator's blocked-keys file; empty means none. One key per line, named by the
+    /// SHA-256 of its SubjectPublicKeyInfo DER as 64 hex digits (`openssl pkey -pubin -in key.pem
+    /// -outform DER | sha256sum`) or base64; blank lines and `#` comments are ignored. A blocked
+    /// key gets `badPublicKey` at new-account and key change and `badCSR` at finalize. A line that
+    /// is not a hash stops the start (naming the line); SIGHUP and `certeasy admin reload` read the
+    /// file again and keep the previous list if it is invalid. Keys can also be blocked in the
+    /// database with `certeasy admin keys block` ([Blocked and weak
+    /// keys](operations.md#blocked-and-weak-keys)).
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub blocked_keys_file: Option<PathBuf>,
 }
 
@@ -607,11 +766,7 @@ impl Default for AcmeConfig {
             external_account_required: policy.external_account_required,
             order_lifetime: config_duration(policy.order_lifetime),
             authorization_lifetime: config_duration(policy.authorization_lifetime),
-            valid_authorization_lifetime: ConfigDuration::from_secs(
-                storage::DEFAULT_VALID_AUTHORIZATION_LIFETIME
-                    .whole_seconds()
-                    .unsigned_abs(),
-            ),
+            valid_authorization_lifetime: config_duration(policy.valid_authorization_lifetime),
             reuse_valid_authorizations: policy.reuse_valid_authorizations,
             nonce_lifetime: ConfigDuration::from_secs(3600),
             orders_per_page: usize::try_from(api.orders_per_page).unwrap_or(usize::MAX),
@@ -634,18 +789,25 @@ fn percent(fraction: f64) -> u8 {
 }
 
 /// `identifiers:` which names and addresses this CA issues for.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IdentifiersConfig {
-    /// When non-empty, only these domains and their subdomains.
+    /// When non-empty, only these domains and their subdomains may be issued for. Plain names
+    /// without `*.`; single labels such as `internal` are accepted.
     #[serde(deserialize_with = "deserialize_strings")]
     pub allow_domains: Vec<String>,
+    /// Never these domains and their subdomains; a deny entry always wins. A wildcard
+    /// `*.example.com` is also refused when any denied domain lies below `example.com` (it would
+    /// cover it).
     #[serde(deserialize_with = "deserialize_strings")]
     pub deny_domains: Vec<String>,
-    /// When non-empty, only addresses inside these networks.
+    /// When non-empty, only IP addresses inside these networks.
     #[serde(deserialize_with = "deserialize_cidrs")]
+    #[schemars(with = "Vec<schema::Cidr>")]
     pub allow_cidrs: Vec<IpNet>,
+    /// Never IP addresses inside these networks; deny wins.
     #[serde(deserialize_with = "deserialize_cidrs")]
+    #[schemars(with = "Vec<schema::Cidr>")]
     pub deny_cidrs: Vec<IpNet>,
 }
 
@@ -662,53 +824,134 @@ impl IdentifiersConfig {
 }
 
 /// `validation:` how challenges are checked.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ValidationConfig {
-    /// Resolvers to query; empty means the host's resolver configuration. A bare IP means port 53.
+    /// Resolvers, `ip:port` (`192.0.2.53:53`, `[2001:db8::53]:53`; a bare IP means port 53). Empty
+    /// means the host's resolver configuration.
     #[serde(deserialize_with = "deserialize_resolvers")]
+    #[schemars(with = "Vec<schema::Resolver>")]
     pub dns_servers: Vec<SocketAddr>,
-    /// Port http-01 connects to; only tests change it.
+    /// Port http-01 connects to (change only for tests); not 0.
     pub http_port: u16,
-    /// Port tls-alpn-01 connects to; only tests change it.
+    /// Port tls-alpn-01 connects to (change only for tests); not 0.
     pub tls_alpn_port: u16,
-    /// Whether challenge targets may resolve to loopback addresses (tests and labs only).
+    /// Allow challenge targets that resolve to loopback addresses (tests and labs only).
     pub allow_loopback: bool,
-    /// Networks the validator never connects to, on top of the built-in refusals.
+    /// Networks (CIDRs; a bare address is a /32 or /128) the validator never connects to, on top of
+    /// what it always refuses: the unspecified address, `0.0.0.0/8`, link-local (`169.254.0.0/16`,
+    /// `fe80::/10`), cloud metadata (`169.254.169.254`, `fd00:ec2::254`), multicast,
+    /// `255.255.255.255`, and loopback unless `allow-loopback`. Applies to resolved challenge
+    /// names, every redirect target and IP identifiers (not to `dns-servers`). An IPv6 address
+    /// carrying an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64
+    /// `64:ff9b::/96`, 6to4 `2002::/16`) is also judged as that IPv4 address. Private ranges are
+    /// allowed unless listed here. A malformed entry is a configuration error naming the entry.
     #[serde(deserialize_with = "deserialize_cidrs")]
+    #[schemars(with = "Vec<schema::Cidr>")]
     pub deny_target_cidrs: Vec<IpNet>,
-    /// Whether http-01 redirects may lead into private networks from a public identifier.
+    /// Whether an http-01 redirect may lead to a private address (RFC 1918 `10.0.0.0/8`,
+    /// `172.16.0.0/12`, `192.168.0.0/16`; RFC 6598 `100.64.0.0/10`; IPv6 unique local `fc00::/7`,
+    /// also in the IPv6 forms that carry an IPv4 address) although the identifier did not resolve
+    /// to one. Off, such a redirect is refused before anything is connected to: a `connection`
+    /// problem naming the private network for an IP address in the Location, and for a name the
+    /// same report as any failure at another host (below). A private identifier (an IP identifier
+    /// in those ranges, or a name that resolved to one) may always be redirected into private
+    /// networks, so a CA validating internal names needs no change. Whatever the setting, once a
+    /// redirect leaves the identifier's host nothing about the other host is reported: its status,
+    /// error, DNS answer or content all give one `incorrectResponse` ("a redirect led to another
+    /// host, which did not serve the key authorization"), never retried, so a redirect cannot be
+    /// used to probe hosts.
     pub allow_private_redirects: bool,
+    /// Deadline of one whole validation attempt: every DNS query, address, redirect and the CAA
+    /// check. Connecting to a name gets half of it, shared by its (at most two) addresses. A call
+    /// to the validator returns within `timeout` plus 2 s; longer than zero.
+    #[schemars(with = "schema::Duration")]
     pub timeout: ConfigDuration,
+    /// Jobs (validations and finalizations) one instance runs at once; at least 1. A validation
+    /// mostly waits on the network, up to `timeout` for a silent target, so a few slow targets must
+    /// not hold up everyone else's orders. A challenge or finalize request that finds a place free
+    /// runs its job at once and waits up to 1 s (validation) or 2 s (signing) to answer with the
+    /// outcome; otherwise the job is queued and one idle worker woken. Idle workers cost a parked
+    /// task each.
     pub workers: usize,
-    /// Attempts per job before giving up.
+    /// Attempts per job before giving up; at least 1. These are claims that ended without a verdict
+    /// (a crash, a database error, the backstop); an attempt that failed and was rescheduled by
+    /// `retries` does not count.
     pub max_attempts: u32,
-    /// How long a claimed job stays reserved without a heartbeat (renewed every third of it while
-    /// the attempt runs); after a crash, the job is retried once it expires.
+    /// How long a claimed job stays reserved without a heartbeat. The worker running it renews the
+    /// lease every third of it, so a slow attempt keeps its job; after a crash the job is retried
+    /// by any instance once the lease expires; at least 1s. A job whose worker died on its last
+    /// attempt (`max-attempts`) is not run again: its challenge or order fails with
+    /// `serverInternal`. As a backstop, the workers also cut an attempt off after twice the
+    /// validator's worst case (`timeout` plus 2 s) plus 5 s, and retry it.
+    #[schemars(with = "schema::Duration")]
     pub job_lease: ConfigDuration,
-    /// CAA is checked again before signing for authorizations validated longer ago than this.
+    /// CAA checked at validation vouches for issuance this long (the CA/Browser Forum Baseline
+    /// Requirements allow 8 hours). When a finalization runs, just before signing, every
+    /// authorization of the order validated longer ago than this (a reused one,
+    /// `acme.reuse-valid-authorizations`) has CAA checked again, with the challenge type that
+    /// validated it and the order's account; a refusal, or a lookup that fails, makes the order
+    /// `invalid` with a `caa` error whose detail names every refusing identifier. Only when
+    /// `acme.caa-identities` is set. `0s` rechecks every authorization not validated in the same
+    /// second. At most `8h`: a longer value is refused at load (`config check` names the file, line
+    /// and key), since it would let a CAA lookup vouch for issuance longer than the Baseline
+    /// Requirements (§3.2.2.8) allow.
+    #[schemars(with = "schema::Duration")]
     pub caa_recheck_after: ConfigDuration,
-    /// Attempts after the first for a challenge whose dns-01 record may still be propagating
-    /// (nothing else is retried).
+    /// Attempts after the first for a challenge whose dns-01 TXT record may still be propagating:
+    /// NXDOMAIN at `_acme-challenge.<name>`, no TXT record there, or none with the expected value.
+    /// Nothing else is retried, as at Let's Encrypt and Pebble: a refused or silent connection, an
+    /// http-01 answer 5xx, a name without addresses, a DNS SERVFAIL or timeout, a wrong key
+    /// authorization, a 404, a TLS alert or a CAA refusal is the verdict at once, so the client
+    /// reports the real problem (`connection`, `dns`, `incorrectResponse`, `unauthorized`, ...)
+    /// while it still polls. A subscriber who fixes a web server asks again with a new order; a
+    /// retried attempt would contact their hosts again unasked. Propagation is the exception
+    /// because the subscriber cannot see it finish: a client's DNS hook returns once the provider
+    /// took the record, and the authoritative servers may serve the previous set a few seconds
+    /// longer. A retry is scheduled only within `retry-window`, only if it ends before the
+    /// authorization expires, and only for an (account, identifier) pair that has not failed
+    /// lately: its failed-validation bucket is full, and (with zombie pausing) its
+    /// consecutive-failure bucket is full and it is neither paused nor in its re-pause grace. So a
+    /// failing client costs one attempt per challenge, and its failures meet in the
+    /// failed-validation window as promptly as without retries (with both limits disabled, every
+    /// failing dns-01 challenge may cost its retries). While retrying, the challenge stays
+    /// `processing` with the last failed attempt's problem as its `error` (RFC 8555 §8.2 with
+    /// erratum 5732; a later success removes it), its authorization `pending`, and its Retry-After
+    /// says when the next attempt is due; a retry is a job due later in the database, so it
+    /// survives a restart. When the last attempt fails, the challenge's `error` has that attempt's
+    /// type, and its detail lists every attempt with its time, type and detail. The
+    /// failed-validation limit and zombie pausing count one failure per challenge, at that final
+    /// verdict. `0` disables retries.
     pub retries: u32,
-    /// Wait before the first retry of a challenge; doubled for each further one (capped).
+    /// Wait before the first retry; each further retry waits twice as long as the one before, at
+    /// most 10 minutes. With the defaults the one retry starts 3 s after the first attempt failed,
+    /// and the client sees the verdict within about 4 s. At least 1s, and with `retries` above 0 at
+    /// most `retry-window`.
+    #[schemars(with = "schema::Duration")]
     pub retry_backoff: ConfigDuration,
-    /// The latest a retry may start after the challenge's first attempt failed.
+    /// The latest a retry may start, counted from the end of the challenge's first attempt: however
+    /// `retries` and `retry-backoff` are set, a challenge stays `processing` for retries at most
+    /// this long plus one attempt. Clients poll for a bounded time (certbot 2.1 gives up after
+    /// about 30 s with "All authorizations were not finalized by the CA", lego's backoff starts
+    /// from the Retry-After the server gives), so a window much above 15 s makes them report a
+    /// timeout instead of the problem. Longer than zero.
+    #[schemars(with = "schema::Duration")]
     pub retry_window: ConfigDuration,
 }
 
 impl Default for ValidationConfig {
     fn default() -> Self {
+        let validator = validation::ValidationSettings::default();
         Self {
-            dns_servers: Vec::new(),
-            http_port: 80,
-            tls_alpn_port: 443,
-            allow_loopback: false,
-            deny_target_cidrs: Vec::new(),
-            allow_private_redirects: validation::DEFAULT_ALLOW_PRIVATE_REDIRECTS,
-            timeout: ConfigDuration::from_secs(10),
+            dns_servers: validator.dns_servers,
+            http_port: validator.http_port,
+            tls_alpn_port: validator.tls_alpn_port,
+            allow_loopback: validator.allow_loopback,
+            deny_target_cidrs: validator.deny_target_cidrs,
+            allow_private_redirects: validator.allow_private_redirects,
+            timeout: ConfigDuration(validator.timeout),
             workers: workers::settings::DEFAULT_CONCURRENCY,
-            max_attempts: 3,
+            max_attempts: workers::settings::DEFAULT_MAX_ATTEMPTS,
             job_lease: ConfigDuration::from_secs(
                 workers::settings::DEFAULT_JOB_LEASE
                     .whole_seconds()
@@ -722,12 +965,13 @@ impl Default for ValidationConfig {
     }
 }
 
-/// `logging:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// `logging:` what the server logs, and how.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LoggingConfig {
-    /// A `tracing` filter directive such as `info,certeasy=debug`.
+    /// A `tracing` filter, e.g. `info,certeasy=debug`; checked when the file is loaded.
     pub level: String,
+    /// `text` (human-readable lines) or `json` (one object per line).
     pub format: LogFormat,
 }
 
@@ -741,7 +985,7 @@ impl Default for LoggingConfig {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -751,28 +995,37 @@ pub enum LogFormat {
     Json,
 }
 
-/// `redis:` shared rate-limit state for several instances.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// `redis:` state several instances share: rate-limit buckets and the nonce ledger.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RedisConfig {
-    /// `redis://host:port` URLs; empty means limits are kept in memory.
+    /// `redis://host:port` (or `rediss://`) URLs, each once; `redis://user:password@host:port` for
+    /// a Redis with ACL users. Empty means rate-limit buckets are kept in memory (one instance
+    /// only).
     #[serde(deserialize_with = "deserialize_strings")]
     pub shards: Vec<String>,
-    /// A file holding the `shards` URLs, one per line (a Docker or systemd secret: the URLs
-    /// carry the Redis password); read at load (`config/secrets.rs`). Never set with `shards`.
+    /// A file holding the shard URLs instead, one per line (blank lines and `#` comments skipped),
+    /// e.g. a Docker secret, so the configuration file holds no Redis password (see [Secrets in
+    /// files](#secrets-in-files)). Not with `shards`.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub shards_file: Option<PathBuf>,
+    /// Deadline of one Redis call; longer than zero.
+    #[schemars(with = "schema::Duration")]
     pub timeout: ConfigDuration,
+    /// Prefix of every key Certeasy writes; rate-limit buckets live under `<key-prefix>rl:`, the
+    /// nonce ledger under `<key-prefix>nonce:`.
     pub key_prefix: String,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
+        let store = RateLimitRedis::default();
         Self {
-            shards: Vec::new(),
+            shards: store.shards,
             shards_file: None,
-            timeout: ConfigDuration(std::time::Duration::from_millis(50)),
-            key_prefix: "certeasy:".to_owned(),
+            timeout: store.timeout,
+            key_prefix: store.key_prefix,
         }
     }
 }

@@ -15,12 +15,14 @@ use ratelimits::config::{
     AccountCreationLimit, GlobalLimit, Mode, OrderCreationLimit, PendingAuthorizationsLimit,
     RateLimitingConfig, WindowLimit,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
 use super::entries::{
     deserialize_optional_duration, deserialize_optional_path, deserialize_resolvers,
 };
+use super::schema;
 
 /// Port http-01 is validated on in test mode, the one Pebble uses, so clients' test set-ups for
 /// Pebble work unchanged.
@@ -30,32 +32,57 @@ pub const TEST_TLS_ALPN_PORT: u16 = 5001;
 
 /// `test-mode:` what an ephemeral test instance does differently. Off unless `enabled` (or
 /// `--test-mode`): nothing here is ever applied by accident.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TestModeConfig {
-    /// Run as a test instance. Logged at warn level at start.
+    /// Run as a test instance (`--test-mode`). The other keys are read only when it is on.
     pub enabled: bool,
-    /// Where state lives; `None`: a fresh temporary directory, removed when the server exits.
-    /// The top-level `data-dir` is not used in test mode.
+    /// Where state lives (`--data-dir`); empty means a fresh temporary directory
+    /// `certeasy-test-mode-*`, 0700, removed when the server exits (SIGTERM, Ctrl-C). The top-level
+    /// `data-dir` is not used in test mode. A given directory must be new or empty, or one test
+    /// mode created before: test mode writes a marker file, `.certeasy-test-mode`, in every state
+    /// directory it creates, and refuses an existing directory without it (one holding a production
+    /// CA, say). A given directory is kept on exit, and on the next start its test CA is loaded
+    /// again.
     #[serde(deserialize_with = "deserialize_optional_path")]
+    #[schemars(with = "Option<schema::Path>")]
     pub data_dir: Option<PathBuf>,
-    /// Replaces `validation.http-port`.
+    /// Port http-01 challenges are validated on (`--http-port`); replaces `validation.http-port`.
+    /// Pebble's port, so set-ups written for Pebble work unchanged.
     pub http_port: u16,
-    /// Replaces `validation.tls-alpn-port`.
+    /// Port tls-alpn-01 challenges are validated on (`--tls-alpn-port`); replaces
+    /// `validation.tls-alpn-port`.
     pub tls_alpn_port: u16,
-    /// Replaces `validation.dns-servers` when non-empty.
+    /// Resolvers for validation (`--dns-server ADDR`, repeatable; a bare IP means port 53), like
+    /// Pebble's `-dnsserver`; replace `validation.dns-servers` when non-empty.
     #[serde(deserialize_with = "deserialize_resolvers")]
+    #[schemars(with = "Vec<schema::Resolver>")]
     pub dns_servers: Vec<SocketAddr>,
-    /// Every challenge is valid at once, without any network traffic (no CAA check either).
+    /// Every challenge is valid as soon as the client says it is ready (`--always-valid`), without
+    /// any network traffic: no HTTP, TLS or DNS query, and no CAA check either (as Pebble's
+    /// `PEBBLE_VA_ALWAYS_VALID`), so a client needs no responder and names need not resolve.
+    /// Implemented in the job runner (`workers`), not in the validator.
     pub always_valid: bool,
-    /// Share of valid nonces refused with `badNonce`, in percent.
+    /// Share (0 to 100) of otherwise valid nonces refused with `badNonce` (`--reject-nonces
+    /// PERCENT`), as Pebble's `PEBBLE_WFE_NONCEREJECT`; the refusal carries a fresh nonce, so a
+    /// correct client retries and succeeds. Refusals are counted in
+    /// `certeasy_nonces_refused_total{reason="injected"}`. Pebble refuses 5 % by default; test mode
+    /// refuses none unless asked, so a client's first run is not flaky.
     pub reject_nonces_percent: u8,
-    /// Valid authorizations are reused by new orders (`acme.reuse-valid-authorizations`).
+    /// Whether new orders reuse the account's valid authorizations
+    /// (`acme.reuse-valid-authorizations`); `--no-authz-reuse` turns it off, like
+    /// `PEBBLE_AUTHZREUSE=0`. On by default because production Certeasy (and Let's Encrypt) reuse
+    /// them, so a client sees what it will meet; Pebble reuses at random (50 % by default).
     pub authz_reuse: bool,
-    /// Lifetime of every certificate; `None`: the profiles' own validity.
+    /// Lifetime of every certificate (`--cert-lifetime 1h`): it becomes the `validity` of every
+    /// profile (and its `max-validity` when that is shorter); empty means the profiles' own. Useful
+    /// to test renewal.
     #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
     pub cert_lifetime: Option<ConfigDuration>,
-    /// Enforce the small test rate limits of [`test_rate_limits`]; off: no rate limit at all.
+    /// Enforce the small test limits below (`--rate-limits`), so a client can test its 429 and
+    /// `Retry-After` handling (Pebble has no rate limits). Off: no rate limit of any kind applies.
+    /// Either way the file's `rate-limiting:` block is replaced, and zombie pausing is off.
     pub rate_limits: bool,
 }
 
