@@ -10,8 +10,11 @@
 # and run only when named, and so does testmode, the no-stall check of `serve --test-mode`).
 # Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
 # BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance-inproc); the
-# issuance (Certeasy vs Pebble), scale and cluster parts are scripts/bench-loadgen.sh, whose
-# header lists their tunables (BENCH_ROUNDS, BENCH_DURATION, BENCH_SCENARIOS, ...).
+# issuance (Certeasy vs Pebble), scale, cluster and testmode parts are the load generator's
+# `certeasy-loadgen bench <part>`, whose `--help` lists their settings, each with the environment
+# variable it falls back to (BENCH_ROUNDS, BENCH_DURATION, BENCH_RERUNS, BENCH_STALL_AFTER,
+# BENCH_UPDATE_DOCS, BENCH_FLAME, ...); BENCH_PROFILE [dist] is the Cargo profile both binaries
+# are built with for them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,14 +102,24 @@ if wants issuance-inproc; then
   cargo bench -p certeasy --bench issuance | tee -a "$raw" | grep '^RESULT' | tee -a "$out"
 fi
 
-# The load generator's parts write their own results ($CARGO_TARGET_DIR/bench-issuance/) and
-# docs/performance.md sections.
+# The load generator's parts start the servers themselves and write their own results
+# ($CARGO_TARGET_DIR/bench-<part>/) and docs/performance.md sections. Both binaries are built with
+# the profile that is shipped and measured (Cargo.toml's `dist`), in separate invocations so that
+# each gets the features it is shipped with; the load generator runs the `certeasy` next to it.
+loadgen_parts=()
 for part in issuance scale cluster testmode; do
-  if wants "$part"; then
-    log "$part (certeasy-loadgen)"
-    scripts/bench-loadgen.sh "$part" | tee -a "$raw"
-  fi
+  if wants "$part"; then loadgen_parts+=("$part"); fi
 done
+if [ ${#loadgen_parts[@]} -gt 0 ]; then
+  profile="${BENCH_PROFILE:-dist}"
+  log "building certeasy and certeasy-loadgen ($profile profile)"
+  cargo build --profile "$profile" -p certeasy
+  cargo build --profile "$profile" -p loadgen
+  for part in "${loadgen_parts[@]}"; do
+    log "$part (certeasy-loadgen bench $part)"
+    "$CARGO_TARGET_DIR/$profile/certeasy-loadgen" bench "$part" | tee -a "$raw"
+  done
+fi
 
 log "figures (also in $out; full output in $raw)"
 cat "$out"

@@ -16,11 +16,15 @@ use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::engine::general_purpose::URL_SAFE;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use crate::der::TAG_BIT_STRING;
-use crate::der::TAG_INTEGER;
-use crate::der::TAG_NULL;
-use crate::der::TAG_OID;
-use crate::der::TAG_SEQUENCE;
+use pkcs1::RsaPublicKeyRef;
+use spki::AlgorithmIdentifierRef;
+use spki::SubjectPublicKeyInfoRef;
+use spki::der::Encode;
+use spki::der::asn1::AnyRef;
+use spki::der::asn1::BitStringRef;
+use spki::der::asn1::ObjectIdentifier;
+use spki::der::asn1::UintRef;
+
 use crate::error::Error;
 use crate::jwk::EcCurve;
 use crate::jwk::Jwk;
@@ -118,65 +122,44 @@ impl FromStr for SpkiHash {
 impl Jwk {
     /// The key as SubjectPublicKeyInfo DER, in its one DER form.
     pub fn to_spki_der(&self) -> Vec<u8> {
-        let (algorithm, key) = match self {
+        // Cannot fail: the OIDs are constants, and a key's parts are far below DER's length
+        // limit (256 MiB).
+        self.encode_spki()
+            .expect("a key's SubjectPublicKeyInfo is always encodable")
+    }
+
+    fn encode_spki(&self) -> Result<Vec<u8>, spki::der::Error> {
+        let curve_oid;
+        let (algorithm, parameters, key) = match self {
             Jwk::Rsa { n, e } => {
-                let mut params = tlv(TAG_OID, OID_RSA_ENCRYPTION);
-                params.extend(tlv(TAG_NULL, &[]));
-                let mut integers = unsigned_integer(n);
-                integers.extend(unsigned_integer(e));
-                (params, tlv(TAG_SEQUENCE, &integers))
+                let key = RsaPublicKeyRef {
+                    modulus: UintRef::new(n)?,
+                    public_exponent: UintRef::new(e)?,
+                };
+                (OID_RSA_ENCRYPTION, Some(AnyRef::NULL), key.to_der()?)
             }
             Jwk::Ec { curve, .. } => {
-                let mut params = tlv(TAG_OID, OID_EC_PUBLIC_KEY);
-                params.extend(tlv(
-                    TAG_OID,
-                    match curve {
-                        EcCurve::P256 => OID_P256,
-                        EcCurve::P384 => OID_P384,
-                    },
-                ));
-                (params, self.ec_uncompressed_point().unwrap_or_default())
+                curve_oid = ObjectIdentifier::from_bytes(match curve {
+                    EcCurve::P256 => OID_P256,
+                    EcCurve::P384 => OID_P384,
+                })?;
+                (
+                    OID_EC_PUBLIC_KEY,
+                    Some(AnyRef::from(&curve_oid)),
+                    self.ec_uncompressed_point().unwrap_or_default(),
+                )
             }
-            Jwk::Ed25519 { x } => (tlv(TAG_OID, OID_ED25519), x.clone()),
+            Jwk::Ed25519 { x } => (OID_ED25519, None, x.clone()),
         };
-        let mut bits = vec![0_u8];
-        bits.extend(key);
-        let mut spki = tlv(TAG_SEQUENCE, &algorithm);
-        spki.extend(tlv(TAG_BIT_STRING, &bits));
-        tlv(TAG_SEQUENCE, &spki)
+        SubjectPublicKeyInfoRef {
+            algorithm: AlgorithmIdentifierRef {
+                oid: ObjectIdentifier::from_bytes(algorithm)?,
+                parameters,
+            },
+            subject_public_key: BitStringRef::from_bytes(&key)?,
+        }
+        .to_der()
     }
-}
-
-/// Tag, definite length, content.
-fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    let len = content.len();
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes = len.to_be_bytes();
-        let start = bytes
-            .iter()
-            .position(|b| *b != 0)
-            .unwrap_or(bytes.len() - 1);
-        out.push(0x80 | (bytes.len() - start) as u8);
-        out.extend_from_slice(&bytes[start..]);
-    }
-    out.extend_from_slice(content);
-    out
-}
-
-/// A non-negative INTEGER from big-endian bytes without leading zeros: a zero byte goes in
-/// front when the top bit is set.
-fn unsigned_integer(value: &[u8]) -> Vec<u8> {
-    let start = value.iter().position(|b| *b != 0).unwrap_or(value.len());
-    let digits = &value[start..];
-    let mut content = Vec::with_capacity(digits.len() + 1);
-    if digits.first().is_none_or(|b| b & 0x80 != 0) {
-        content.push(0);
-    }
-    content.extend_from_slice(digits);
-    tlv(TAG_INTEGER, &content)
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 
 mod algorithm;
 mod b64;
-mod der;
 pub mod eab;
 mod error;
 pub mod goodkey;

@@ -1,8 +1,7 @@
-//! PEM encoding and decoding of certificates and keys.
+//! PEM encoding and decoding of certificates and keys, both with the `pem` crate (the one rcgen
+//! writes with), so one PEM implementation is linked for both directions.
 
 use std::path::Path;
-
-use x509_parser::pem::Pem;
 
 use crate::error::Error;
 
@@ -22,19 +21,18 @@ pub(crate) fn encode_certificate(der: &[u8]) -> String {
 /// The DER of every `CERTIFICATE` block in `text`; other blocks are refused so a key pasted
 /// into a certificate file is noticed.
 pub(crate) fn decode_certificates(text: &[u8], path: &Path) -> Result<Vec<Vec<u8>>, Error> {
-    let mut certs = Vec::new();
-    for block in Pem::iter_from_buffer(text) {
-        let block = block.map_err(|e| {
-            Error::InvalidCa(format!("{}: not a valid PEM file: {e}", path.display()))
-        })?;
-        if block.label != "CERTIFICATE" {
+    let blocks = pem::parse_many(text)
+        .map_err(|e| Error::InvalidCa(format!("{}: not a valid PEM file: {e}", path.display())))?;
+    let mut certs = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        if block.tag() != "CERTIFICATE" {
             return Err(Error::InvalidCa(format!(
                 "{}: expected only CERTIFICATE blocks, found {:?}",
                 path.display(),
-                block.label
+                block.tag()
             )));
         }
-        certs.push(block.contents);
+        certs.push(block.into_contents());
     }
     if certs.is_empty() {
         return Err(Error::InvalidCa(format!(

@@ -3,17 +3,19 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::ArgAction;
 use clap::Args;
 use clap::Parser;
 use clap::Subcommand;
 use clap::ValueEnum;
+use clap::builder::BoolishValueParser;
 
 /// ACME load generator for any RFC 8555 directory (Certeasy, Pebble, ...).
 ///
 /// `run` answers http-01 itself (a responder on --http01-listen) and resolves every name under
 /// --domain-suffix to 127.0.0.1 (a DNS server on --dns-listen): configure the server under test
-/// to validate on that port and to use that resolver. `scripts/bench.sh issuance` does all of it
-/// for Pebble and Certeasy.
+/// to validate on that port and to use that resolver. `bench issuance` does all of it for Pebble
+/// and Certeasy (`scripts/bench.sh issuance` builds both and calls it).
 #[derive(Debug, Parser)]
 #[command(name = "certeasy-loadgen", version, about, long_about)]
 pub(crate) struct Cli {
@@ -34,6 +36,9 @@ pub(crate) enum Command {
     /// Write a throw-away CA and a `localhost`/127.0.0.1 certificate for a server's HTTPS
     /// listener (Pebble's Debian package ships no test certificates).
     TlsCert(TlsCertArgs),
+    /// Start the servers afresh for every run, drive them with `run`, and report: Certeasy
+    /// against Pebble (`issuance`), Certeasy at scale, as a cluster, or in test mode.
+    Bench(BenchArgs),
 }
 
 /// What one flow is.
@@ -50,6 +55,18 @@ pub(crate) enum Scenario {
     /// Create --accounts accounts and then --orders orders (no validation) as fast as
     /// possible, then report the server's peak and current RSS (needs --server-pid).
     Scale,
+}
+
+impl Scenario {
+    /// The name `--scenario` takes (and result file names use).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::NewAccount => "new-account",
+            Self::NewOrder => "new-order",
+            Self::Scale => "scale",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -214,4 +231,140 @@ pub(crate) struct TlsCertArgs {
     /// Directory to write `root.pem`, `cert.pem` and `key.pem` into.
     #[arg(long)]
     pub(crate) out: PathBuf,
+}
+
+/// What `bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BenchPart {
+    /// Pebble against Certeasy, rounds alternating which goes first; the table and chart of
+    /// docs/performance.md, and a flame graph of Certeasy's full issuance.
+    Issuance,
+    /// Render the last `issuance` results again (no run).
+    IssuanceReport,
+    /// --scale-accounts accounts, then --scale-orders orders: Certeasy's RSS.
+    Scale,
+    /// Two instances (PostgreSQL + Redis) behind a TCP proxy against one, and one on
+    /// PostgreSQL + Redis against one on the SQLite default.
+    Cluster,
+    /// `certeasy serve --test-mode` under full issuance: fails when any flow stalls.
+    Testmode,
+}
+
+/// Every setting has the environment variable `scripts/bench.sh` documents as its fallback.
+/// Switches take `1`/`0` (also `true`/`false`, `yes`/`no`).
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    pub(crate) part: BenchPart,
+
+    /// Rounds; each round runs every scenario on every server, the server order alternating
+    /// from round to round.
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
+    pub(crate) rounds: u32,
+    /// Seconds each scenario starts new flows.
+    #[arg(long, env = "BENCH_DURATION", default_value_t = 20.0)]
+    pub(crate) duration: f64,
+    /// `scenario:concurrency` items, separated by spaces.
+    #[arg(
+        long,
+        env = "BENCH_SCENARIOS",
+        default_value = "full:8 full:32 new-account:32 new-order:8"
+    )]
+    pub(crate) scenarios: String,
+    /// Accounts made before the new-order scenario.
+    #[arg(long, env = "BENCH_NEW_ORDER_ACCOUNTS", default_value_t = 32)]
+    pub(crate) new_order_accounts: u64,
+    /// Order poll interval (Retry-After is not honoured).
+    #[arg(long, env = "BENCH_POLL_MS", default_value_t = 5)]
+    pub(crate) poll_ms: u64,
+    /// Seconds after which a flow counts as a stall.
+    #[arg(long, env = "BENCH_STALL_AFTER", default_value_t = 10.0)]
+    pub(crate) stall_after: f64,
+    /// Times a run with a stalled flow is set aside and run again.
+    #[arg(long, env = "BENCH_RERUNS", default_value_t = 2)]
+    pub(crate) reruns: u32,
+    /// Profile Certeasy's full issuance (perf) after the rounds of `issuance`.
+    #[arg(long, env = "BENCH_FLAME", default_value = "1", action = ArgAction::Set,
+          value_parser = BoolishValueParser::new())]
+    pub(crate) flame: bool,
+    /// Length of the profiled run, seconds.
+    #[arg(long, env = "BENCH_FLAME_SECS", default_value_t = 10)]
+    pub(crate) flame_secs: u64,
+    /// `perf record --call-graph` mode.
+    #[arg(long, env = "BENCH_PERF_CALLGRAPH", default_value = "dwarf,16384")]
+    pub(crate) perf_callgraph: String,
+    /// First of the loopback ports used (BASE to BASE+17).
+    #[arg(long, env = "BENCH_PORT_BASE", default_value_t = 18400)]
+    pub(crate) port_base: u16,
+    /// Before the first round, wait until the 1-minute load average is below this...
+    #[arg(long, env = "BENCH_SETTLE_LOAD", default_value_t = 0.5)]
+    pub(crate) settle_load: f64,
+    /// ...or this many seconds have passed.
+    #[arg(long, env = "BENCH_SETTLE_SECS", default_value_t = 90)]
+    pub(crate) settle_secs: u64,
+    /// Write the table into docs/performance.md and the images into docs/img.
+    #[arg(long, env = "BENCH_UPDATE_DOCS", default_value = "1", action = ArgAction::Set,
+          value_parser = BoolishValueParser::new())]
+    pub(crate) update_docs: bool,
+    /// The documentation directory --update-docs writes into.
+    #[arg(long, default_value = "docs")]
+    pub(crate) docs: PathBuf,
+    /// Accounts of the scale part.
+    #[arg(long, env = "BENCH_SCALE_ACCOUNTS", default_value_t = 10_000)]
+    pub(crate) scale_accounts: u64,
+    /// Orders of the scale part.
+    #[arg(long, env = "BENCH_SCALE_ORDERS", default_value_t = 100_000)]
+    pub(crate) scale_orders: u64,
+    /// Concurrency of the scale part.
+    #[arg(long, env = "BENCH_SCALE_CONCURRENCY", default_value_t = 16)]
+    pub(crate) scale_concurrency: usize,
+    /// Rounds of the cluster part (default: --rounds).
+    #[arg(long, env = "BENCH_CLUSTER_ROUNDS")]
+    pub(crate) cluster_rounds: Option<u32>,
+    /// Seconds of each cluster scenario (default: --duration).
+    #[arg(long, env = "BENCH_CLUSTER_DURATION")]
+    pub(crate) cluster_duration: Option<f64>,
+    /// `scenario:concurrency` items of the cluster part.
+    #[arg(
+        long,
+        env = "BENCH_CLUSTER_SCENARIOS",
+        default_value = "full:32 new-order:32"
+    )]
+    pub(crate) cluster_scenarios: String,
+    /// Cluster: hold PostgreSQL's traffic this many microseconds each way (the `proxy`
+    /// command), for a database on a host of its own: 250 is a round trip of about 0.5 ms.
+    #[arg(long, env = "BENCH_CLUSTER_DB_DELAY_US", default_value_t = 0)]
+    pub(crate) cluster_db_delay_us: u64,
+    /// Concurrent flows of the test-mode part.
+    #[arg(long, env = "BENCH_TESTMODE_CONCURRENCY", default_value_t = 32)]
+    pub(crate) testmode_concurrency: usize,
+    /// Seconds of the test-mode part (default: --duration).
+    #[arg(long, env = "BENCH_TESTMODE_DURATION")]
+    pub(crate) testmode_duration: Option<f64>,
+    /// PostgreSQL server (any database on it) the cluster part creates its databases on.
+    #[arg(
+        long,
+        env = "CERTEASY_TEST_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    pub(crate) postgres_url: String,
+    /// Redis of the cluster part (keys under a fresh per-run prefix, removed after the run).
+    #[arg(
+        long,
+        env = "BENCH_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub(crate) redis_url: String,
+    /// The `certeasy` binary (default: next to this one, as a `cargo build` leaves it).
+    #[arg(long, env = "BENCH_CERTEASY")]
+    pub(crate) certeasy: Option<PathBuf>,
+    /// Results go to `<target-dir>/bench-<part>/` (raw JSON per run, the table, the chart,
+    /// logs of a failed run).
+    #[arg(long, env = "CARGO_TARGET_DIR")]
+    pub(crate) target_dir: Option<PathBuf>,
+    /// TrueType font for the chart's text.
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    pub(crate) font: PathBuf,
 }

@@ -24,7 +24,7 @@ pub(crate) fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
     }
     let mut options = Options::default();
     options.title.clone_from(&args.title);
-    // scripts/bench-loadgen.sh records `-e cpu-clock`, whose sample weight is nanoseconds of CPU.
+    // `bench` records `-e cpu-clock`, whose sample weight is nanoseconds of CPU.
     options.count_name = "ns".to_owned();
     let output = File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;

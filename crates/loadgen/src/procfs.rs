@@ -1,108 +1,78 @@
-//! The server's CPU time and memory, read from `/proc` (Linux only).
+//! The server's CPU time and memory, and the machine's load, read from `/proc` (Linux only)
+//! through the `procfs` crate.
 
 use anyhow::Context;
-use anyhow::bail;
+use procfs::Current;
+use procfs::LoadAverage;
+use procfs::process::Process;
 
-/// `AT_CLKTCK` in the auxiliary vector: the unit of `utime`/`stime` in `/proc/PID/stat`.
-const AT_CLKTCK: u64 = 17;
-/// The value on every Linux architecture in practice, used when the auxiliary vector says nothing.
-const DEFAULT_CLK_TCK: u64 = 100;
-
-/// CPU time (user + system, all threads) of a process in clock ticks, from the text of
-/// `/proc/PID/stat`. The command name is parenthesised and may itself contain spaces and
-/// parentheses, so fields are counted from the last `)`.
-pub(crate) fn parse_stat_ticks(stat: &str) -> anyhow::Result<u64> {
-    let (_, rest) = stat.rsplit_once(')').context("no ')' in /proc/PID/stat")?;
-    // After the name: state (3), ppid (4), ... utime (14), stime (15).
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let (Some(utime), Some(stime)) = (fields.get(11), fields.get(12)) else {
-        bail!("/proc/PID/stat has too few fields");
-    };
-    Ok(utime.parse::<u64>()? + stime.parse::<u64>()?)
+/// `/proc/PID` of a process the load generator measures.
+fn process(pid: u32) -> anyhow::Result<Process> {
+    let pid = i32::try_from(pid).with_context(|| format!("{pid} is not a process id"))?;
+    Process::new(pid).with_context(|| format!("no process {pid}"))
 }
 
-/// Clock ticks per second, from this process's auxiliary vector (pairs of native-endian u64).
-pub(crate) fn clock_ticks_per_second() -> u64 {
-    let Ok(auxv) = std::fs::read("/proc/self/auxv") else {
-        return DEFAULT_CLK_TCK;
-    };
-    auxv.chunks_exact(16)
-        .filter_map(|pair| {
-            let key = u64::from_ne_bytes(pair.get(..8)?.try_into().ok()?);
-            let value = u64::from_ne_bytes(pair.get(8..)?.try_into().ok()?);
-            (key == AT_CLKTCK).then_some(value)
-        })
-        .next()
-        .filter(|&ticks| ticks > 0)
-        .unwrap_or(DEFAULT_CLK_TCK)
-}
-
-/// CPU seconds used so far by all the given processes together.
+/// CPU seconds (user + system, all threads) used so far by all the given processes together.
 pub(crate) fn cpu_seconds(pids: &[u32]) -> anyhow::Result<f64> {
-    let ticks_per_second = clock_ticks_per_second() as f64;
+    let ticks_per_second = procfs::ticks_per_second() as f64;
     let mut total = 0.0;
-    for pid in pids {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    for &pid in pids {
+        let stat = process(pid)?
+            .stat()
             .with_context(|| format!("reading /proc/{pid}/stat"))?;
-        total += parse_stat_ticks(&stat)? as f64 / ticks_per_second;
+        total += (stat.utime + stat.stime) as f64 / ticks_per_second;
     }
     Ok(total)
 }
 
-/// `(VmHWM, VmRSS)` in KiB from the text of `/proc/PID/status`.
-pub(crate) fn parse_status_memory(status: &str) -> anyhow::Result<(u64, u64)> {
-    let field = |name: &str| -> anyhow::Result<u64> {
-        let value = status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .with_context(|| format!("no {name} in /proc/PID/status"))?;
-        Ok(value.trim().trim_end_matches("kB").trim().parse()?)
-    };
-    Ok((field("VmHWM:")?, field("VmRSS:")?))
-}
-
-/// Peak and current resident set of all the given processes, summed, in KiB.
+/// Peak and current resident set (`VmHWM`, `VmRSS`) of all the given processes, summed, in KiB.
 pub(crate) fn memory_kib(pids: &[u32]) -> anyhow::Result<(u64, u64)> {
     let mut total = (0, 0);
-    for pid in pids {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    for &pid in pids {
+        let status = process(pid)?
+            .status()
             .with_context(|| format!("reading /proc/{pid}/status"))?;
-        let (hwm, rss) = parse_status_memory(&status)?;
+        let (Some(hwm), Some(rss)) = (status.vmhwm, status.vmrss) else {
+            anyhow::bail!("/proc/{pid}/status has no VmHWM or VmRSS (a kernel thread?)");
+        };
         total = (total.0 + hwm, total.1 + rss);
     }
     Ok(total)
 }
 
+/// The 1-, 5- and 15-minute load averages.
+pub(crate) fn load_average() -> anyhow::Result<(f32, f32, f32)> {
+    let load = LoadAverage::current().context("reading /proc/loadavg")?;
+    Ok((load.one, load.five, load.fifteen))
+}
+
+/// The first processor's model name, as `/proc/cpuinfo` gives it.
+pub(crate) fn cpu_model() -> anyhow::Result<String> {
+    let info = procfs::CpuInfo::current().context("reading /proc/cpuinfo")?;
+    Ok(info.model_name(0).unwrap_or("unknown").to_owned())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::clock_ticks_per_second;
-    use super::parse_stat_ticks;
-    use super::parse_status_memory;
+    use super::cpu_seconds;
+    use super::load_average;
+    use super::memory_kib;
 
+    /// The figures of this very process: it has run, and it has a resident set.
     #[test]
-    fn stat_fields_are_counted_after_the_last_parenthesis() {
-        // A name with a space and a parenthesis; utime 1234, stime 56.
-        let stat = "4242 (cert easy) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 1234 56 0 0 20 0 9 0 \
-                    100 2000000 3000 18446744073709551615";
-        assert_eq!(parse_stat_ticks(stat).expect("parses"), 1290);
-        assert!(parse_stat_ticks("12 (short) S 1").is_err());
+    fn own_cpu_and_memory_are_read() {
+        let me = std::process::id();
+        let spin: u64 = (0..2_000_000u64).map(std::hint::black_box).sum();
+        assert!(spin > 0);
+        assert!(cpu_seconds(&[me]).expect("own stat") >= 0.0);
+        let (hwm, rss) = memory_kib(&[me, me]).expect("own status");
+        assert!(hwm >= rss / 2 && rss > 0, "{hwm} {rss}");
+        assert!(load_average().expect("loadavg").0 >= 0.0);
     }
 
     #[test]
-    fn own_stat_and_clock_parse() {
-        let stat = std::fs::read_to_string("/proc/self/stat").expect("linux");
-        parse_stat_ticks(&stat).expect("own stat parses");
-        assert!(clock_ticks_per_second() > 0);
-    }
-
-    #[test]
-    fn status_memory_fields() {
-        let status =
-            "Name:\tcerteasy\nVmPeak:\t  900 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\n";
-        assert_eq!(
-            parse_status_memory(status).expect("parses"),
-            (51_200, 40_960)
-        );
-        assert!(parse_status_memory("Name: x\n").is_err());
+    fn a_missing_process_is_an_error() {
+        // PID_MAX_LIMIT is 2^22: no process has a larger id.
+        assert!(cpu_seconds(&[(1 << 22) + 1]).is_err());
     }
 }

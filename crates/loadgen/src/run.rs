@@ -284,7 +284,19 @@ async fn create_orders(
     .await)
 }
 
-pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// [`run`] on a runtime of its own with `--threads` workers: the command, and each run of
+/// `bench`, whose responders and DNS server are gone with the runtime when it returns.
+pub(crate) fn run_blocking(args: RunArgs) -> anyhow::Result<RunResult> {
+    // The one crypto provider of the workspace; a second install is a no-op error.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<RunResult> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
@@ -417,7 +429,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         print_summary(&result);
     }
     drop(challenges);
-    Ok(())
+    Ok(result)
 }
 
 fn summarise(

@@ -298,3 +298,16 @@ async fn an_order_of_an_account_deactivated_since_the_request_was_authenticated_
         Refusal::State(StateRefusal::Account(AccountStatus::Deactivated))
     ));
 }
+
+#[tokio::test]
+async fn only_return_existing_for_a_deactivated_accounts_key_is_account_not_valid() {
+    let h = harness().build().await;
+    let (account, key) = h.account().await;
+    h.ra.deactivate_account(account.id).await.unwrap();
+    let mut request = account_request(key.public_jwk());
+    request.only_return_existing = true;
+    assert!(matches!(
+        refusal(h.ra.new_account(request).await),
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
+    ));
+}

@@ -226,3 +226,21 @@ async fn failures_within_the_repause_grace_after_an_unpause_are_not_counted() {
         Refusal::Paused { .. }
     ));
 }
+
+#[tokio::test]
+async fn unpausing_a_pair_that_is_not_paused_unpauses_nothing() {
+    let h = zombie_harness(10).await;
+    let (account, _) = h.account().await;
+    h.ra.pause(account.id, &[dns("a.example.com")])
+        .await
+        .unwrap();
+    let unpaused =
+        h.ra.unpause(account.id, &[dns("b.example.com")], UnpausedBy::Subscriber)
+            .await
+            .unwrap();
+    assert!(unpaused.is_empty());
+    assert_eq!(
+        h.ra.paused_for_account(account.id, 10).await.unwrap(),
+        vec![dns("a.example.com")]
+    );
+}
