@@ -188,6 +188,20 @@ async fn a_certificate_whose_replacing_order_expired_may_be_replaced_again() {
 }
 
 #[tokio::test]
+async fn a_certificate_for_ip_addresses_may_be_replaced_by_an_order_for_them() {
+    let h = harness().build().await;
+    let (account, _) = h.account().await;
+    let names = ["192.0.2.7", "2001:db8::1"];
+    let (cert, _) = h.issue(&account, &names).await;
+    let order =
+        h.ra.new_order(&account, replacing(&h, &cert, &["2001:db8:0:0::1"]))
+            .await
+            .unwrap()
+            .order;
+    assert_eq!(order.replaces, Some(h.cert_id(&cert)));
+}
+
+#[tokio::test]
 async fn replacing_another_accounts_certificate_is_unauthorized() {
     let h = harness().build().await;
     let (account, _) = h.account().await;
