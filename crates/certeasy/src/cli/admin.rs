@@ -12,6 +12,7 @@ use crate::admin_wire::CertificateQuery;
 /// Where the admin listener is, how to prove the right to use it, and how to print: options of
 /// every admin command, so they may stand anywhere after `admin`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Admin options (anywhere after `admin`)")]
 pub struct AdminOptions {
     /// Base URL of the admin listener; defaults to http://<server.admin-listen> of --config,
     /// or http://127.0.0.1:14001.
