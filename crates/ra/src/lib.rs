@@ -9,6 +9,7 @@
 //! front end turns it into an ACME problem in one place.
 
 pub mod accounts;
+pub mod attempts;
 pub mod caa;
 pub mod challenges;
 pub mod eab;

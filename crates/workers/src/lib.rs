@@ -6,9 +6,15 @@
 //! instance after a restart or by another instance, at most `max-attempts` times in all. Jobs are
 //! idempotent: recording a validation twice or completing an order twice changes nothing.
 
+mod caa_recheck;
+mod context;
 pub mod crl;
+mod finalizations;
+mod job_loop;
+mod lease;
 pub mod pruner;
-pub mod runner;
 pub mod settings;
+mod validations;
 
-pub use runner::Workers;
+pub use finalizations::Prepared;
+pub use job_loop::Workers;

@@ -2,6 +2,7 @@
 
 use acme_core::account_uri::AccountUris;
 use issuance::Profiles;
+use ra::attempts::RetryPolicy;
 use time::Duration;
 
 /// Default of `validation.job-lease`: how long a claimed job stays reserved without a heartbeat.
@@ -17,9 +18,9 @@ pub const DEFAULT_JOB_LEASE: Duration = Duration::seconds(30);
 pub const DEFAULT_VALIDATION_RETRIES: u32 = 1;
 
 /// Default of `validation.retry-backoff`: the wait before the first retry; each further retry
-/// waits twice as long as the previous one, at most [`MAX_RETRY_BACKOFF`]. Three seconds: the
-/// verdict then reaches a client that polls with `Retry-After` (certbot, lego's backoff from it)
-/// well within 15 s.
+/// waits twice as long as the previous one, at most [`ra::attempts::MAX_RETRY_BACKOFF`]. Three
+/// seconds: the verdict then reaches a client that polls with `Retry-After` (certbot, lego's
+/// backoff from it) well within 15 s.
 pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::seconds(3);
 
 /// Default of `validation.retry-window`: a retry is scheduled only if it starts at most this long
@@ -28,10 +29,6 @@ pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::seconds(3);
 /// after about 30 s (certbot 2.1 with "All authorizations were not finalized by the CA") and must
 /// see the real problem before then.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::seconds(10);
-
-/// The longest wait between two attempts of one challenge, whatever the retries and backoff
-/// configured: the doubling stops here.
-pub const MAX_RETRY_BACKOFF: Duration = Duration::minutes(10);
 
 /// How the workers run and what they issue.
 #[derive(Debug, Clone)]
@@ -70,10 +67,14 @@ pub struct WorkerSettings {
     /// pair with a recent failure gets none).
     pub validation_retries: u32,
     /// Wait before the first retry; doubled for each further one, capped at
-    /// [`MAX_RETRY_BACKOFF`].
+    /// [`ra::attempts::MAX_RETRY_BACKOFF`].
     pub retry_backoff: Duration,
     /// The latest a retry may start, counted from the end of the challenge's first attempt.
     pub retry_window: Duration,
+    /// `acme.valid-authorization-lifetime`: a validated authorization expires this long after
+    /// the verdict that made it valid (the policy layer's setting, which storage is told with
+    /// every verdict).
+    pub valid_authorization_lifetime: Duration,
     /// Test mode only (`certeasy serve --test-mode --always-valid`): every challenge is recorded
     /// valid without any network traffic (no HTTP, TLS or DNS query, and no CAA check), like
     /// Pebble's `PEBBLE_VA_ALWAYS_VALID`, so a client's CI needs no challenge responder.
@@ -91,14 +92,15 @@ impl WorkerSettings {
             .saturating_add(std::time::Duration::from_secs(5))
     }
 
-    /// The wait before the retry that follows `failed` failed attempts (1 for the first retry):
-    /// `retry_backoff` doubled `failed - 1` times, at most [`MAX_RETRY_BACKOFF`].
-    pub fn retry_delay(&self, failed: u32) -> Duration {
-        let doublings = failed.saturating_sub(1).min(20);
-        self.retry_backoff
-            .checked_mul(1_i32 << doublings)
-            .unwrap_or(MAX_RETRY_BACKOFF)
-            .min(MAX_RETRY_BACKOFF)
+    /// The retry settings `ra::attempts::decide` applies, for a validator whose attempts take at
+    /// most `worst_attempt` (`Validator::worst_case_attempt`).
+    pub fn retry_policy(&self, worst_attempt: std::time::Duration) -> RetryPolicy {
+        RetryPolicy {
+            retries: self.validation_retries,
+            backoff: self.retry_backoff,
+            window: self.retry_window,
+            worst_attempt,
+        }
     }
 
     /// How often a running attempt renews its lease: three chances before it would run out.
@@ -139,23 +141,8 @@ impl Default for WorkerSettings {
             validation_retries: DEFAULT_VALIDATION_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             retry_window: DEFAULT_RETRY_WINDOW,
+            valid_authorization_lifetime: ra::settings::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
             always_valid: false,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_delays_double_and_are_capped() {
-        let settings = WorkerSettings::default();
-        let delays: Vec<i64> = (1..=4)
-            .map(|n| settings.retry_delay(n).whole_seconds())
-            .collect();
-        assert_eq!(delays, [3, 6, 12, 24]);
-        assert_eq!(settings.retry_delay(30), MAX_RETRY_BACKOFF);
-        assert_eq!(settings.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
     }
 }

@@ -1,6 +1,8 @@
 //! The job runner on real parts: SQLite storage, a CA, and the testkit DNS and http-01 servers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,6 +23,8 @@ use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
+use common::csr;
+use common::storage_on;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::Profiles;
@@ -35,9 +39,12 @@ use ra::verdicts::ValidationHook;
 use storage::Backend;
 use storage::Storage;
 use storage::model::Challenge;
+use storage::model::ChallengeStart;
+use storage::model::Finalizing;
 use storage::model::NewAccount;
 use storage::model::NewAuthz;
 use storage::model::NewOrder;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::ValidationRecorded;
 use testkit::dns::TestDnsServer;
@@ -64,15 +71,8 @@ async fn env() -> Env {
 }
 
 async fn env_on(backend: Backend) -> Env {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let pg =
-        (backend == Backend::Postgres).then(|| PgDatabase::create("certeasy_workers_").unwrap());
-    let url = match &pg {
-        Some(pg) => pg.url().to_owned(),
-        None => format!("sqlite://{}", dir.path().join("db.sqlite").display()),
-    };
-    let storage = Storage::connect(&url).await.unwrap();
+    let (pg, storage) = storage_on(backend, dir.path(), "certeasy_workers_").await;
     let ca = Arc::new(
         Ca::load_or_create(
             &CaSettings::new(dir.path().join("ca")),
@@ -191,7 +191,7 @@ async fn order_with(
                     expires_at: now + time::Duration::days(1),
                     challenges: vec![(kind, token.to_owned())],
                 }],
-                reuse_valid_authz: false,
+                reuse_valid_until: None,
                 replaces: None,
                 profile: "tls-server".to_owned(),
             },
@@ -200,6 +200,9 @@ async fn order_with(
         )
         .await
         .unwrap();
+    let OrderCreation::Created { order, .. } = order else {
+        panic!("the order was not created: {order:?}");
+    };
     let authz = env
         .storage
         .authorization(order.authz_ids[0], now)
@@ -211,29 +214,11 @@ async fn order_with(
 
 /// The order as it is now.
 async fn order_now(env: &Env, order: OrderId) -> storage::model::Order {
-    env.storage
-        .order(order, OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap()
+    common::order_now(&env.storage, order).await
 }
 
 async fn wait_for(env: &Env, order: OrderId, want: OrderStatus) {
-    for _ in 0..300 {
-        let o = order_now(env, order).await;
-        if o.status == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("order {order} never became {}", want.as_str());
-}
-
-fn csr(name: &str) -> Vec<u8> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.serialize_request(&key).unwrap().der().to_vec()
+    common::wait_for(&env.storage, order, want).await;
 }
 
 #[tokio::test]
@@ -671,12 +656,15 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
 
     let slot = workers.try_slot().expect("the one place is free");
     assert!(workers.try_slot().is_none(), "one place, already taken");
-    let (_, job) = env
+    let started = env
         .storage
         .start_challenge_claimed(challenge, OffsetDateTime::now_utc(), lease)
         .await
         .unwrap();
-    workers.run_claimed(slot, job.unwrap(), None).await.unwrap();
+    let ChallengeStart::Started { job: Some(job), .. } = started else {
+        panic!("the challenge did not start with a job: {started:?}");
+    };
+    workers.run_claimed(slot, job, None).await.unwrap();
     // Recorded by the time the handle finishes, and no job is left behind.
     let ch = env.storage.challenge(challenge).await.unwrap().unwrap();
     assert_eq!(ch.status, ChallengeStatus::Valid);
@@ -684,7 +672,7 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
     assert_eq!(env.storage.next_job_due().await.unwrap(), None);
 
     let slot = workers.try_slot().expect("the place came back");
-    let (_, job) = env
+    let begun = env
         .storage
         .begin_finalize_claimed(
             order,
@@ -694,7 +682,10 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
         )
         .await
         .unwrap();
-    workers.run_claimed(slot, job.unwrap(), None).await.unwrap();
+    let Finalizing::Begun { job: Some(job), .. } = begun else {
+        panic!("the finalization did not begin with a job: {begun:?}");
+    };
+    workers.run_claimed(slot, job, None).await.unwrap();
     let o = order_now(&env, order).await;
     assert_eq!(o.status, OrderStatus::Valid);
     assert!(o.certificate_id.is_some());
@@ -1196,7 +1187,7 @@ async fn assert_no_job_left(env: &Env) {
 async fn assert_no_job_ever(env: &Env) {
     assert_no_job_left(env).await;
     let (_, probe) = order_for(env, "probe.workers.test", "tok-probe").await;
-    let (_, job) = env
+    let started = env
         .storage
         .start_challenge_claimed(
             probe,
@@ -1205,8 +1196,11 @@ async fn assert_no_job_ever(env: &Env) {
         )
         .await
         .unwrap();
+    let ChallengeStart::Started { job: Some(job), .. } = started else {
+        panic!("the probe did not start with a job: {started:?}");
+    };
     assert_eq!(
-        job.unwrap().id,
+        job.id,
         JobId(1),
         "an earlier job took the first id"
     );

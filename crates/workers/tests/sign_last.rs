@@ -23,13 +23,14 @@ use common::wait_for;
 use issuance::Ca;
 use issuance::CaSettings;
 use issuance::Profiles;
+use ra::Refusal;
+use ra::error::StateRefusal;
 use ra::in_flight::InFlight;
 use ra::in_flight::Key;
 use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
 use storage::Backend;
 use storage::Storage;
-use storage::error::Error;
 use storage::model::Order;
 use storage::model::ReservationState;
 use testkit::postgres::PgDatabase;
@@ -84,7 +85,7 @@ async fn env(backend: Backend) -> Env {
 
 /// Finalizes `order` at once, as a request that found a free place: with the order as the
 /// request read it, which the database may have moved on from since.
-async fn finalize_at_once(env: &Env, order: Order, der: Vec<u8>) -> Result<Finalized, Error> {
+async fn finalize_at_once(env: &Env, order: Order, der: Vec<u8>) -> Result<Finalized, ra::Error> {
     let checked = issuance::check_csr(&der, &order.identifiers).unwrap();
     let in_flight = InFlight::default();
     let held = in_flight.enter(Key::Order(order.id)).unwrap();
@@ -176,9 +177,13 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
     assert!(
         matches!(
             refused,
-            Err(Error::OrderNotReady(
-                OrderStatus::Processing | OrderStatus::Valid
-            ))
+            Err(ra::Error::Refused(ref refusal))
+                if matches!(
+                    **refusal,
+                    Refusal::State(StateRefusal::OrderNotReady(
+                        OrderStatus::Processing | OrderStatus::Valid
+                    ))
+                )
         ),
         "{refused:?}"
     );

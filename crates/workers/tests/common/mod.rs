@@ -21,9 +21,11 @@ use storage::model::NewAuthz;
 use storage::model::NewOrder;
 use storage::model::NewReservation;
 use storage::model::Order;
+use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::ReservedAtOnce;
 use storage::model::ValidationRecorded;
+use testkit::poll::eventually;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 
@@ -72,7 +74,7 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
         .await
         .unwrap();
     let id = Identifier::dns(name).unwrap();
-    let order = storage
+    let created = storage
         .create_order(
             NewOrder {
                 account_id: account.id,
@@ -86,7 +88,7 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
                     expires_at: now + time::Duration::days(1),
                     challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
                 }],
-                reuse_valid_authz: false,
+                reuse_valid_until: None,
                 replaces: None,
                 profile: "tls-server".to_owned(),
             },
@@ -95,13 +97,20 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
         )
         .await
         .unwrap();
+    let OrderCreation::Created { order, .. } = created else {
+        panic!("the order was not created: {created:?}");
+    };
     let authz = storage
         .authorization(order.authz_ids[0], now)
         .await
         .unwrap()
         .unwrap();
     storage
-        .record_valid_at_once(authz.challenges[0].id, now)
+        .record_valid_at_once(
+            authz.challenges[0].id,
+            ra::settings::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
+            now,
+        )
         .await
         .unwrap();
     let order = order_now(storage, order.id).await;
@@ -118,16 +127,15 @@ pub(crate) async fn order_now(storage: &Storage, id: OrderId) -> Order {
         .unwrap()
 }
 
-/// Order `id` once it is `want`, polled for at most 15 s.
+/// Order `id` once it is `want`, polled for at most 30 s.
 pub(crate) async fn wait_for(storage: &Storage, id: OrderId, want: OrderStatus) -> Order {
-    for _ in 0..300 {
+    let (within, every) = (Duration::from_secs(30), Duration::from_millis(50));
+    let reached = eventually(within, every, async || {
         let order = order_now(storage, id).await;
-        if order.status == want {
-            return order;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("order {id} never became {}", want.as_str());
+        (order.status == want).then_some(order)
+    })
+    .await;
+    reached.unwrap_or_else(|| panic!("order {id} never became {}", want.as_str()))
 }
 
 /// A CSR for `name` with a fresh P-256 key.
