@@ -23,6 +23,23 @@ pub fn admin_url() -> String {
     std::env::var("CERTEASY_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
 }
 
+/// The admin URL with its database path replaced by `name`; a query (`?sslmode=...`) is kept.
+pub fn database_url(admin_url: &str, name: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (admin_url, None),
+    };
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
+}
+
 /// A fresh database, dropped with the value.
 pub struct PgDatabase {
     admin: String,
@@ -52,8 +69,7 @@ impl PgDatabase {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
-        let url = format!("{base}/{name}");
+        let url = database_url(&admin, &name);
         Ok(Self { admin, name, url })
     }
 
@@ -78,5 +94,23 @@ impl Drop for PgDatabase {
                 self.name
             ))
             .output();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::database_url;
+
+    #[test]
+    fn database_url_replaces_the_path() {
+        assert_eq!(
+            database_url("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            database_url("postgres://u@h/db?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
+        assert_eq!(database_url("postgres://u@h", "x"), "postgres://u@h/x");
     }
 }
