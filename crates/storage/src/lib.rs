@@ -53,17 +53,10 @@ use crate::model::Challenge;
 use crate::model::ChallengeAttempt;
 use crate::model::ChallengeStart;
 use crate::model::EabKey;
-use crate::model::Finalizing;
 use crate::model::Job;
 use crate::model::NewAccount;
-use crate::model::NewCertificate;
 use crate::model::NewEabKey;
-use crate::model::NewOrder;
 use crate::model::NewReservation;
-use crate::model::Order;
-use crate::model::OrderCreation;
-use crate::model::OrderGuards;
-use crate::model::OrderValidation;
 use crate::model::RenewEarly;
 use crate::model::Reservation;
 use crate::model::Reserved;
@@ -217,41 +210,6 @@ impl Storage {
 
     // ---- orders and authorizations ----
 
-    /// Creates an order with its authorizations and challenges in one transaction that first
-    /// reads the account's status under its lock and counts the database-backed limits
-    /// (pending-authorization cap, duplicate certificates), writing nothing when the account is
-    /// not valid or a limit to refuse on is exceeded. The order is `ready` at once when every
-    /// authorization was reused and valid. Only authorizations still valid at
-    /// `new.reuse_valid_until` are reused, and the order's expiry is cut to the earliest expiry
-    /// of its authorizations: an order never outlives them. The answer says how full the
-    /// limits are (for `RateLimit` headers).
-    pub async fn create_order(
-        &self,
-        new: NewOrder,
-        guards: &OrderGuards,
-        now: OffsetDateTime,
-    ) -> Result<OrderCreation> {
-        orders::create(self, new, guards, now).await
-    }
-    /// Reads an order, first applying expiry (pending/ready past `expires_at` become invalid).
-    pub async fn order(&self, id: OrderId, now: OffsetDateTime) -> Result<Option<Order>> {
-        orders::get(self, id, now).await
-    }
-    /// How each authorization of the order was validated (its valid challenge's type and time),
-    /// in the order's authorization order, in one read. `Error::Corrupt` when one has no valid,
-    /// dated challenge, which no order that reached `ready` can hold.
-    pub async fn order_validations(&self, id: OrderId) -> Result<Vec<OrderValidation>> {
-        orders::validations(self, id).await
-    }
-    /// Ids of the account's orders, ascending, strictly after `after`, at most `limit`.
-    pub async fn account_orders(
-        &self,
-        account: AccountId,
-        after: Option<OrderId>,
-        limit: u32,
-    ) -> Result<Vec<OrderId>> {
-        orders::of_account(self, account, after, limit).await
-    }
     /// Reads an authorization with its challenges, first applying expiry (pending/valid past
     /// `expires_at` become expired, and pending orders that hold them become invalid).
     pub async fn authorization(
@@ -341,28 +299,6 @@ impl Storage {
 
     // ---- finalization and certificates ----
 
-    /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
-    /// `NotReady(status)` when the order is not ready (an expired one, or one with an expired
-    /// authorization, is first made invalid).
-    pub async fn begin_finalize(
-        &self,
-        id: OrderId,
-        csr_der: &[u8],
-        now: OffsetDateTime,
-    ) -> Result<Finalizing> {
-        orders::begin_finalize(self, id, csr_der, now, None).await
-    }
-    /// [`Storage::begin_finalize`] with the `Finalize` job claimed by the caller, as
-    /// [`Storage::start_challenge_claimed`] does.
-    pub async fn begin_finalize_claimed(
-        &self,
-        id: OrderId,
-        csr_der: &[u8],
-        now: OffsetDateTime,
-        lease: Duration,
-    ) -> Result<Finalizing> {
-        orders::begin_finalize(self, id, csr_der, now, Some(lease)).await
-    }
     /// The at-once path of a finalization, before anything is signed: ready → processing with
     /// the CSR, a `Finalize` job claimed by the caller for `lease`, and the serial reserved with
     /// what the certificate is to be (`intent`), all in one transaction that checks the account
@@ -406,38 +342,6 @@ impl Storage {
         limit: u32,
     ) -> Result<Vec<Reservation>> {
         reservation_rows::open_before(self, before, limit).await
-    }
-    /// The stored CSR of an order in processing.
-    pub async fn order_csr(&self, id: OrderId) -> Result<Option<Vec<u8>>> {
-        orders::csr(self, id).await
-    }
-    /// Stores the certificate signed from the open reservation of its serial (which must match
-    /// it exactly) and moves the order processing → valid; the reservation becomes `issued`.
-    /// Nothing is checked again: the checks ran when the serial was reserved, and a signed
-    /// certificate is kept. Idempotent: an order that is already valid returns its
-    /// certificate. `settle` as for [`Storage::record_validation`]. `Error::Corrupt` when the
-    /// serial is not the order's open reservation or the order is neither processing nor
-    /// valid: only the holder of its `Finalize` job stores its certificate.
-    pub async fn complete_order(
-        &self,
-        id: OrderId,
-        cert: NewCertificate,
-        now: OffsetDateTime,
-        settle: Option<&Job>,
-    ) -> Result<Certificate> {
-        orders::complete(self, id, cert, now, settle).await
-    }
-    /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].
-    /// `Unchanged` for an order that is not processing; the job is settled all the same when
-    /// the order is already invalid (a repeated failure report).
-    pub async fn fail_order(
-        &self,
-        id: OrderId,
-        problem: Problem,
-        now: OffsetDateTime,
-        settle: Option<&Job>,
-    ) -> Result<StatusChange<Order>> {
-        orders::fail(self, id, problem, now, settle).await
     }
     pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
         certificates::by_id(self, id).await

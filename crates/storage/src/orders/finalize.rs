@@ -1,0 +1,445 @@
+//! Finalizing an order: ready → processing (also for `reservations.rs`, which reserves the
+//! serial in the same transaction), the certificate stored against its reservation (SQLite and
+//! the PostgreSQL function side by side), and a failed order.
+
+use acme_core::ids::AuthzId;
+use acme_core::ids::CertificateId;
+use acme_core::ids::OrderId;
+use acme_core::ids::Serial;
+use acme_core::problem::Problem;
+use acme_core::status::AccountStatus;
+use acme_core::status::OrderStatus;
+use time::Duration;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::issuer_chains;
+use crate::model::Certificate;
+use crate::model::Finalizing;
+use crate::model::Job;
+use crate::model::JobKind;
+use crate::model::NewCertificate;
+use crate::model::Order;
+use crate::model::StatusChange;
+use crate::reservation_rows;
+use crate::rows;
+use crate::sql;
+use crate::sql::Conn;
+use crate::state;
+
+impl Storage {
+    /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
+    /// `NotReady(status)` when the order is not ready (an expired one, or one with an expired
+    /// authorization, is first made invalid).
+    pub async fn begin_finalize(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        now: OffsetDateTime,
+    ) -> Result<Finalizing> {
+        begin_finalize(self, id, csr_der, now, None).await
+    }
+
+    /// [`Storage::begin_finalize`] with the `Finalize` job claimed by the caller, as
+    /// [`Storage::start_challenge_claimed`] does.
+    pub async fn begin_finalize_claimed(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<Finalizing> {
+        begin_finalize(self, id, csr_der, now, Some(lease)).await
+    }
+
+    /// Stores the certificate signed from the open reservation of its serial (which must match
+    /// it exactly) and moves the order processing → valid; the reservation becomes `issued`.
+    /// Nothing is checked again: the checks ran when the serial was reserved, and a signed
+    /// certificate is kept. Idempotent: an order that is already valid returns its
+    /// certificate. `settle` as for [`Storage::record_validation`]. `Error::Corrupt` when the
+    /// serial is not the order's open reservation or the order is neither processing nor
+    /// valid: only the holder of its `Finalize` job stores its certificate.
+    pub async fn complete_order(
+        &self,
+        id: OrderId,
+        cert: NewCertificate,
+        now: OffsetDateTime,
+        settle: Option<&Job>,
+    ) -> Result<Certificate> {
+        complete(self, id, cert, now, settle).await
+    }
+
+    /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].
+    /// `Unchanged` for an order that is not processing; the job is settled all the same when
+    /// the order is already invalid (a repeated failure report).
+    pub async fn fail_order(
+        &self,
+        id: OrderId,
+        problem: Problem,
+        now: OffsetDateTime,
+        settle: Option<&Job>,
+    ) -> Result<StatusChange<Order>> {
+        fail(self, id, problem, now, settle).await
+    }
+}
+
+/// ready → processing with the CSR stored, when the order is still ready: of two concurrent
+/// finalizations only one can see `ready`, and an order whose authorization is no longer valid
+/// (expired since it became ready) is not finalized even if its own expiry has not come yet.
+/// Returns the order's account and identifier-set hash when it moved.
+pub(crate) async fn take_ready(
+    conn: &mut Conn,
+    id: OrderId,
+    csr_der: &[u8],
+    now_s: i64,
+) -> Result<Option<(i64, String)>> {
+    let row = sql::query(
+        "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
+         WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
+         AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
+             JOIN authorizations a ON a.id = oa.authz_id \
+             WHERE oa.order_id = orders.id AND (a.status <> 'valid' OR a.expires_at <= $3)) \
+         RETURNING account_id, set_hash",
+    )
+    .bind(id.0)
+    .bind(csr_der)
+    .bind(now_s)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|row| Ok((row.try_get("account_id")?, row.try_get("set_hash")?)))
+        .transpose()
+}
+
+/// Persists why an order is not ready: expired authorizations expire (and invalidate the
+/// order), then the order's own expiry. Returns what the order now is; `Error::NotFound` when
+/// there is no such order.
+pub(crate) async fn not_ready(
+    s: &Storage,
+    conn: &mut Conn,
+    id: OrderId,
+    now_s: i64,
+) -> Result<OrderStatus> {
+    let authz_ids =
+        sql::query_scalar::<i64>("SELECT authz_id FROM order_authorizations WHERE order_id = $1")
+            .bind(id.0)
+            .fetch_all(&mut *conn)
+            .await?;
+    for authz in authz_ids {
+        let authz = AuthzId(authz);
+        // Orders before the authorization, as every other path takes them.
+        state::lock_orders_holding(conn, s.backend, authz).await?;
+        state::expire_authz(conn, authz, now_s).await?;
+    }
+    state::expire_order(conn, id, now_s).await?;
+    match rows::load_order(conn, id).await? {
+        Some(order) => Ok(order.status),
+        None => Err(Error::NotFound),
+    }
+}
+
+/// `claim`: as for [`crate::authz::start_challenge`].
+async fn begin_finalize(
+    s: &Storage,
+    id: OrderId,
+    csr_der: &[u8],
+    now: OffsetDateTime,
+    claim: Option<Duration>,
+) -> Result<Finalizing> {
+    let now_s = codec::unix(now);
+    let mut tx = s.begin_write().await?;
+    if take_ready(&mut tx, id, csr_der, now_s).await?.is_none() {
+        let status = not_ready(s, &mut tx, id, now_s).await?;
+        tx.commit().await?;
+        return Ok(Finalizing::NotReady(status));
+    }
+    let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, claim).await?;
+    let order = rows::load_order(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok(Finalizing::Begun {
+        order: Box::new(order),
+        job,
+    })
+}
+
+/// The status of the account that owns order `id`, locked before the order in the order account
+/// deactivation takes them, so the two cannot deadlock. FOR SHARE makes a concurrent
+/// deactivation wait for this commit (or this read wait for its commit): a serial is never
+/// reserved, so nothing is signed, for an account that was deactivated first. SQLite's IMMEDIATE transaction already
+/// serialises writers.
+pub(crate) async fn account_of_order(
+    s: &Storage,
+    conn: &mut Conn,
+    id: OrderId,
+) -> Result<AccountStatus> {
+    let account = match s.backend {
+        Backend::Postgres => sql::query_scalar::<String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1) FOR SHARE",
+        ),
+        Backend::Sqlite => sql::query_scalar::<String>(
+            "SELECT a.status FROM accounts a WHERE a.id = (SELECT account_id FROM orders WHERE id = $1)",
+        ),
+    };
+    codec::parse(
+        &account
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(Error::NotFound)?,
+    )
+}
+
+/// What a certificate row takes besides the certificate.
+struct Stored<'a> {
+    account_id: i64,
+    set_hash: &'a str,
+    /// The row of `cert.issuer_chain_pem` ([`issuer_chains::id_of`]).
+    chain_id: i64,
+    now_s: i64,
+}
+
+/// Stores the certificate of order `id` and makes the order valid with it. RETURNING the whole
+/// row: the caller gets the stored certificate without reading it back. The row's `chain_pem`
+/// stays empty: the download is assembled from the leaf and the issuer chain (migration 0012).
+async fn store_certificate(
+    conn: &mut Conn,
+    id: OrderId,
+    stored: Stored<'_>,
+    cert: NewCertificate,
+) -> Result<Certificate> {
+    let Stored {
+        account_id,
+        set_hash,
+        chain_id,
+        now_s,
+    } = stored;
+    let row = sql::query(concat!(
+        "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, issuer_chain_id, \
+         set_hash, not_before, not_after, issued_at, crl_shard) \
+         VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10) RETURNING ",
+        rows::certificate_cols!()
+    ))
+    .bind(account_id)
+    .bind(id.0)
+    .bind(cert.serial.to_hex())
+    .bind(cert.der)
+    .bind(chain_id)
+    .bind(set_hash)
+    .bind(codec::unix(cert.not_before))
+    .bind(codec::unix(cert.not_after))
+    .bind(now_s)
+    .bind(cert.crl_shard.map(i64::from))
+    .fetch_one(&mut *conn)
+    .await?;
+    let certificate = rows::certificate_stored(&row, Some(&cert.issuer_chain_pem))?;
+    sql::query(
+        "UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1",
+    )
+    .bind(id.0)
+    .bind(certificate.id.0)
+    .bind(now_s)
+    .execute(&mut *conn)
+    .await?;
+    Ok(certificate)
+}
+
+/// Stores the certificate signed from the open reservation of its serial and makes the order
+/// valid with it; the reservation becomes `issued`. Nothing checked when the serial was reserved
+/// is checked again (the certificate exists now, and must be kept). `settle`: as for
+/// [`crate::authz::record_validation`]. A repeat (an order already valid) returns the stored
+/// certificate.
+async fn complete(
+    s: &Storage,
+    id: OrderId,
+    cert: NewCertificate,
+    now: OffsetDateTime,
+    settle: Option<&Job>,
+) -> Result<Certificate> {
+    let now_s = codec::unix(now);
+    let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
+    if s.backend == Backend::Postgres {
+        return complete_pg(s, id, cert, chain_id, now_s, settle).await;
+    }
+    let mut tx = s.begin_write().await?;
+    let read = match s.backend {
+        Backend::Postgres => sql::query(
+            "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1 FOR UPDATE",
+        ),
+        Backend::Sqlite => sql::query(
+            "SELECT status, account_id, set_hash, certificate_id FROM orders WHERE id = $1",
+        ),
+    };
+    let row = read
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let status: OrderStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
+    let certificate = match status {
+        OrderStatus::Valid => {
+            let existing: Option<i64> = row.try_get("certificate_id")?;
+            let cert_id =
+                CertificateId(existing.ok_or_else(|| {
+                    Error::Corrupt(format!("valid order {id} without certificate"))
+                })?);
+            rows::load_certificate(&mut tx, cert_id)
+                .await?
+                .ok_or(Error::NotFound)?
+        }
+        OrderStatus::Processing => {
+            let reserved = reservation_rows::open_for(&mut tx, id, &cert.serial)
+                .await?
+                .ok_or_else(|| not_reserved(id, &cert.serial))?;
+            if (
+                reserved.not_before,
+                reserved.not_after,
+                reserved.issuer_chain_id,
+                reserved.crl_shard,
+            ) != (cert.not_before, cert.not_after, chain_id, cert.crl_shard)
+            {
+                return Err(Error::Corrupt(format!(
+                    "the certificate of serial {} differs from its reservation",
+                    cert.serial.to_hex()
+                )));
+            }
+            let account_id: i64 = row.try_get("account_id")?;
+            let set_hash: String = row.try_get("set_hash")?;
+            let stored = Stored {
+                account_id,
+                set_hash: &set_hash,
+                chain_id,
+                now_s,
+            };
+            let serial = cert.serial.clone();
+            let certificate = store_certificate(&mut tx, id, stored, cert).await?;
+            reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
+            certificate
+        }
+        other => return Err(not_processing(id, other.as_str())),
+    };
+    if let Some(job) = settle {
+        state::settle_job(&mut tx, job).await?;
+    }
+    tx.commit().await?;
+    Ok(certificate)
+}
+
+/// [`complete`] on PostgreSQL: the same transaction, lock for lock, as the function
+/// `certeasy_complete_reserved` (migration 0014), in one round trip; a repeat (the order already
+/// valid) reads its certificate after it.
+async fn complete_pg(
+    s: &Storage,
+    id: OrderId,
+    cert: NewCertificate,
+    chain_id: i64,
+    now_s: i64,
+    settle: Option<&Job>,
+) -> Result<Certificate> {
+    let row = sql::query(
+        "SELECT * FROM certeasy_complete_reserved($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(id.0)
+    .bind(cert.serial.to_hex())
+    .bind(cert.der)
+    .bind(chain_id)
+    .bind(codec::unix(cert.not_before))
+    .bind(codec::unix(cert.not_after))
+    .bind(cert.crl_shard.map(i64::from))
+    .bind(now_s)
+    .bind(settle.map(|job| job.id.0))
+    .bind(settle.map(|job| i64::from(job.attempts)))
+    .fetch_optional(&s.db)
+    .await?
+    .ok_or(Error::NotFound)?;
+    match row.try_get::<String, _>("outcome")?.as_str() {
+        "issued" => rows::certificate_stored(&row, Some(&cert.issuer_chain_pem)),
+        "valid" => {
+            let existing: Option<i64> = row.try_get("id")?;
+            let cert_id =
+                CertificateId(existing.ok_or_else(|| {
+                    Error::Corrupt(format!("valid order {id} without certificate"))
+                })?);
+            let mut conn = s.db.acquire().await?;
+            rows::load_certificate(&mut conn, cert_id)
+                .await?
+                .ok_or(Error::NotFound)
+        }
+        "not_reserved" => Err(not_reserved(id, &cert.serial)),
+        "mismatch" => Err(Error::Corrupt(format!(
+            "the certificate of serial {} differs from its reservation",
+            cert.serial.to_hex()
+        ))),
+        "state" => Err(not_processing(
+            id,
+            &row.try_get::<String, _>("order_status")?,
+        )),
+        other => Err(Error::Corrupt(format!(
+            "certeasy_complete_reserved answered {other}"
+        ))),
+    }
+}
+
+/// A certificate whose serial the order has no open reservation of. Only the holder of the
+/// order's `Finalize` job stores its certificate, and only one it reserved, so this is a broken
+/// invariant (a bug or a manual edit), not a state a caller decides on.
+fn not_reserved(id: OrderId, serial: &Serial) -> Error {
+    Error::Corrupt(format!(
+        "serial {} is not reserved for order {id}",
+        serial.to_hex()
+    ))
+}
+
+/// A certificate stored for an order that is neither processing nor valid: as for
+/// [`not_reserved`], the job that stores it held the order in processing.
+fn not_processing(id: OrderId, status: &str) -> Error {
+    Error::Corrupt(format!(
+        "order {id} is {status}: no certificate can be stored for it"
+    ))
+}
+
+async fn fail(
+    s: &Storage,
+    id: OrderId,
+    problem: Problem,
+    now: OffsetDateTime,
+    settle: Option<&Job>,
+) -> Result<StatusChange<Order>> {
+    let (error_type, error_detail) = codec::problem_columns(Some(&problem));
+    let mut tx = s.begin_write().await?;
+    let moved = sql::query(
+        "UPDATE orders SET status = 'invalid', error_type = $2, error_detail = $3, updated_at = $4 \
+         WHERE id = $1 AND status = 'processing'",
+    )
+    .bind(id.0)
+    .bind(error_type)
+    .bind(error_detail)
+    .bind(codec::unix(now))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        > 0;
+    let order = rows::load_order(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    if moved {
+        reservation_rows::abandon_open(&mut tx, id, now).await?;
+    }
+    // A repeated failure report (a retried job) finds the order already invalid, and settles
+    // the job all the same. An order in another state is left as it is, job and all.
+    if moved || order.status == OrderStatus::Invalid {
+        if let Some(job) = settle {
+            state::settle_job(&mut tx, job).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(if moved {
+        StatusChange::Changed(order)
+    } else {
+        StatusChange::Unchanged(order)
+    })
+}
