@@ -15,7 +15,6 @@ use acme_core::ids::OrderId;
 use acme_core::ids::Serial;
 use acme_core::status::ChallengeType;
 use sqlx::AnyConnection;
-use sqlx::AssertSqlSafe;
 use sqlx::Connection;
 use storage::Storage;
 use storage::model::Account;
@@ -34,6 +33,7 @@ use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::Reserved;
 use storage::model::StatusChange;
+use testkit::postgres::PgDatabase;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -110,8 +110,6 @@ impl Begun for Finalizing {
     }
 }
 
-const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Unique within the process; with the pid, unique on the machine.
@@ -184,50 +182,20 @@ where
     F: FnOnce(Storage, String) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    // The scenarios that look beside the storage API connect through `sqlx::Any`.
     sqlx::any::install_default_drivers();
-    let admin_url = std::env::var("CERTEASY_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned());
-    let mut admin = AnyConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+    let pg = PgDatabase::create("certeasy_test_").unwrap_or_else(|e| {
         panic!(
-            "PostgreSQL tests need a server: cannot connect to {admin_url} ({e}). Start PostgreSQL on \
-             127.0.0.1:5432 or set CERTEASY_TEST_POSTGRES_URL to an admin URL."
+            "PostgreSQL tests need a server ({e:#}). Start PostgreSQL on 127.0.0.1:5432 or set \
+             CERTEASY_TEST_POSTGRES_URL to an admin URL."
         )
     });
-    let name = format!("certeasy_test_{}", unique());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let url = database_url(&admin_url, &name);
+    let url = pg.url().to_owned();
     let storage = Storage::connect(&url).await.unwrap();
     assert_eq!(storage.backend(), storage::Backend::Postgres);
-    let at = url.clone();
-    let result = run_guarded(storage, |storage| scenario(storage, at)).await;
-    // Best effort: a leftover database is harmless and named after its test process.
-    let _ = sqlx::query(AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await;
-    let _ = admin.close().await;
+    let result = run_guarded(storage, |storage| scenario(storage, url)).await;
+    drop(pg);
     reraise(result);
-}
-
-/// The admin URL with its database path replaced.
-fn database_url(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (admin_url, None),
-    };
-    let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_end..].find('/') {
-        Some(slash) => &base[..authority_end + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{server}/{name}?{query}"),
-        None => format!("{server}/{name}"),
-    }
 }
 
 /// Generates one `#[tokio::test]` per backend for each scenario `async fn(&Storage)` named.
@@ -506,17 +474,4 @@ pub(crate) async fn complete(
         "{reserved:?}"
     );
     s.complete_order(id, cert, now, settle).await.unwrap()
-}
-
-#[test]
-fn database_url_replaces_the_path() {
-    assert_eq!(
-        database_url("postgres://postgres@127.0.0.1:5432/postgres", "x"),
-        "postgres://postgres@127.0.0.1:5432/x"
-    );
-    assert_eq!(
-        database_url("postgres://u@h/db?sslmode=disable", "x"),
-        "postgres://u@h/x?sslmode=disable"
-    );
-    assert_eq!(database_url("postgres://u@h", "x"), "postgres://u@h/x");
 }
