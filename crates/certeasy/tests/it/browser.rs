@@ -85,7 +85,7 @@ pub struct Browser {
     /// The runtime the session's connection to chromedriver runs on. A runtime of its own,
     /// because `drop` must wait for the session to end while the test's runtime, on which it is
     /// dropped, cannot run anything.
-    session_runtime: Option<tokio::runtime::Runtime>,
+    session_runtime: SessionRuntime,
     // Dropped after the session ends: Chromium is gone before its profile directory is removed.
     _driver: Driver,
     _profile: tempfile::TempDir,
@@ -98,11 +98,7 @@ impl Browser {
         // killed) before the directory is removed.
         let profile = tempfile::tempdir().unwrap();
         let driver = Driver::spawn(port, profile.path());
-        let session_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let session_runtime = SessionRuntime::new();
         let caps = json!({
             "browserName": "chrome",
             "acceptInsecureCerts": true,
@@ -122,6 +118,7 @@ impl Browser {
         let webdriver = format!("http://127.0.0.1:{port}");
         // Connecting spawns the session's task: on `session_runtime`, by connecting from there.
         let client = session_runtime
+            .get()
             .spawn(async move {
                 let mut last = None;
                 // chromedriver takes a moment to listen.
@@ -142,7 +139,7 @@ impl Browser {
             .unwrap();
         Self {
             client: Some(client),
-            session_runtime: Some(session_runtime),
+            session_runtime,
             _driver: driver,
             _profile: profile,
         }
@@ -193,17 +190,41 @@ impl Drop for Browser {
     /// 20 s) for chromedriver's answer, which comes once Chromium has quit; the driver's own drop
     /// then kills whatever is left.
     fn drop(&mut self) {
-        let (Some(client), Some(runtime)) = (self.client.take(), self.session_runtime.take())
-        else {
+        let Some(client) = self.client.take() else {
             return;
         };
         let (done, ended) = std::sync::mpsc::channel();
-        runtime.spawn(async move {
+        self.session_runtime.get().spawn(async move {
             let _ = tokio::time::timeout(Duration::from_secs(20), client.close()).await;
             let _ = done.send(());
         });
         let _ = ended.recv_timeout(Duration::from_secs(25));
-        // A runtime may not be dropped (which blocks) inside the test's async context.
-        runtime.shutdown_background();
+    }
+}
+
+/// A one-thread runtime that, dropped, shuts down without waiting: a runtime dropped the usual
+/// way blocks, which panics inside the test's runtime (also while a panic unwinds).
+struct SessionRuntime(Option<tokio::runtime::Runtime>);
+
+impl SessionRuntime {
+    fn new() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        Self(Some(runtime))
+    }
+
+    fn get(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("taken only by drop")
+    }
+}
+
+impl Drop for SessionRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
