@@ -1,6 +1,5 @@
 //! Redis fixtures: unique prefixes on the shared server, private servers on free ports.
 
-use std::net::TcpListener;
 use std::process::Child;
 use std::process::Command;
 use std::process::Stdio;
@@ -14,6 +13,7 @@ use metrics_util::debugging::DebugValue;
 use metrics_util::debugging::DebuggingRecorder;
 use metrics_util::debugging::Snapshotter;
 use ratelimits::config::RedisConfig;
+use testkit::ports::free_port;
 
 pub(crate) const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
 
@@ -65,12 +65,7 @@ pub(crate) struct PrivateRedis {
 
 impl PrivateRedis {
     pub(crate) async fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Self::start_on(port).await
+        Self::start_on(free_port()).await
     }
 
     pub(crate) async fn start_on(port: u16) -> Self {
