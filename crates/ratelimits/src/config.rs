@@ -46,18 +46,8 @@ impl Default for RateLimitingConfig {
             global: GlobalLimit::default(),
             account_creation: AccountCreationLimit::default(),
             order_creation: OrderCreationLimit::default(),
-            duplicate_certificate: WindowLimit {
-                enabled: true,
-                mode: Mode::Enforce,
-                max_per_window: 5,
-                window: ConfigDuration::from_secs(168 * 3600),
-            },
-            failed_validation: WindowLimit {
-                enabled: true,
-                mode: Mode::Enforce,
-                max_per_window: 5,
-                window: ConfigDuration::from_secs(3600),
-            },
+            duplicate_certificate: WindowLimit::DUPLICATE_CERTIFICATE,
+            failed_validation: WindowLimit::FAILED_VALIDATION,
             pending_authorizations: PendingAuthorizationsLimit::default(),
             zombie_pausing: ZombiePausingLimit::default(),
             ipv6_prefix_length: 64,
@@ -156,11 +146,28 @@ pub struct WindowLimit {
     pub window: ConfigDuration,
 }
 
-/// Reads a [`WindowLimit`] whose missing keys take the given defaults.
+impl WindowLimit {
+    /// `duplicate-certificate:`'s defaults (seed 004): 5 certificates for one identifier set
+    /// per 168 hours.
+    pub const DUPLICATE_CERTIFICATE: Self = Self {
+        enabled: true,
+        mode: Mode::Enforce,
+        max_per_window: 5,
+        window: ConfigDuration::from_secs(168 * 3600),
+    };
+    /// `failed-validation:`'s defaults (seed 004): 5 failures per account and name per hour.
+    pub const FAILED_VALIDATION: Self = Self {
+        enabled: true,
+        mode: Mode::Enforce,
+        max_per_window: 5,
+        window: ConfigDuration::from_secs(3600),
+    };
+}
+
+/// Reads a [`WindowLimit`] whose missing keys take `defaults`' values.
 fn window_limit<'de, D: serde::Deserializer<'de>>(
     d: D,
-    max: u64,
-    window_secs: u64,
+    defaults: WindowLimit,
 ) -> Result<WindowLimit, D::Error> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -172,19 +179,19 @@ fn window_limit<'de, D: serde::Deserializer<'de>>(
     }
     let p = Partial::deserialize(d)?;
     Ok(WindowLimit {
-        enabled: p.enabled.unwrap_or(true),
-        mode: p.mode.unwrap_or_default(),
-        max_per_window: p.max_per_window.unwrap_or(max),
-        window: p.window.unwrap_or(ConfigDuration::from_secs(window_secs)),
+        enabled: p.enabled.unwrap_or(defaults.enabled),
+        mode: p.mode.unwrap_or(defaults.mode),
+        max_per_window: p.max_per_window.unwrap_or(defaults.max_per_window),
+        window: p.window.unwrap_or(defaults.window),
     })
 }
 
 fn duplicate_certificate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WindowLimit, D::Error> {
-    window_limit(d, 5, 168 * 3600)
+    window_limit(d, WindowLimit::DUPLICATE_CERTIFICATE)
 }
 
 fn failed_validation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WindowLimit, D::Error> {
-    window_limit(d, 5, 3600)
+    window_limit(d, WindowLimit::FAILED_VALIDATION)
 }
 
 /// `pending-authorizations:` cap on in-flight authorizations per account.
