@@ -108,7 +108,8 @@ pub(crate) async fn mark_issued(
 /// One whose signing was begun (`signings > 0`; every reservation is recorded with 1, since it
 /// is committed just before the signature) names a serial the issuing key may have signed and
 /// that no certificate row will ever hold: its CRL shard's counter is raised here, in the same
-/// transaction, so the shard's next CRL lists it ([`crls::revoked`]).
+/// transaction, so the shard's next CRL lists it
+/// ([`Storage::revoked_in_crl_shard`](crate::Storage::revoked_in_crl_shard)).
 pub(crate) async fn abandon_open(conn: &mut Conn, id: OrderId, now: OffsetDateTime) -> Result<()> {
     let abandoned = sql::query(
         "UPDATE serial_reservations SET state = 'abandoned', settled_at = $2 \
