@@ -14,9 +14,9 @@ use acme_core::problem::Problem;
 use storage::model::ChallengeAttempt;
 use time::Duration;
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 use crate::verdicts::ValidationHook;
-use crate::verdicts::final_problem;
 
 /// The longest wait between two attempts of one challenge, whatever the retries and backoff
 /// configured: the doubling stops here.
@@ -135,6 +135,48 @@ fn retry_at(so_far: &AttemptsSoFar<'_>, policy: &RetryPolicy) -> Option<OffsetDa
     let worst = Duration::try_from(policy.worst_attempt).ok()?;
     let ends = run_at.checked_add(worst)?;
     (ends < so_far.authz_expires).then_some(run_at)
+}
+
+/// The problem a challenge is failed with after `attempt` attempts, the last one ending at `at`
+/// with `last`, the earlier ones recorded in `earlier` (empty when it failed at once).
+///
+/// The type is the last attempt's; the detail starts with the last attempt's (what clients show)
+/// and then lists every attempt with its time, type and detail. RFC 8555 §6.7.1 subproblems are
+/// about identifiers, not attempts, so the history is text in the detail, not a structure.
+fn final_problem(
+    last: Problem,
+    attempt: u32,
+    at: OffsetDateTime,
+    earlier: &[ChallengeAttempt],
+) -> Problem {
+    if earlier.is_empty() {
+        return last;
+    }
+    let stamp = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
+    let mut history: Vec<String> = earlier
+        .iter()
+        .map(|a| {
+            format!(
+                "attempt {} at {} ({}): {}",
+                a.attempt,
+                stamp(a.at),
+                a.problem.kind.as_str(),
+                a.problem.detail
+            )
+        })
+        .collect();
+    history.push(format!(
+        "attempt {attempt} at {} ({}): {}",
+        stamp(at),
+        last.kind.as_str(),
+        last.detail
+    ));
+    let detail = format!(
+        "{} (failed after {attempt} attempts: {})",
+        last.detail,
+        history.join("; ")
+    );
+    Problem { detail, ..last }
 }
 
 #[cfg(test)]

@@ -17,57 +17,12 @@ use std::pin::Pin;
 
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
-use acme_core::problem::Problem;
 use ratelimits::limit::LimitName;
 use ratelimits::limiter::Limiter;
-use storage::model::ChallengeAttempt;
 use storage::model::ValidationRecorded;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::limits::pair;
-
-/// The problem a challenge is failed with after `attempt` attempts, the last one ending at `at`
-/// with `last`, the earlier ones recorded in `earlier` (empty when it failed at once).
-///
-/// The type is the last attempt's; the detail starts with the last attempt's (what clients show)
-/// and then lists every attempt with its time, type and detail. RFC 8555 §6.7.1 subproblems are
-/// about identifiers, not attempts, so the history is text in the detail, not a structure.
-pub fn final_problem(
-    last: Problem,
-    attempt: u32,
-    at: OffsetDateTime,
-    earlier: &[ChallengeAttempt],
-) -> Problem {
-    if earlier.is_empty() {
-        return last;
-    }
-    let stamp = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
-    let mut history: Vec<String> = earlier
-        .iter()
-        .map(|a| {
-            format!(
-                "attempt {} at {} ({}): {}",
-                a.attempt,
-                stamp(a.at),
-                a.problem.kind.as_str(),
-                a.problem.detail
-            )
-        })
-        .collect();
-    history.push(format!(
-        "attempt {attempt} at {} ({}): {}",
-        stamp(at),
-        last.kind.as_str(),
-        last.detail
-    ));
-    let detail = format!(
-        "{} (failed after {attempt} attempts: {})",
-        last.detail,
-        history.join("; ")
-    );
-    Problem { detail, ..last }
-}
 
 /// Observer of validation verdicts.
 pub trait ValidationHook: Send + Sync + 'static {
@@ -81,8 +36,8 @@ pub trait ValidationHook: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
     /// Whether `account`'s challenge for `identifier`, whose attempt just failed in a way that
-    /// may be repeated, may be attempted again instead of failing now. Asked only once every
-    /// other condition of a retry holds (see the workers' `validation.retries`); nothing is
+    /// may be repeated, may be attempted again instead of failing now. Asked by
+    /// [`crate::attempts::decide`] only once every other condition of a retry holds; nothing is
     /// spent. The default grants it.
     fn grants_retry<'a>(
         &'a self,
