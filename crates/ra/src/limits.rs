@@ -5,6 +5,12 @@
 //! IP; order creation per account with its SAN budget and the failed-validation check) by the
 //! decisions that need them. The database-backed layers 3 and 5 are in [`crate::guards`].
 //! Tokens spent for a request that then fails are refunded.
+//!
+//! Every layer here fails open: when the limiter's store does not answer, the limiter itself
+//! allows the request (logged and counted as `fail_open`; with Redis, the limits that fail safe
+//! are decided in memory instead), so a limiter outage never refuses a request. What
+//! [`Limiter::check`] still returns as an error is a programming error (an id of the wrong kind,
+//! a cost above the burst, a bucket twice), answered as a server error.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -15,9 +21,11 @@ use acme_core::ids::AccountId;
 use acme_core::problem::ProblemType;
 use ratelimits::batch::Kind;
 use ratelimits::bucket::BucketId;
+use ratelimits::config::Mode;
 use ratelimits::config::RateLimitingConfig;
 use ratelimits::limit::LimitName;
 use ratelimits::limiter::BindingLimit;
+use ratelimits::limiter::DECISIONS;
 use ratelimits::limiter::Limiter;
 use ratelimits::limiter::Request as LimitRequest;
 use ratelimits::limiter::Verdict;
@@ -84,22 +92,17 @@ pub struct Spent {
 
 impl Ra {
     /// Layer 1: one token per ACME POST from the client's address (IPv6 by prefix), unless the
-    /// address is whitelisted. A limiter that cannot answer lets the request through (fail
-    /// open, logged): the global limit protects capacity, and refusing every client because
-    /// Redis is away would be the outage it exists to prevent.
+    /// address is whitelisted. A limiter whose store cannot answer lets the request through
+    /// (fail open, as every layer here): the global limit protects capacity, and refusing every
+    /// client because Redis is away would be the outage it exists to prevent.
     pub async fn charge_request(&self, ip: IpAddr) -> Result<Spent, Error> {
-        match self.charge_ip(LimitName::GlobalPerIp, ip).await {
-            Ok(Some((requests, verdict))) => Ok(Spent {
+        Ok(match self.charge_ip(LimitName::GlobalPerIp, ip).await? {
+            Some((requests, verdict)) => Spent {
                 requests,
                 info: Some(RateLimitInfo::from_applied(&verdict.applied)),
-            }),
-            Ok(None) => Ok(Spent::default()),
-            Err(ChargeError::Refused(r)) => Err(r.into()),
-            Err(ChargeError::Limiter(e)) => {
-                tracing::error!(error = %e, "global rate limit could not be evaluated; allowing");
-                Ok(Spent::default())
-            }
-        }
+            },
+            None => Spent::default(),
+        })
     }
 
     /// Gives back what a failed request spent; a refund never takes a bucket above its burst.
@@ -119,21 +122,28 @@ impl Ra {
     }
 
     /// Layer 2 of new-account: one token from the client address's account-creation bucket.
+    /// Fails open like every layer here when the limiter's store does not answer.
     pub(crate) async fn charge_account_creation(&self, ip: IpAddr) -> Result<Spent, Error> {
-        match self.charge_ip(LimitName::NewAccountPerIp, ip).await {
-            Ok(Some((requests, verdict))) => Ok(Spent {
-                requests,
-                info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
-            }),
-            Ok(None) => Ok(Spent::default()),
-            Err(ChargeError::Refused(r)) => Err(r.into()),
-            Err(ChargeError::Limiter(e)) => Err(Error::internal("account-creation limit", &e)),
-        }
+        Ok(
+            match self.charge_ip(LimitName::NewAccountPerIp, ip).await? {
+                Some((requests, verdict)) => Spent {
+                    requests,
+                    info: verdict.binding.as_ref().map(RateLimitInfo::from_binding),
+                },
+                None => Spent::default(),
+            },
+        )
     }
 
     /// Layers 2 and 4 of new-order as one batch: one order token (none for an `exempt` ARI
     /// renewal) and one SAN-budget token per identifier are spent, and the failed-validation
     /// bucket of every (account, identifier) pair is checked.
+    ///
+    /// An order with more identifiers than the whole SAN budget can never fit it: enforced, it is
+    /// `rejectedIdentifier` (waiting would not help); in shadow mode it is allowed and counted
+    /// as a shadow denial, and its SAN-budget bucket is left out of the batch, as an enforced
+    /// refusal would have spent nothing from it (and a cost above the burst is an error to the
+    /// limiter).
     pub(crate) async fn charge_order(
         &self,
         account: AccountId,
@@ -143,17 +153,22 @@ impl Ra {
         let limiter = self.inner.limits.limiter();
         let names = u64::try_from(identifiers.len()).unwrap_or(u64::MAX);
         let budget_id = BucketId::Account(account.0);
+        let mut oversize = false;
         if let Some(budget) = limiter.limit_for(LimitName::SanBudgetPerAccount, &budget_id)
             && names > budget.burst()
         {
-            return Err(Refusal::problem(
-                ProblemType::RejectedIdentifier,
-                format!(
-                    "this order has {names} identifiers but the account's SAN budget allows at most {} per order; split it",
-                    budget.burst()
-                ),
-            )
-            .into());
+            if budget.mode() == Mode::Enforce {
+                return Err(Refusal::problem(
+                    ProblemType::RejectedIdentifier,
+                    format!(
+                        "this order has {names} identifiers but the account's SAN budget allows at most {} per order; split it",
+                        budget.burst()
+                    ),
+                )
+                .into());
+            }
+            shadow_oversize(&budget_id, names, budget.burst());
+            oversize = true;
         }
         let mut requests = Vec::with_capacity(identifiers.len() + 2);
         if !exempt {
@@ -163,11 +178,13 @@ impl Ra {
                 1,
             ));
         }
-        requests.push(LimitRequest::new(
-            LimitName::SanBudgetPerAccount,
-            budget_id,
-            names,
-        ));
+        if !oversize {
+            requests.push(LimitRequest::new(
+                LimitName::SanBudgetPerAccount,
+                budget_id,
+                names,
+            ));
+        }
         for id in identifiers {
             requests.push(
                 LimitRequest::new(
@@ -204,12 +221,14 @@ impl Ra {
     }
 
     /// One token of the client address's bucket under `name`: `None` for a whitelisted
-    /// address, the spent requests and the verdict otherwise.
+    /// address, the spent requests and the verdict otherwise. The limiter answers a store that
+    /// does not answer by allowing (fail open); its error here would be a programming error,
+    /// which one IP-keyed token (whose burst is at least 1) cannot make.
     async fn charge_ip(
         &self,
         name: LimitName,
         ip: IpAddr,
-    ) -> Result<Option<(Vec<LimitRequest>, Verdict)>, ChargeError> {
+    ) -> Result<Option<(Vec<LimitRequest>, Verdict)>, Error> {
         let limiter = self.inner.limits.limiter();
         if limiter.is_whitelisted(ip) {
             return Ok(None);
@@ -218,16 +237,12 @@ impl Ra {
         let verdict = limiter
             .check(self.now(), &requests)
             .await
-            .map_err(ChargeError::Limiter)?;
+            .map_err(|e| Error::internal(name.as_str(), &e))?;
         log_shadow(&verdict);
         if !verdict.allowed
             && let Some(b) = &verdict.binding
         {
-            return Err(ChargeError::Refused(self.denied(
-                b,
-                "from your IP address",
-                None,
-            )));
+            return Err(self.denied(b, "from your IP address", None).into());
         }
         Ok(Some((requests, verdict)))
     }
@@ -263,13 +278,6 @@ impl Ra {
     }
 }
 
-/// Why a per-address charge did not go through: its callers treat a limiter failure
-/// differently (the global limit fails open).
-enum ChargeError {
-    Refused(Refusal),
-    Limiter(ratelimits::error::Error),
-}
-
 /// The bucket id of an (account, identifier) pair; wildcards stay distinct from base names.
 pub(crate) fn pair(account: AccountId, identifier: &Identifier) -> BucketId {
     BucketId::AccountIdentifier {
@@ -278,11 +286,20 @@ pub(crate) fn pair(account: AccountId, identifier: &Identifier) -> BucketId {
     }
 }
 
-/// Logs and counts shadow-mode denials: computed, never enforced.
+/// Logs shadow-mode denials: computed, never enforced (the limiter counts them).
 fn log_shadow(verdict: &Verdict) {
     for s in &verdict.shadow_denials {
         tracing::info!(limit = s.name.as_str(), key = %s.key, retry_in = ?s.retry_in, "shadow rate limit would have denied");
     }
+}
+
+/// Logs and counts, as the limiter counts its shadow denials, an order larger than the whole SAN
+/// budget of a limit in shadow mode: the denial is decided here, before the limiter sees the
+/// batch, so nothing else would record it.
+fn shadow_oversize(budget: &BucketId, names: u64, burst: u64) {
+    let limit = LimitName::SanBudgetPerAccount.as_str();
+    tracing::info!(limit, key = %budget, names, burst, "shadow rate limit would have denied: more identifiers than the whole SAN budget");
+    metrics::counter!(DECISIONS, "limit" => limit, "outcome" => "shadow_denied").increment(1);
 }
 
 /// An instant as refusal details show it.

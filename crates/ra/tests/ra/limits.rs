@@ -5,14 +5,26 @@
 
 use std::net::IpAddr;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 use acme_core::ids::AccountId;
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeStatus;
+use metrics::Counter;
+use metrics::Gauge;
+use metrics::Histogram;
+use metrics::Key;
+use metrics::KeyName;
+use metrics::Metadata;
+use metrics::SharedString;
+use metrics::Unit;
 use ra::Refusal;
 use ra::verdicts::FailedValidationHook;
 use ra::verdicts::ValidationHook;
 use ratelimits::config::Mode;
+use ratelimits::limiter::DECISIONS;
 use storage::model::ValidationRecorded;
 
 use crate::harness::CLIENT;
@@ -318,6 +330,115 @@ async fn an_order_with_more_names_than_the_whole_san_budget_is_rejected_identifi
 }
 
 #[tokio::test]
+async fn an_order_with_more_names_than_the_whole_san_budget_in_shadow_mode_is_allowed() {
+    let h = harness()
+        .limits(|l| {
+            l.order_creation.enabled = true;
+            l.order_creation.mode = Mode::Shadow;
+            l.order_creation.san_budget_per_account_per_hour = 3;
+        })
+        .build()
+        .await;
+    let (account, _) = h.account().await;
+    let names = [
+        "a.example.com",
+        "b.example.com",
+        "c.example.com",
+        "d.example.com",
+    ];
+    // Never refused, and never a server error (a cost above the burst is one to the limiter).
+    let created = h.order(&account, &names).await.unwrap();
+    let reported = created
+        .rate_limit
+        .map(|i| i.items().iter().any(|i| i.name == "san-budget"))
+        .unwrap_or(false);
+    assert!(!reported, "a shadow limit is not reported to the client");
+    // Again: nothing was left in a state that refuses.
+    h.order(
+        &account,
+        &[
+            "e.example.com",
+            "f.example.com",
+            "g.example.com",
+            "h.example.com",
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+/// Counts the shadow denials of the SAN budget recorded in [`DECISIONS`]; every other metric
+/// goes nowhere.
+#[derive(Default)]
+struct SanBudgetShadowDenials(Arc<AtomicU64>);
+
+impl metrics::Recorder for SanBudgetShadowDenials {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let label = |k: &str, v: &str| key.labels().any(|l| l.key() == k && l.value() == v);
+        if key.name() == DECISIONS
+            && label("limit", "san-budget")
+            && label("outcome", "shadow_denied")
+        {
+            Counter::from_arc(Arc::clone(&self.0))
+        } else {
+            Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// Counted as the limiter counts the shadow denials it decides. A runtime of its own: the
+/// recorder is this thread's, so every metric of the test must be recorded on it.
+#[test]
+fn an_order_with_more_names_than_the_whole_san_budget_in_shadow_mode_is_counted_as_a_shadow_denial()
+{
+    let recorder = SanBudgetShadowDenials::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let h = harness()
+                .limits(|l| {
+                    l.order_creation.enabled = true;
+                    l.order_creation.mode = Mode::Shadow;
+                    l.order_creation.san_budget_per_account_per_hour = 3;
+                })
+                .build()
+                .await;
+            let (account, _) = h.account().await;
+            h.order(&account, &["a.example.com", "b.example.com"])
+                .await
+                .unwrap();
+            h.order(
+                &account,
+                &[
+                    "c.example.com",
+                    "d.example.com",
+                    "e.example.com",
+                    "f.example.com",
+                ],
+            )
+            .await
+            .unwrap();
+        });
+    });
+    assert_eq!(recorder.0.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
 async fn a_spent_san_budget_refuses_the_next_order_until_it_refills() {
     let h = harness()
         .limits(|l| {
@@ -360,8 +481,8 @@ async fn order_creation_in_shadow_mode_never_refuses() {
 
 async fn fail_validation(h: &crate::harness::Harness, account: AccountId, name: &str) {
     let hook = FailedValidationHook::new(
-        std::sync::Arc::clone(h.ra.limits().limiter()),
-        std::sync::Arc::new(h.clock.clone()),
+        Arc::clone(h.ra.limits().limiter()),
+        Arc::new(h.clock.clone()),
     );
     hook.on_validation(&ValidationRecorded {
         account_id: account,
@@ -422,8 +543,8 @@ async fn a_valid_verdict_spends_no_failed_validation_token() {
         .await;
     let (account, _) = h.account().await;
     let hook = FailedValidationHook::new(
-        std::sync::Arc::clone(h.ra.limits().limiter()),
-        std::sync::Arc::new(h.clock.clone()),
+        Arc::clone(h.ra.limits().limiter()),
+        Arc::new(h.clock.clone()),
     );
     hook.on_validation(&ValidationRecorded {
         account_id: account.id,
