@@ -125,15 +125,17 @@ fn state_refusal(refusal: StateRefusal) -> ApiError {
             ProblemType::AlreadyRevoked,
             "The certificate is already revoked",
         ),
-        StateRefusal::AuthzNotPending(status) | StateRefusal::AuthzNotActive(status) => {
-            ApiError::malformed(format!("authorization is {}", status.as_str()))
-        }
+        StateRefusal::AuthzNotPending(status) => ApiError::malformed(format!(
+            "the authorization is {}; only challenges of pending authorizations can be attempted",
+            status.as_str()
+        )),
+        StateRefusal::AuthzNotActive(status) => ApiError::malformed(format!(
+            "only pending or valid authorizations can be deactivated; this one is {}",
+            status.as_str()
+        )),
         StateRefusal::SiblingChallengeStarted => ApiError::malformed(
             "another challenge of this authorization is already being validated",
         ),
-        StateRefusal::Account(status) => {
-            ApiError::malformed(format!("account is {}", status.as_str()))
-        }
     }
 }
 

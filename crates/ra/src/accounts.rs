@@ -16,7 +16,6 @@ use crate::Ra;
 use crate::eab::Creation;
 use crate::error::Error;
 use crate::error::Refusal;
-use crate::error::StateRefusal;
 use crate::keys::KeyUse;
 use crate::rate_info::RateLimitInfo;
 
@@ -182,7 +181,7 @@ impl Ra {
         {
             StatusChange::Changed(updated) => updated,
             StatusChange::Unchanged(now) => {
-                return Err(StateRefusal::Account(now.status).into());
+                return Err(Refusal::AccountNotValid(now.status).into());
             }
         };
         tracing::info!(account_id = %account, "account deactivated");

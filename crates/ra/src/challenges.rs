@@ -79,12 +79,9 @@ impl Ra {
         if challenge.status != ChallengeStatus::Pending {
             return Ok(challenge);
         }
+        // The same refusal as storage's when the authorization left pending after this read.
         if authz.status != AuthzStatus::Pending {
-            return Err(Refusal::malformed(format!(
-                "the authorization is {}; only challenges of pending authorizations can be attempted",
-                authz.status.as_str()
-            ))
-            .into());
+            return Err(StateRefusal::AuthzNotPending(authz.status).into());
         }
         let held = match self.inner.in_flight.enter(Key::Authz(authz.id)) {
             Ok(held) => held,
@@ -176,12 +173,9 @@ impl Ra {
         account: AccountId,
         authz: &Authorization,
     ) -> Result<Authorization, Error> {
+        // The same refusal as storage's when the authorization changed after this read.
         if !matches!(authz.status, AuthzStatus::Pending | AuthzStatus::Valid) {
-            return Err(Refusal::malformed(format!(
-                "only pending or valid authorizations can be deactivated; this one is {}",
-                authz.status.as_str()
-            ))
-            .into());
+            return Err(StateRefusal::AuthzNotActive(authz.status).into());
         }
         let updated = match self
             .inner

@@ -108,15 +108,19 @@ pub enum Refusal {
     /// The terms of service must be agreed to.
     #[error("the terms of service at {terms} must be agreed to")]
     TermsNotAgreed { terms: String },
-    /// The account can no longer act (deactivated or revoked).
-    #[error("account is {}", .0.as_str())]
+    /// The account can no longer act (deactivated or revoked), whichever read found it so: the
+    /// request's own, or storage's when the account changed after it (an order, a deactivation,
+    /// a finalization), the subscriber's request or an operator's command alike. The front end
+    /// answers it as it answers a request signed by such an account (RFC 8555 §7.3.6).
+    #[error("account is already {}", .0.as_str())]
     AccountNotValid(AccountStatus),
     /// The object does not exist, or belongs to another account (indistinguishable on purpose).
     #[error("{0} not found")]
     NotFound(&'static str),
-    /// The object's state does not allow what was asked (already deactivated, already revoked,
-    /// a bulk selection that names nothing), or a concurrent change won (a key change from a key
-    /// another key change replaced first): `conflict`, 409.
+    /// What was asked conflicts with what exists (a key that exists already, a bulk selection
+    /// that names nothing), or a concurrent change won (a key change from a key another key
+    /// change replaced first): `conflict`, 409. Not for an object's state: that is
+    /// [`Refusal::State`] or [`Refusal::AccountNotValid`], whichever path noticed it.
     #[error("{0}")]
     Conflict(String),
     /// A key is already the key of another account.
@@ -127,7 +131,8 @@ pub enum Refusal {
     /// `badCSR` for a CSR's key (RFC 8555 §7.3, §7.4).
     #[error("{detail}")]
     BadKey { key: KeyUse, detail: String },
-    /// The object's state, as storage found it under its locks, does not allow the request.
+    /// The object's state does not allow the request, whether the request's own read found it
+    /// or storage did under its locks after the object changed: one state, one refusal.
     #[error("{0}")]
     State(StateRefusal),
 }
@@ -152,10 +157,6 @@ pub enum StateRefusal {
     /// Deactivation of an authorization that is neither pending nor valid (RFC 8555 §7.5.2).
     #[error("authorization is {}", .0.as_str())]
     AuthzNotActive(AuthzStatus),
-    /// A change the account's status no longer allows (an order or a deactivation of an account
-    /// deactivated since the request was authenticated).
-    #[error("account is {}", .0.as_str())]
-    Account(AccountStatus),
 }
 
 /// What a key is being accepted as (`crate::keys`): the refusal's problem type follows it,

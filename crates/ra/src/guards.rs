@@ -19,7 +19,6 @@ use time::OffsetDateTime;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
-use crate::error::StateRefusal;
 use crate::limits::utc;
 use crate::rate_info::PolicyItem;
 use crate::rate_info::RateLimitInfo;
@@ -76,7 +75,7 @@ impl Ra {
                 let policies = self.db_policies(&config, usage, now);
                 Ok((*order, policies))
             }
-            OrderCreation::AccountNotValid(status) => Err(StateRefusal::Account(status).into()),
+            OrderCreation::AccountNotValid(status) => Err(Refusal::AccountNotValid(status).into()),
             OrderCreation::WouldExceed { exceeded, also } => {
                 for over in &also {
                     shadow_db(limit_of(over));

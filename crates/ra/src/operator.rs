@@ -22,6 +22,7 @@ use storage::model::Page;
 use crate::Ra;
 use crate::error::Error;
 use crate::error::Refusal;
+use crate::error::StateRefusal;
 
 /// Rows per listing page when the operator names no `--limit`.
 pub const DEFAULT_LIST_LIMIT: u32 = 100;
@@ -67,28 +68,22 @@ pub fn revoke_batch_size(requested: Option<u32>) -> u32 {
 }
 
 /// Only a valid account can be deactivated: deactivation is final (RFC 8555 §7.3.6), and a
-/// server-revoked account stays revoked.
+/// server-revoked account stays revoked. Refused as the subscriber's request is, and as storage
+/// refuses when the account changed after this read: one state, one refusal.
 pub fn may_deactivate(account: &Account) -> Result<(), Refusal> {
     match account.status {
         AccountStatus::Valid => Ok(()),
-        other => Err(Refusal::Conflict(format!(
-            "account {} is already {}",
-            account.id,
-            other.as_str()
-        ))),
+        other => Err(Refusal::AccountNotValid(other)),
     }
 }
 
-/// A certificate is revoked once: the first revocation's time and reason stand, as on the ACME
-/// path (`alreadyRevoked`). Every reason `RevocationReason` holds is allowed to an operator.
+/// A certificate is revoked once: the first revocation's time and reason stand, and a second
+/// revocation is refused as on the ACME path (`alreadyRevoked`), whether this read or storage's
+/// update finds it revoked. Every reason `RevocationReason` holds is allowed to an operator.
 pub fn may_revoke(certificate: &Certificate, _reason: RevocationReason) -> Result<(), Refusal> {
-    match (certificate.revoked_at, certificate.revocation_reason) {
-        (None, _) => Ok(()),
-        (Some(at), reason) => Err(Refusal::Conflict(format!(
-            "certificate {} is already revoked (at {at}, reason {})",
-            certificate.serial,
-            reason.map_or("unspecified", RevocationReason::as_str)
-        ))),
+    match certificate.revoked_at {
+        None => Ok(()),
+        Some(_) => Err(Refusal::State(StateRefusal::AlreadyRevoked)),
     }
 }
 
@@ -161,11 +156,7 @@ impl Ra {
             storage::model::StatusChange::Changed(account) => account,
             // Deactivated by its holder between the check and the update.
             storage::model::StatusChange::Unchanged(now) => {
-                return Err(Refusal::Conflict(format!(
-                    "account {id}: account is {}",
-                    now.status.as_str()
-                ))
-                .into());
+                return Err(Refusal::AccountNotValid(now.status).into());
             }
         };
         tracing::info!(account_id = %id, "account deactivated by an operator");
@@ -224,9 +215,7 @@ impl Ra {
             storage::model::StatusChange::Changed(c) => c,
             // Revoked by its holder between the check and the update.
             storage::model::StatusChange::Unchanged(_) => {
-                return Err(
-                    Refusal::Conflict(format!("certificate {serial} is already revoked")).into(),
-                );
+                return Err(StateRefusal::AlreadyRevoked.into());
             }
         };
         tracing::info!(serial = %serial, reason = reason.as_str(), "certificate revoked by an operator");

@@ -5,7 +5,6 @@ use acme_core::status::AccountStatus;
 use ra::Refusal;
 use ra::accounts::AccountUpdate;
 use ra::accounts::Registered;
-use ra::error::StateRefusal;
 
 use crate::harness::account_request;
 use crate::harness::harness;
@@ -283,7 +282,7 @@ async fn deactivating_an_account_twice_is_refused_with_its_state() {
     h.ra.deactivate_account(account.id).await.unwrap();
     assert!(matches!(
         refusal(h.ra.deactivate_account(account.id).await),
-        Refusal::State(StateRefusal::Account(AccountStatus::Deactivated))
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
 }
 
@@ -295,7 +294,7 @@ async fn an_order_of_an_account_deactivated_since_the_request_was_authenticated_
     h.ra.deactivate_account(account.id).await.unwrap();
     assert!(matches!(
         refusal(h.order(&account, &["a.example.com"]).await),
-        Refusal::State(StateRefusal::Account(AccountStatus::Deactivated))
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
 }
 

@@ -1,7 +1,6 @@
 //! Starting a validation (at once through the job runner, or queued) and deactivating an
 //! authorization (RFC 8555 §7.5).
 
-use acme_core::problem::ProblemType;
 use acme_core::status::AuthzStatus;
 use acme_core::status::ChallengeStatus;
 use ra::Refusal;
@@ -10,7 +9,6 @@ use ra::error::StateRefusal;
 use crate::harness::Handed;
 use crate::harness::dns;
 use crate::harness::harness;
-use crate::harness::problem_kind;
 use crate::harness::refusal;
 
 #[tokio::test]
@@ -161,7 +159,8 @@ async fn a_challenge_whose_authorization_expired_is_refused_and_not_handed_at_on
 }
 
 #[tokio::test]
-async fn a_challenge_of_an_authorization_that_is_not_pending_is_malformed() {
+async fn a_challenge_of_an_authorization_read_as_not_pending_is_refused_as_one_that_left_pending_since()
+ {
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let order = h.order(&account, &["a.example.com"]).await.unwrap().order;
@@ -174,10 +173,19 @@ async fn a_challenge_of_an_authorization_that_is_not_pending_is_malformed() {
             .await
             .unwrap();
     assert_eq!(deactivated.status, AuthzStatus::Deactivated);
-    let outcome =
+    // Seen on the request's own read, and found by storage after a stale read: one refusal.
+    let seen =
         h.ra.start_validation(&account, authz.challenges[0].clone(), &deactivated)
             .await;
-    assert_eq!(problem_kind(outcome), ProblemType::Malformed);
+    let found =
+        h.ra.start_validation(&account, authz.challenges[0].clone(), &authz)
+            .await;
+    for outcome in [seen, found] {
+        assert!(matches!(
+            refusal(outcome),
+            Refusal::State(StateRefusal::AuthzNotPending(AuthzStatus::Deactivated))
+        ));
+    }
     assert!(h.jobs.handed().is_empty());
 }
 
@@ -219,7 +227,8 @@ async fn a_valid_authorization_may_be_deactivated() {
 }
 
 #[tokio::test]
-async fn deactivating_an_authorization_that_is_neither_pending_nor_valid_is_malformed() {
+async fn deactivating_an_authorization_read_as_neither_pending_nor_valid_is_refused_as_one_changed_since()
+ {
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let order = h.order(&account, &["a.example.com"]).await.unwrap().order;
@@ -231,13 +240,13 @@ async fn deactivating_an_authorization_that_is_neither_pending_nor_valid_is_malf
         h.ra.deactivate_authorization(account.id, &authz)
             .await
             .unwrap();
-    assert_eq!(
-        problem_kind(
-            h.ra.deactivate_authorization(account.id, &deactivated)
-                .await
-        ),
-        ProblemType::Malformed
-    );
+    // Seen on the request's own read, and found by storage after a stale read: one refusal.
+    for read in [&deactivated, &authz] {
+        assert!(matches!(
+            refusal(h.ra.deactivate_authorization(account.id, read).await),
+            Refusal::State(StateRefusal::AuthzNotActive(AuthzStatus::Deactivated))
+        ));
+    }
 }
 
 #[tokio::test]

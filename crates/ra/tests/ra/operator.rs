@@ -36,13 +36,26 @@ async fn an_operator_deactivates_a_valid_account_and_it_can_no_longer_register_i
 }
 
 #[tokio::test]
-async fn deactivating_an_account_twice_is_a_conflict() {
+async fn deactivating_an_account_twice_is_account_not_valid_for_the_operator_and_its_holder_alike()
+{
     let h = harness().build().await;
     let (account, _) = h.account().await;
     h.ra.operator_deactivates(account.id).await.unwrap();
     assert!(matches!(
         refusal(h.ra.operator_deactivates(account.id).await),
-        Refusal::Conflict(_)
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
+    ));
+    // The holder's request, authenticated before the operator's deactivation committed.
+    assert!(matches!(
+        refusal(h.ra.deactivate_account(account.id).await),
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
+    ));
+    // And the other way round.
+    let (other, _) = h.account().await;
+    h.ra.deactivate_account(other.id).await.unwrap();
+    assert!(matches!(
+        refusal(h.ra.operator_deactivates(other.id).await),
+        Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
 }
 
@@ -134,7 +147,7 @@ async fn an_operator_revokes_by_serial_with_any_reason_once() {
             h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise)
                 .await
         ),
-        Refusal::Conflict(_)
+        Refusal::State(ra::error::StateRefusal::AlreadyRevoked)
     ));
     assert!(matches!(
         refusal(
@@ -164,6 +177,27 @@ async fn a_certificate_the_operator_revoked_is_already_revoked_for_its_holder() 
                 None
             )
             .await
+        ),
+        Refusal::State(ra::error::StateRefusal::AlreadyRevoked)
+    ));
+}
+
+#[tokio::test]
+async fn a_certificate_its_holder_revoked_is_already_revoked_for_the_operator() {
+    let h = harness().build().await;
+    let (account, _) = h.account().await;
+    let (cert, _) = h.issue(&account, &["a.example.com"]).await;
+    h.ra.revoke(
+        ra::revocation::Revoker::Account(account.id),
+        &cert.der,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        refusal(
+            h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise)
+                .await
         ),
         Refusal::State(ra::error::StateRefusal::AlreadyRevoked)
     ));
