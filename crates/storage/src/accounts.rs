@@ -15,35 +15,172 @@ use crate::rows;
 use crate::rows::account_cols;
 use crate::sql;
 
-pub(crate) async fn create(s: &Storage, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
-    let began = s.accounts.as_ref().map(|cache| cache.generation());
-    // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
-    // PostgreSQL transaction, and the existing id is what the caller needs anyway.
-    let row = sql::query(concat!(
-        "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at) \
+impl Storage {
+    /// Creates an account; `Error::Conflict(existing_id)` when the key is already registered.
+    pub async fn create_account(&self, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
+        let began = self.accounts.as_ref().map(|cache| cache.generation());
+        // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
+        // PostgreSQL transaction, and the existing id is what the caller needs anyway.
+        let row = sql::query(concat!(
+            "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at) \
          VALUES ($1, $2, 'valid', $3, $4, $5) ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
+            account_cols!()
+        ))
+        .bind(&new.thumbprint)
+        .bind(&new.jwk_json)
+        .bind(codec::encode_list(&new.contacts))
+        .bind(i64::from(new.tos_agreed))
+        .bind(codec::unix(now))
+        .fetch_optional(&self.db)
+        .await?;
+        match row {
+            Some(row) => {
+                let account = rows::account(&row)?;
+                // The requests that follow a new account are its own.
+                if let (Some(cache), Some(began)) = (&self.accounts, began) {
+                    cache.keep(began, &account);
+                }
+                Ok(account)
+            }
+            None => match holder_of(self, &new.thumbprint).await? {
+                Some(existing) => Err(Error::Conflict(existing)),
+                None => Err(Error::NotFound),
+            },
+        }
+    }
+
+    pub async fn account(&self, id: AccountId) -> Result<Option<Account>> {
+        let Some(cache) = &self.accounts else {
+            let mut conn = self.db.acquire().await?;
+            return rows::load_account(&mut conn, id).await;
+        };
+        if let Some(account) = cache.get(id) {
+            return Ok(Some(account));
+        }
+        let began = cache.generation();
+        let mut conn = self.db.acquire().await?;
+        let account = rows::load_account(&mut conn, id).await?;
+        if let Some(account) = &account {
+            cache.keep(began, account);
+        }
+        Ok(account)
+    }
+
+    pub async fn account_by_thumbprint(&self, thumbprint: &str) -> Result<Option<Account>> {
+        let row = sql::query(concat!(
+            "SELECT ",
+            account_cols!(),
+            " FROM accounts WHERE thumbprint = $1"
+        ))
+        .bind(thumbprint)
+        .fetch_optional(&self.db)
+        .await?;
+        row.as_ref().map(rows::account).transpose()
+    }
+
+    pub async fn update_account_contacts(
+        &self,
+        id: AccountId,
+        contacts: Vec<String>,
+    ) -> Result<Account> {
+        let row = sql::query(concat!(
+            "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
+            account_cols!()
+        ))
+        .bind(id.0)
+        .bind(codec::encode_list(&contacts))
+        .fetch_optional(&self.db)
+        .await;
+        written(self, id);
+        row?.as_ref()
+            .map(rows::account)
+            .transpose()?
+            .ok_or(Error::NotFound)
+    }
+
+    /// Deactivates the account and its pending authorizations; all its pending and ready orders
+    /// become invalid. `Unchanged` when the account is not valid.
+    pub async fn deactivate_account(
+        &self,
+        id: AccountId,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<Account>> {
+        let now_s = codec::unix(now);
+        let mut tx = self.begin_write().await?;
+        let changed = sql::query(
+            "UPDATE accounts SET status = 'deactivated' WHERE id = $1 AND status = 'valid'",
+        )
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            return match rows::load_account(&mut tx, id).await? {
+                Some(account) => Ok(StatusChange::Unchanged(account)),
+                None => Err(Error::NotFound),
+            };
+        }
+        // Nothing of a deactivated account may proceed: its unfinished orders end here.
+        sql::query(
+            "UPDATE orders SET status = 'invalid', updated_at = $2 \
+         WHERE account_id = $1 AND status IN ('pending', 'ready')",
+        )
+        .bind(id.0)
+        .bind(now_s)
+        .execute(&mut *tx)
+        .await?;
+        sql::query("UPDATE authorizations SET status = 'deactivated' WHERE account_id = $1 AND status = 'pending'")
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?;
+        let account = rows::load_account(&mut tx, id)
+            .await?
+            .ok_or(Error::NotFound)?;
+        let committed = tx.commit().await;
+        written(self, id);
+        committed?;
+        Ok(StatusChange::Changed(account))
+    }
+
+    /// Replaces the key `old_thumbprint` of account `id` by the new one, if it is still the account's
+    /// key: the UPDATE names the old key, so two concurrent rollovers from the same key cannot both
+    /// succeed (the second finds the key changed: PostgreSQL re-reads the row once the first commits,
+    /// SQLite runs one writer at a time).
+    pub async fn change_account_key(
+        &self,
+        id: AccountId,
+        old_thumbprint: &str,
+        jwk_json: &str,
+        thumbprint: &str,
+    ) -> Result<KeyChange> {
+        if let Some(other) = holder_of(self, thumbprint).await?
+            && other != id.0
+        {
+            return Ok(KeyChange::KeyInUse(AccountId(other)));
+        }
+        let updated = sql::query(concat!(
+        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 AND thumbprint = $4 RETURNING ",
         account_cols!()
     ))
-    .bind(&new.thumbprint)
-    .bind(&new.jwk_json)
-    .bind(codec::encode_list(&new.contacts))
-    .bind(i64::from(new.tos_agreed))
-    .bind(codec::unix(now))
-    .fetch_optional(&s.db)
-    .await?;
-    match row {
-        Some(row) => {
-            let account = rows::account(&row)?;
-            // The requests that follow a new account are its own.
-            if let (Some(cache), Some(began)) = (&s.accounts, began) {
-                cache.keep(began, &account);
-            }
-            Ok(account)
+    .bind(id.0)
+    .bind(jwk_json)
+    .bind(thumbprint)
+    .bind(old_thumbprint)
+    .fetch_optional(&self.db)
+    .await;
+        written(self, id);
+        match updated {
+            Ok(Some(row)) => Ok(KeyChange::Changed(rows::account(&row)?)),
+            // No row: the account's key is no longer the old one, or there is no such account.
+            Ok(None) if account_exists(self, id).await? => Ok(KeyChange::OldKeyReplaced),
+            Ok(None) => Err(Error::NotFound),
+            // Another rollover took the new key between the check and the update.
+            Err(e) if e.is_unique_violation() => match holder_of(self, thumbprint).await? {
+                Some(other) => Ok(KeyChange::KeyInUse(AccountId(other))),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
         }
-        None => match holder_of(s, &new.thumbprint).await? {
-            Some(existing) => Err(Error::Conflict(existing)),
-            None => Err(Error::NotFound),
-        },
     }
 }
 
@@ -54,101 +191,11 @@ async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {
         .await
 }
 
-pub(crate) async fn by_id(s: &Storage, id: AccountId) -> Result<Option<Account>> {
-    let Some(cache) = &s.accounts else {
-        let mut conn = s.db.acquire().await?;
-        return rows::load_account(&mut conn, id).await;
-    };
-    if let Some(account) = cache.get(id) {
-        return Ok(Some(account));
-    }
-    let began = cache.generation();
-    let mut conn = s.db.acquire().await?;
-    let account = rows::load_account(&mut conn, id).await?;
-    if let Some(account) = &account {
-        cache.keep(began, account);
-    }
-    Ok(account)
-}
-
 /// Called once a write to account `id` has committed (or may have: a failed statement forgets
 /// too, which costs one read at most).
 fn written(s: &Storage, id: AccountId) {
     if let Some(cache) = &s.accounts {
         cache.forget(id);
-    }
-}
-
-pub(crate) async fn by_thumbprint(s: &Storage, thumbprint: &str) -> Result<Option<Account>> {
-    let row = sql::query(concat!(
-        "SELECT ",
-        account_cols!(),
-        " FROM accounts WHERE thumbprint = $1"
-    ))
-    .bind(thumbprint)
-    .fetch_optional(&s.db)
-    .await?;
-    row.as_ref().map(rows::account).transpose()
-}
-
-pub(crate) async fn update_contacts(
-    s: &Storage,
-    id: AccountId,
-    contacts: Vec<String>,
-) -> Result<Account> {
-    let row = sql::query(concat!(
-        "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
-        account_cols!()
-    ))
-    .bind(id.0)
-    .bind(codec::encode_list(&contacts))
-    .fetch_optional(&s.db)
-    .await;
-    written(s, id);
-    row?.as_ref()
-        .map(rows::account)
-        .transpose()?
-        .ok_or(Error::NotFound)
-}
-
-/// Replaces the key `old_thumbprint` of account `id` by the new one, if it is still the account's
-/// key: the UPDATE names the old key, so two concurrent rollovers from the same key cannot both
-/// succeed (the second finds the key changed: PostgreSQL re-reads the row once the first commits,
-/// SQLite runs one writer at a time).
-pub(crate) async fn change_key(
-    s: &Storage,
-    id: AccountId,
-    old_thumbprint: &str,
-    jwk_json: &str,
-    thumbprint: &str,
-) -> Result<KeyChange> {
-    if let Some(other) = holder_of(s, thumbprint).await?
-        && other != id.0
-    {
-        return Ok(KeyChange::KeyInUse(AccountId(other)));
-    }
-    let updated = sql::query(concat!(
-        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 AND thumbprint = $4 RETURNING ",
-        account_cols!()
-    ))
-    .bind(id.0)
-    .bind(jwk_json)
-    .bind(thumbprint)
-    .bind(old_thumbprint)
-    .fetch_optional(&s.db)
-    .await;
-    written(s, id);
-    match updated {
-        Ok(Some(row)) => Ok(KeyChange::Changed(rows::account(&row)?)),
-        // No row: the account's key is no longer the old one, or there is no such account.
-        Ok(None) if account_exists(s, id).await? => Ok(KeyChange::OldKeyReplaced),
-        Ok(None) => Err(Error::NotFound),
-        // Another rollover took the new key between the check and the update.
-        Err(e) if e.is_unique_violation() => match holder_of(s, thumbprint).await? {
-            Some(other) => Ok(KeyChange::KeyInUse(AccountId(other))),
-            None => Err(e),
-        },
-        Err(e) => Err(e),
     }
 }
 
@@ -160,46 +207,4 @@ async fn account_exists(s: &Storage, id: AccountId) -> Result<bool> {
             .await?
             .is_some(),
     )
-}
-
-/// Deactivates a valid account; any other is `Unchanged` (its status is the caller's to judge).
-pub(crate) async fn deactivate(
-    s: &Storage,
-    id: AccountId,
-    now: OffsetDateTime,
-) -> Result<StatusChange<Account>> {
-    let now_s = codec::unix(now);
-    let mut tx = s.begin_write().await?;
-    let changed =
-        sql::query("UPDATE accounts SET status = 'deactivated' WHERE id = $1 AND status = 'valid'")
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-    if changed == 0 {
-        return match rows::load_account(&mut tx, id).await? {
-            Some(account) => Ok(StatusChange::Unchanged(account)),
-            None => Err(Error::NotFound),
-        };
-    }
-    // Nothing of a deactivated account may proceed: its unfinished orders end here.
-    sql::query(
-        "UPDATE orders SET status = 'invalid', updated_at = $2 \
-         WHERE account_id = $1 AND status IN ('pending', 'ready')",
-    )
-    .bind(id.0)
-    .bind(now_s)
-    .execute(&mut *tx)
-    .await?;
-    sql::query("UPDATE authorizations SET status = 'deactivated' WHERE account_id = $1 AND status = 'pending'")
-        .bind(id.0)
-        .execute(&mut *tx)
-        .await?;
-    let account = rows::load_account(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    let committed = tx.commit().await;
-    written(s, id);
-    committed?;
-    Ok(StatusChange::Changed(account))
 }

@@ -408,3 +408,92 @@ pub(crate) async fn deactivate(
         StatusChange::Unchanged(authz)
     })
 }
+
+impl Storage {
+    /// Reads an authorization with its challenges, first applying expiry (pending/valid past
+    /// `expires_at` become expired, and pending orders that hold them become invalid).
+    pub async fn authorization(
+        &self,
+        id: AuthzId,
+        now: OffsetDateTime,
+    ) -> Result<Option<Authorization>> {
+        get(self, rows::AuthzKey::Id(id), now).await
+    }
+    /// [`Storage::authorization`] of the authorization that holds challenge `id`, in one read:
+    /// what a challenge request needs to check ownership and state.
+    pub async fn authorization_of_challenge(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+    ) -> Result<Option<Authorization>> {
+        get(self, rows::AuthzKey::OfChallenge(id), now).await
+    }
+    pub async fn challenge(&self, id: ChallengeId) -> Result<Option<Challenge>> {
+        challenge(self, id).await
+    }
+    /// The client asked for validation: pending → processing and a `Validate` job, in one
+    /// transaction. Idempotent for a challenge already processing, valid or invalid (`Left`).
+    /// `NotStarted` when the authorization is no longer pending (expiry applied first), or when
+    /// another challenge of it was already started: one validation per authorization.
+    pub async fn start_challenge(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+    ) -> Result<ChallengeStart> {
+        start_challenge(self, id, now, None).await
+    }
+    /// [`Storage::start_challenge`], but the `Validate` job is inserted already claimed by the
+    /// caller, leased for `lease`, and returned in `Started`, so the caller runs it at once
+    /// instead of waking the queue.
+    pub async fn start_challenge_claimed(
+        &self,
+        id: ChallengeId,
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<ChallengeStart> {
+        start_challenge(self, id, now, Some(lease)).await
+    }
+    /// A validation that succeeded before anything about it was recorded (the request that asked
+    /// for it ran it at once): pending → valid in one transaction, with the checks of
+    /// [`Storage::start_challenge`] and the effects of a valid verdict of
+    /// [`Storage::record_validation`]. No job ever exists for it. A challenge that has already
+    /// left pending (started first by another request or instance, whose outcome stands) is
+    /// returned as it is (`Left`); `NotStarted` as for [`Storage::start_challenge`]. The
+    /// authorization is valid for `valid_for`, as in [`Storage::record_validation`].
+    pub async fn record_valid_at_once(
+        &self,
+        id: ChallengeId,
+        valid_for: Duration,
+        now: OffsetDateTime,
+    ) -> Result<ChallengeStart> {
+        record_valid_at_once(self, id, valid_for, now).await
+    }
+    /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
+    /// authorization follows, and every order holding the authorization is updated (ready when
+    /// all its authorizations are valid, invalid with the problem when one is invalid). A valid
+    /// authorization expires `valid_for` (the policy layer's valid-authorization lifetime) after
+    /// `now`, and the unfinished orders holding it expire no later. `Error::Corrupt` for a
+    /// challenge never started, which no job can hold.
+    ///
+    /// `settle`: the job claim that produced the verdict; it is deleted in the same transaction
+    /// (if the claim still holds it), so recording and finishing the job are one commit.
+    pub async fn record_validation(
+        &self,
+        id: ChallengeId,
+        outcome: std::result::Result<(), Problem>,
+        valid_for: Duration,
+        now: OffsetDateTime,
+        settle: Option<&Job>,
+    ) -> Result<ValidationRecorded> {
+        record_validation(self, id, outcome, valid_for, now, settle).await
+    }
+    /// Client deactivation of a pending or valid authorization; its pending/ready orders become
+    /// invalid. `Unchanged` otherwise.
+    pub async fn deactivate_authorization(
+        &self,
+        id: AuthzId,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<Authorization>> {
+        deactivate(self, id, now).await
+    }
+}

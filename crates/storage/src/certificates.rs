@@ -15,25 +15,27 @@ use crate::model::StatusChange;
 use crate::rows;
 use crate::sql;
 
-pub(crate) async fn by_id(s: &Storage, id: CertificateId) -> Result<Option<Certificate>> {
-    let mut conn = s.db.acquire().await?;
-    rows::load_certificate(&mut conn, id).await
-}
+impl Storage {
+    pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
+        let mut conn = self.db.acquire().await?;
+        rows::load_certificate(&mut conn, id).await
+    }
 
-pub(crate) async fn by_serial(s: &Storage, serial: &Serial) -> Result<Option<Certificate>> {
-    let mut conn = s.db.acquire().await?;
-    rows::load_certificate_by_serial(&mut conn, serial).await
-}
+    pub async fn certificate_by_serial(&self, serial: &Serial) -> Result<Option<Certificate>> {
+        let mut conn = self.db.acquire().await?;
+        rows::load_certificate_by_serial(&mut conn, serial).await
+    }
 
-pub(crate) async fn revoke(
-    s: &Storage,
-    id: CertificateId,
-    reason: RevocationReason,
-    now: OffsetDateTime,
-) -> Result<StatusChange<Certificate>> {
-    let mut tx = s.db.begin_write().await?;
-    // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
-    let revoked = sql::query(
+    /// Marks a certificate revoked; `Unchanged` if it was, the first revocation standing.
+    pub async fn revoke_certificate(
+        &self,
+        id: CertificateId,
+        reason: RevocationReason,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<Certificate>> {
+        let mut tx = self.db.begin_write().await?;
+        // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
+        let revoked = sql::query(
         "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
     )
     .bind(id.0)
@@ -43,17 +45,18 @@ pub(crate) async fn revoke(
     .await?
     .rows_affected()
         > 0;
-    if revoked {
-        // In the same transaction: a committed revocation always makes its CRL shard stale.
-        crls::count_revocation(&mut tx, id.0).await?;
+        if revoked {
+            // In the same transaction: a committed revocation always makes its CRL shard stale.
+            crls::count_revocation(&mut tx, id.0).await?;
+        }
+        let cert = rows::load_certificate(&mut tx, id)
+            .await?
+            .ok_or(Error::NotFound)?;
+        tx.commit().await?;
+        Ok(if revoked {
+            StatusChange::Changed(cert)
+        } else {
+            StatusChange::Unchanged(cert)
+        })
     }
-    let cert = rows::load_certificate(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    tx.commit().await?;
-    Ok(if revoked {
-        StatusChange::Changed(cert)
-    } else {
-        StatusChange::Unchanged(cert)
-    })
 }

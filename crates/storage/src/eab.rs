@@ -62,19 +62,20 @@ fn key(row: &Row) -> Result<EabKey> {
     })
 }
 
-/// `None` when the kid is taken.
-pub(crate) async fn create(
-    s: &Storage,
-    new: NewEabKey,
-    now: OffsetDateTime,
-) -> Result<Option<EabKey>> {
-    let cidrs: Vec<String> = new
-        .policy
-        .allowed_cidrs()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let inserted = sql::query(
+impl Storage {
+    /// Stores a new EAB key; `None` when the kid is taken.
+    pub async fn create_eab_key(
+        &self,
+        new: NewEabKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<EabKey>> {
+        let cidrs: Vec<String> = new
+            .policy
+            .allowed_cidrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let inserted = sql::query(
         "INSERT INTO eab_keys (kid, hmac_key, allowed_domains, allowed_cidrs, allowed_profiles, \
          max_validity_secs, expires_at, reusable, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -88,98 +89,120 @@ pub(crate) async fn create(
     .bind(new.expires_at.map(codec::unix))
     .bind(i64::from(new.reusable))
     .bind(codec::unix(now))
-    .execute(&s.db)
+    .execute(&self.db)
     .await;
-    match inserted {
-        Ok(_) => {}
-        Err(e) if e.is_unique_violation() => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    get(s, &new.kid).await?.ok_or(Error::NotFound).map(Some)
-}
-
-pub(crate) async fn get(s: &Storage, kid: &EabKid) -> Result<Option<EabKey>> {
-    let row = sql::query(concat!(
-        "SELECT ",
-        key_cols!(),
-        " FROM eab_keys k WHERE k.kid = $1"
-    ))
-    .bind(&kid.0)
-    .fetch_optional(&s.db)
-    .await?;
-    row.as_ref().map(key).transpose()
-}
-
-pub(crate) async fn list(s: &Storage) -> Result<Vec<EabKey>> {
-    let rows = sql::query(concat!(
-        "SELECT ",
-        key_cols!(),
-        " FROM eab_keys k ORDER BY k.created_at, k.kid"
-    ))
-    .fetch_all(&s.db)
-    .await?;
-    rows.iter().map(key).collect()
-}
-
-pub(crate) async fn revoke(
-    s: &Storage,
-    kid: &EabKid,
-    now: OffsetDateTime,
-) -> Result<StatusChange<EabKey>> {
-    let changed =
-        sql::query("UPDATE eab_keys SET revoked_at = $2 WHERE kid = $1 AND revoked_at IS NULL")
-            .bind(&kid.0)
-            .bind(codec::unix(now))
-            .execute(&s.db)
-            .await?
-            .rows_affected();
-    let current = get(s, kid).await?.ok_or(Error::NotFound)?;
-    Ok(if changed == 0 {
-        StatusChange::Unchanged(current)
-    } else {
-        StatusChange::Changed(current)
-    })
-}
-
-pub(crate) async fn bind_and_create(
-    s: &Storage,
-    kid: &EabKid,
-    new: NewAccount,
-    now: OffsetDateTime,
-) -> Result<BindOutcome> {
-    let now_s = codec::unix(now);
-    let mut tx = s.begin_write().await?;
-    let lock = match s.backend {
-        Backend::Postgres => sql::query(
-            "SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1 FOR UPDATE",
-        ),
-        Backend::Sqlite => {
-            sql::query("SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1")
+        match inserted {
+            Ok(_) => {}
+            Err(e) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e),
         }
-    };
-    let Some(row) = lock.bind(&kid.0).fetch_optional(&mut *tx).await? else {
-        return Ok(BindOutcome::UnknownKey);
-    };
-    if let Some(revoked) = row.try_get::<Option<i64>, _>("revoked_at")? {
-        return Ok(BindOutcome::Revoked(codec::time_from_unix(revoked)?));
+        self.eab_key(&new.kid)
+            .await?
+            .ok_or(Error::NotFound)
+            .map(Some)
     }
-    if let Some(expires) = row.try_get::<Option<i64>, _>("expires_at")?
-        && expires <= now_s
-    {
-        return Ok(BindOutcome::Expired(codec::time_from_unix(expires)?));
+
+    /// One EAB key, with the number of accounts bound to it.
+    pub async fn eab_key(&self, kid: &EabKid) -> Result<Option<EabKey>> {
+        let row = sql::query(concat!(
+            "SELECT ",
+            key_cols!(),
+            " FROM eab_keys k WHERE k.kid = $1"
+        ))
+        .bind(&kid.0)
+        .fetch_optional(&self.db)
+        .await?;
+        row.as_ref().map(key).transpose()
     }
-    let single_use = row.try_get::<i64, _>("reusable")? == 0;
-    if single_use
-        && let Some(bound) = sql::query_scalar::<i64>(
-            "SELECT id FROM accounts WHERE eab_kid = $1 ORDER BY id LIMIT 1",
+
+    /// Every EAB key, oldest first.
+    pub async fn list_eab_keys(&self) -> Result<Vec<EabKey>> {
+        let rows = sql::query(concat!(
+            "SELECT ",
+            key_cols!(),
+            " FROM eab_keys k ORDER BY k.created_at, k.kid"
+        ))
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(key).collect()
+    }
+
+    /// Revokes a key: it binds no new account. `Error::NotFound` for an unknown kid,
+    /// `Unchanged` when it was already revoked.
+    pub async fn revoke_eab_key(
+        &self,
+        kid: &EabKid,
+        now: OffsetDateTime,
+    ) -> Result<StatusChange<EabKey>> {
+        let changed =
+            sql::query("UPDATE eab_keys SET revoked_at = $2 WHERE kid = $1 AND revoked_at IS NULL")
+                .bind(&kid.0)
+                .bind(codec::unix(now))
+                .execute(&self.db)
+                .await?
+                .rows_affected();
+        let current = self.eab_key(kid).await?.ok_or(Error::NotFound)?;
+        Ok(if changed == 0 {
+            StatusChange::Unchanged(current)
+        } else {
+            StatusChange::Changed(current)
+        })
+    }
+
+    /// The accounts bound with `kid` that are still valid, oldest first: those an operator's
+    /// `eab revoke --deactivate-accounts` deactivates.
+    pub async fn valid_accounts_bound_to_eab_key(&self, kid: &EabKid) -> Result<Vec<AccountId>> {
+        let ids = sql::query_scalar::<i64>(
+            "SELECT id FROM accounts WHERE eab_kid = $1 AND status = 'valid' ORDER BY id",
         )
         .bind(&kid.0)
-        .fetch_optional(&mut *tx)
-        .await?
-    {
-        return Ok(BindOutcome::AlreadyBound(AccountId(bound)));
+        .fetch_all(&self.db)
+        .await?;
+        Ok(ids.into_iter().map(AccountId).collect())
     }
-    let created = sql::query(concat!(
+
+    /// Creates the account bound to the key, in one transaction that first checks, under a lock
+    /// on the key, that the key exists, is neither revoked nor expired and, when single-use,
+    /// binds no account yet. The MAC must have been verified by the caller.
+    pub async fn bind_eab_and_create_account(
+        &self,
+        kid: &EabKid,
+        new: NewAccount,
+        now: OffsetDateTime,
+    ) -> Result<BindOutcome> {
+        let now_s = codec::unix(now);
+        let mut tx = self.begin_write().await?;
+        let lock = match self.backend {
+            Backend::Postgres => sql::query(
+                "SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1 FOR UPDATE",
+            ),
+            Backend::Sqlite => {
+                sql::query("SELECT reusable, expires_at, revoked_at FROM eab_keys WHERE kid = $1")
+            }
+        };
+        let Some(row) = lock.bind(&kid.0).fetch_optional(&mut *tx).await? else {
+            return Ok(BindOutcome::UnknownKey);
+        };
+        if let Some(revoked) = row.try_get::<Option<i64>, _>("revoked_at")? {
+            return Ok(BindOutcome::Revoked(codec::time_from_unix(revoked)?));
+        }
+        if let Some(expires) = row.try_get::<Option<i64>, _>("expires_at")?
+            && expires <= now_s
+        {
+            return Ok(BindOutcome::Expired(codec::time_from_unix(expires)?));
+        }
+        let single_use = row.try_get::<i64, _>("reusable")? == 0;
+        if single_use
+            && let Some(bound) = sql::query_scalar::<i64>(
+                "SELECT id FROM accounts WHERE eab_kid = $1 ORDER BY id LIMIT 1",
+            )
+            .bind(&kid.0)
+            .fetch_optional(&mut *tx)
+            .await?
+        {
+            return Ok(BindOutcome::AlreadyBound(AccountId(bound)));
+        }
+        let created = sql::query(concat!(
         "INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, created_at, eab_kid) \
          VALUES ($1, $2, 'valid', $3, $4, $5, $6) ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
         account_cols!()
@@ -192,37 +215,26 @@ pub(crate) async fn bind_and_create(
     .bind(&kid.0)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(row) = created else {
-        let holder = sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
-            .bind(&new.thumbprint)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(Error::NotFound)?;
-        return Ok(BindOutcome::KeyRegistered(AccountId(holder)));
-    };
-    let account = rows::account(&row)?;
-    if single_use {
-        sql::query("UPDATE eab_keys SET hmac_key = $2 WHERE kid = $1")
-            .bind(&kid.0)
-            .bind(ERASED.as_slice())
-            .execute(&mut *tx)
-            .await?;
+        let Some(row) = created else {
+            let holder = sql::query_scalar::<i64>("SELECT id FROM accounts WHERE thumbprint = $1")
+                .bind(&new.thumbprint)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(Error::NotFound)?;
+            return Ok(BindOutcome::KeyRegistered(AccountId(holder)));
+        };
+        let account = rows::account(&row)?;
+        if single_use {
+            sql::query("UPDATE eab_keys SET hmac_key = $2 WHERE kid = $1")
+                .bind(&kid.0)
+                .bind(ERASED.as_slice())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(BindOutcome::Created(account))
     }
-    tx.commit().await?;
-    Ok(BindOutcome::Created(account))
 }
 
 /// What an erased HMAC key is stored as.
 const ERASED: [u8; 0] = [];
-
-/// The accounts bound with `kid` that are still valid, oldest first: those an operator's
-/// `eab revoke --deactivate-accounts` deactivates.
-pub(crate) async fn valid_accounts_bound(s: &Storage, kid: &EabKid) -> Result<Vec<AccountId>> {
-    let ids = sql::query_scalar::<i64>(
-        "SELECT id FROM accounts WHERE eab_kid = $1 AND status = 'valid' ORDER BY id",
-    )
-    .bind(&kid.0)
-    .fetch_all(&s.db)
-    .await?;
-    Ok(ids.into_iter().map(AccountId).collect())
-}

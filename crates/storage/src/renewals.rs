@@ -10,55 +10,53 @@ use crate::codec;
 use crate::model::RenewEarly;
 use crate::sql;
 
-/// An order that replaces the certificate of ARI identifier `cert_id` and is not invalid: valid, or still pending, ready or
-/// processing before its expiry (an order past its expiry is invalid, whatever its row says).
-pub(crate) async fn replacing_order(
-    s: &Storage,
-    cert_id: &str,
-    now: OffsetDateTime,
-) -> Result<Option<OrderId>> {
-    let mut conn = s.db.acquire().await?;
-    let id = sql::query_scalar::<i64>(
-        "SELECT id FROM orders WHERE replaces = $1 \
+impl Storage {
+    /// An order that replaces the certificate of ARI identifier `cert_id` and is not invalid: valid, or still pending, ready or
+    /// processing before its expiry (an order past its expiry is invalid, whatever its row says).
+    pub async fn replacing_order(
+        &self,
+        cert_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<OrderId>> {
+        let mut conn = self.db.acquire().await?;
+        let id = sql::query_scalar::<i64>(
+            "SELECT id FROM orders WHERE replaces = $1 \
          AND (status = 'valid' OR (status <> 'invalid' AND expires_at > $2)) LIMIT 1",
-    )
-    .bind(cert_id)
-    .bind(codec::unix(now))
-    .fetch_optional(&mut conn)
-    .await?;
-    Ok(id.map(OrderId))
-}
+        )
+        .bind(cert_id)
+        .bind(codec::unix(now))
+        .fetch_optional(&mut conn)
+        .await?;
+        Ok(id.map(OrderId))
+    }
 
-/// Marks the unexpired, unrevoked certificates `which` names for early renewal at `now` (a mark
-/// already set stays as it was). Returns how many were newly marked.
-pub(crate) async fn mark_renew_early(
-    s: &Storage,
-    which: &RenewEarly,
-    now: OffsetDateTime,
-) -> Result<u64> {
-    let mut conn = s.db.acquire().await?;
-    let now_s = codec::unix(now);
-    let done = match which {
-        RenewEarly::Serial(serial) => {
-            sql::query(
-                "UPDATE certificates SET renew_early_at = $1 WHERE serial = $2 \
+    /// Marks the unexpired, unrevoked certificates `which` names for early renewal at `now` (a mark
+    /// already set stays as it was). Returns how many were newly marked.
+    pub async fn mark_renew_early(&self, which: &RenewEarly, now: OffsetDateTime) -> Result<u64> {
+        let mut conn = self.db.acquire().await?;
+        let now_s = codec::unix(now);
+        let done = match which {
+            RenewEarly::Serial(serial) => {
+                sql::query(
+                    "UPDATE certificates SET renew_early_at = $1 WHERE serial = $2 \
                  AND renew_early_at IS NULL AND revoked_at IS NULL AND not_after > $1",
-            )
-            .bind(now_s)
-            .bind(serial.to_hex())
-            .execute(&mut conn)
-            .await?
-        }
-        RenewEarly::Account(account) => {
-            sql::query(
-                "UPDATE certificates SET renew_early_at = $1 WHERE account_id = $2 \
+                )
+                .bind(now_s)
+                .bind(serial.to_hex())
+                .execute(&mut conn)
+                .await?
+            }
+            RenewEarly::Account(account) => {
+                sql::query(
+                    "UPDATE certificates SET renew_early_at = $1 WHERE account_id = $2 \
                  AND renew_early_at IS NULL AND revoked_at IS NULL AND not_after > $1",
-            )
-            .bind(now_s)
-            .bind(account.0)
-            .execute(&mut conn)
-            .await?
-        }
-    };
-    Ok(done.rows_affected())
+                )
+                .bind(now_s)
+                .bind(account.0)
+                .execute(&mut conn)
+                .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
 }

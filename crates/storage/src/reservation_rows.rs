@@ -130,37 +130,39 @@ pub(crate) async fn abandon_open(conn: &mut Conn, id: OrderId, now: OffsetDateTi
     Ok(())
 }
 
-/// Every reservation of order `id`, oldest first.
-pub(crate) async fn of_order(s: &Storage, id: OrderId) -> Result<Vec<Reservation>> {
-    let rows = sql::query(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM serial_reservations WHERE order_id = $1 ORDER BY id"
-    ))
-    .bind(id.0)
-    .fetch_all(&s.db)
-    .await?;
-    rows.iter().map(reservation).collect()
-}
+impl Storage {
+    /// Every serial reserved for order `id`, oldest first.
+    pub async fn serial_reservations(&self, id: OrderId) -> Result<Vec<Reservation>> {
+        let rows = sql::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM serial_reservations WHERE order_id = $1 ORDER BY id"
+        ))
+        .bind(id.0)
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(reservation).collect()
+    }
 
-/// Reservations still open that were made before `before`, oldest first, at most `limit`: serials
-/// that may have been signed and are not stored (yet), for operators.
-pub(crate) async fn open_before(
-    s: &Storage,
-    before: OffsetDateTime,
-    limit: u32,
-) -> Result<Vec<Reservation>> {
-    let rows = sql::query(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM serial_reservations WHERE state = 'reserved' AND reserved_at < $1 \
+    /// Reservations still open that were made before `before`, oldest first, at most `limit`: serials
+    /// that may have been signed and are not stored (yet), for operators.
+    pub async fn open_reservations(
+        &self,
+        before: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<Reservation>> {
+        let rows = sql::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM serial_reservations WHERE state = 'reserved' AND reserved_at < $1 \
          ORDER BY id LIMIT $2"
-    ))
-    .bind(codec::unix(before))
-    .bind(i64::from(limit))
-    .fetch_all(&s.db)
-    .await?;
-    rows.iter().map(reservation).collect()
+        ))
+        .bind(codec::unix(before))
+        .bind(i64::from(limit))
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(reservation).collect()
+    }
 }
 
 pub(crate) fn reservation(row: &Row) -> Result<Reservation> {

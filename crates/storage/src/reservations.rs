@@ -46,38 +46,93 @@ use crate::rows;
 use crate::sql;
 use crate::state;
 
-/// Reserves a serial for order `id`, which must be `processing`: the durable path, run by the
-/// order's `Finalize` job. Its open reservation, if it has one with the same issuer, is
-/// returned with `signings` counted up instead of a new one.
-pub(crate) async fn reserve(
-    s: &Storage,
-    id: OrderId,
-    intent: NewReservation,
-    now: OffsetDateTime,
-) -> Result<Reserved> {
-    let now_s = codec::unix(now);
-    let chain_id = issuer_chains::id_of(s, &intent.issuer_chain_pem).await?;
-    let mut tx = s.begin_write().await?;
-    let account_status = orders::account_of_order(s, &mut tx, id).await?;
-    let read = match s.backend {
-        Backend::Postgres => sql::query("SELECT status FROM orders WHERE id = $1 FOR UPDATE"),
-        Backend::Sqlite => sql::query("SELECT status FROM orders WHERE id = $1"),
-    };
-    let row = read
-        .bind(id.0)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound)?;
-    let status: OrderStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
-    if status != OrderStatus::Processing {
-        tx.rollback().await?;
-        return Ok(Reserved::Settled(status));
+impl Storage {
+    /// The at-once path of a finalization, before anything is signed: ready → processing with
+    /// the CSR, a `Finalize` job claimed by the caller for `lease`, and the serial reserved with
+    /// what the certificate is to be (`intent`), all in one transaction that checks the account
+    /// first (on PostgreSQL share-locked, so a deactivation commits before or after it) and that
+    /// the order is ready with every authorization valid. The caller then signs exactly the
+    /// reservation and stores it with [`Storage::complete_order`], settling the job; after a
+    /// crash the job resumes it ([`Storage::reserve_serial`]). `NotReady(status)` when the order
+    /// is no longer ready (expiry applied first, as in [`Storage::begin_finalize`]).
+    pub async fn reserve_ready_order(
+        &self,
+        id: OrderId,
+        csr_der: &[u8],
+        intent: NewReservation,
+        now: OffsetDateTime,
+        lease: Duration,
+    ) -> Result<ReservedAtOnce> {
+        let now_s = codec::unix(now);
+        let chain_id = issuer_chains::id_of(self, &intent.issuer_chain_pem).await?;
+        if self.backend == Backend::Postgres {
+            return reserve_ready_pg(self, id, csr_der, &intent, chain_id, now, lease).await;
+        }
+        let mut tx = self.begin_write().await?;
+        let account_status = orders::account_of_order(self, &mut tx, id).await?;
+        if account_status != AccountStatus::Valid {
+            tx.rollback().await?;
+            return Ok(ReservedAtOnce::AccountNotValid(account_status));
+        }
+        if orders::take_ready(&mut tx, id, csr_der, now_s)
+            .await?
+            .is_none()
+        {
+            let status = orders::not_ready(self, &mut tx, id, now_s).await?;
+            tx.commit().await?;
+            return Ok(ReservedAtOnce::NotReady(status));
+        }
+        let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, Some(lease))
+            .await?
+            .ok_or_else(|| {
+                Error::Corrupt(format!("order {id} was ready with a finalization job"))
+            })?;
+        let reservation = insert(&mut tx, id, &intent, chain_id, now_s).await?;
+        let order = rows::load_order(&mut tx, id)
+            .await?
+            .ok_or(Error::NotFound)?;
+        tx.commit().await?;
+        Ok(ReservedAtOnce::Reserved {
+            order: Box::new(order),
+            job,
+            reservation: Box::new(reservation),
+        })
     }
-    if account_status != AccountStatus::Valid {
-        tx.rollback().await?;
-        return Ok(Reserved::AccountNotValid(account_status));
-    }
-    let unusable = sql::query_scalar::<i64>(
+
+    /// Records what the certificate of order `id` (in `processing`) is to be before it is
+    /// signed, after checking in the same transaction that the account and every
+    /// authorization of the order are still valid. An open reservation of the order (a job
+    /// resumed after a crash) is returned instead, to be signed again exactly, unless its
+    /// issuer differs: it is then marked abandoned and a new one recorded.
+    pub async fn reserve_serial(
+        &self,
+        id: OrderId,
+        intent: NewReservation,
+        now: OffsetDateTime,
+    ) -> Result<Reserved> {
+        let now_s = codec::unix(now);
+        let chain_id = issuer_chains::id_of(self, &intent.issuer_chain_pem).await?;
+        let mut tx = self.begin_write().await?;
+        let account_status = orders::account_of_order(self, &mut tx, id).await?;
+        let read = match self.backend {
+            Backend::Postgres => sql::query("SELECT status FROM orders WHERE id = $1 FOR UPDATE"),
+            Backend::Sqlite => sql::query("SELECT status FROM orders WHERE id = $1"),
+        };
+        let row = read
+            .bind(id.0)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?;
+        let status: OrderStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
+        if status != OrderStatus::Processing {
+            tx.rollback().await?;
+            return Ok(Reserved::Settled(status));
+        }
+        if account_status != AccountStatus::Valid {
+            tx.rollback().await?;
+            return Ok(Reserved::AccountNotValid(account_status));
+        }
+        let unusable = sql::query_scalar::<i64>(
         "SELECT COUNT(*) FROM order_authorizations oa JOIN authorizations a ON a.id = oa.authz_id \
          WHERE oa.order_id = $1 AND (a.status <> 'valid' OR a.expires_at <= $2)",
     )
@@ -85,78 +140,32 @@ pub(crate) async fn reserve(
     .bind(now_s)
     .fetch_one(&mut *tx)
     .await?;
-    if unusable > 0 {
-        tx.rollback().await?;
-        return Ok(Reserved::AuthorizationNotValid);
-    }
-    if let Some(open) = open_of_order(&mut tx, id).await? {
-        if open.issuer_chain_id == chain_id {
-            let row = sql::query(concat!(
-                "UPDATE serial_reservations SET signings = signings + 1 \
-                 WHERE order_id = $1 AND state = 'reserved' RETURNING ",
-                columns!()
-            ))
-            .bind(id.0)
-            .fetch_one(&mut *tx)
-            .await?;
-            let resumed = reservation(&row)?;
-            tx.commit().await?;
-            return Ok(Reserved::Reserved(Box::new(resumed)));
+        if unusable > 0 {
+            tx.rollback().await?;
+            return Ok(Reserved::AuthorizationNotValid);
         }
-        // Signed (perhaps) under another issuer, which this signer cannot sign again: it stays
-        // recorded, marked, and the order gets a reservation of its own issuer.
-        abandon_open(&mut tx, id, now).await?;
-    }
-    let reserved = insert(&mut tx, id, &intent, chain_id, now_s).await?;
-    tx.commit().await?;
-    Ok(Reserved::Reserved(Box::new(reserved)))
-}
-
-/// The at-once path: ready → processing with the CSR, a `Finalize` job claimed by the caller for
-/// `lease` (a crash before the certificate is stored leaves it to be resumed), and a
-/// reservation, in one transaction. The account is checked (and on PostgreSQL share-locked)
-/// first; `NotReady(status)` when the order is not ready (an expired one, or one
-/// with an expired authorization, is first made invalid, and that is committed).
-pub(crate) async fn reserve_ready(
-    s: &Storage,
-    id: OrderId,
-    csr_der: &[u8],
-    intent: NewReservation,
-    now: OffsetDateTime,
-    lease: Duration,
-) -> Result<ReservedAtOnce> {
-    let now_s = codec::unix(now);
-    let chain_id = issuer_chains::id_of(s, &intent.issuer_chain_pem).await?;
-    if s.backend == Backend::Postgres {
-        return reserve_ready_pg(s, id, csr_der, &intent, chain_id, now, lease).await;
-    }
-    let mut tx = s.begin_write().await?;
-    let account_status = orders::account_of_order(s, &mut tx, id).await?;
-    if account_status != AccountStatus::Valid {
-        tx.rollback().await?;
-        return Ok(ReservedAtOnce::AccountNotValid(account_status));
-    }
-    if orders::take_ready(&mut tx, id, csr_der, now_s)
-        .await?
-        .is_none()
-    {
-        let status = orders::not_ready(s, &mut tx, id, now_s).await?;
+        if let Some(open) = open_of_order(&mut tx, id).await? {
+            if open.issuer_chain_id == chain_id {
+                let row = sql::query(concat!(
+                    "UPDATE serial_reservations SET signings = signings + 1 \
+                 WHERE order_id = $1 AND state = 'reserved' RETURNING ",
+                    columns!()
+                ))
+                .bind(id.0)
+                .fetch_one(&mut *tx)
+                .await?;
+                let resumed = reservation(&row)?;
+                tx.commit().await?;
+                return Ok(Reserved::Reserved(Box::new(resumed)));
+            }
+            // Signed (perhaps) under another issuer, which this signer cannot sign again: it stays
+            // recorded, marked, and the order gets a reservation of its own issuer.
+            abandon_open(&mut tx, id, now).await?;
+        }
+        let reserved = insert(&mut tx, id, &intent, chain_id, now_s).await?;
         tx.commit().await?;
-        return Ok(ReservedAtOnce::NotReady(status));
+        Ok(Reserved::Reserved(Box::new(reserved)))
     }
-    let job = state::enqueue_job(&mut tx, JobKind::Finalize(id), now, Some(lease))
-        .await?
-        .ok_or_else(|| Error::Corrupt(format!("order {id} was ready with a finalization job")))?;
-    let reservation = insert(&mut tx, id, &intent, chain_id, now_s).await?;
-    let order = rows::load_order(&mut tx, id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    tx.commit().await?;
-    Ok(ReservedAtOnce::Reserved {
-        order: Box::new(order),
-        job,
-        reservation: Box::new(reservation),
-    })
 }
 
 /// [`reserve_ready`] on PostgreSQL: the same transaction, lock for lock, as the function
