@@ -89,7 +89,7 @@ impl Storage {
 
     /// The revoked certificates of `shard` that have not expired at `now`, with the serials of the
     /// issuer `issuer_chain_pem` heads that were reserved, possibly signed and abandoned (see
-    /// [`abandoned_signed`]). Certificates issued before CRLs were published have no shard and are
+    /// `abandoned_signed`). Certificates issued before CRLs were published have no shard and are
     /// listed in shard 0, and so are reservations made while no CRL was published.
     ///
     /// Certificates are listed whatever their issuer, as they were before reservations existed;

@@ -1,4 +1,13 @@
 //! The entry point: one validation attempt for one challenge.
+//!
+//! One attempt runs under one deadline, `validation.timeout`, covering DNS, every address,
+//! redirects and CAA, and returns within [`Validator::worst_case_attempt`] (the timeout
+//! plus 2 s), which the workers' backstop outlasts. At most two addresses are tried per name (the
+//! first IPv6 and the first IPv4 one), sharing half the timeout for connecting, so a silent first
+//! address leaves time for the second. Every address connected to, redirects included, is first
+//! judged by `address_policy.rs`; the failure's class (propagation, transient, definite) is
+//! decided where the failure is seen (`failure.rs`), never from problem text; and what a target
+//! served is quoted only as a short escaped prefix (`quote.rs`).
 
 use std::sync::Arc;
 

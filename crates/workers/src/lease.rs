@@ -1,5 +1,17 @@
 //! One attempt of a claimed job: run under a lease a heartbeat renews and a backstop timeout,
 //! then the job deleted, rescheduled with a backoff after an error, or given up after too many.
+//!
+//! A claim is named by the job's id and its claim count, and every renewal, release and deletion
+//! names it: a worker that lost its lease can never touch a job another worker now holds. While an
+//! attempt runs, a heartbeat renews the lease every third of it; a worker that finds its lease
+//! taken abandons the attempt, so a slow attempt never runs twice at once, and a crashed worker's
+//! job is claimed again within one lease, by any instance. Each attempt is also cut off by a
+//! backstop timeout (twice the validator's worst case plus 5 s), which counts as a transient
+//! error. A transient error reschedules the job with a doubling backoff; a job claimed more than
+//! `max-attempts` times (including one whose worker died on its last attempt, which the claim
+//! returns as exhausted instead of running it) settles its object with `serverInternal`, so
+//! clients never poll forever. Recording is idempotent: a job that runs twice (a crash between
+//! the commit and the deletion) changes nothing.
 
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;

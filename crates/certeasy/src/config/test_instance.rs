@@ -1,6 +1,15 @@
 //! Turning a configuration into a test instance's (`test-mode:`, `certeasy serve --test-mode`):
 //! kept apart from the block's definition (`test_mode.rs`) so that the configuration model can
 //! hold the block without the two modules importing each other.
+//!
+//! A test instance can never touch production: [`Config::test_mode_refusals`] (run by the
+//! semantic checks, so `config check` refuses alike) refuses a configured database URL (on
+//! PostgreSQL its workers would claim the shared job queue), Redis shards, a data directory without
+//! the marker file test mode writes, and an ACME listener off loopback. `main.rs` checks before it
+//! creates, opens or binds anything, and `serve::start` refuses again for library callers. Only two
+//! knobs act outside the configuration, each where it belongs: always-valid challenges in the job
+//! runner (`WorkerSettings::always_valid`, no network at all) and refused nonces in
+//! `acme_api::nonce::NonceRejection`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -1,6 +1,13 @@
 //! Creating an order: the account's status read under its lock, the database-backed limits
 //! counted in the same transaction, reused authorizations, and the write itself, on SQLite
 //! ([`insert`]) and on PostgreSQL ([`insert_pg`], one function call) side by side.
+//!
+//! Each PostgreSQL function (`migrations/postgres/0013_one_round_trip.sql`) is the transaction it
+//! stands for, statement for statement and lock for lock, called in one round trip instead of 7 to
+//! 10; SQLite, where a statement costs microseconds, runs the same statements from Rust. The
+//! storage tests run every case of these transactions on both backends, so a change to one side
+//! that the other lacks fails them. The limits arrive with a `refuse` flag from `ra` (enforce or
+//! shadow): what they counted is returned either way, so shadow mode costs no second transaction.
 
 use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;

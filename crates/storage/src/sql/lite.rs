@@ -6,6 +6,27 @@
 //! waiting is for a connection. Writers queue for the single writer connection in FIFO order in
 //! this process, instead of colliding on the database lock and backing off in SQLite's busy
 //! handler (which sleeps up to 100 ms at a time); readers never wait for writers (WAL).
+//!
+//! Write transactions begin with `BEGIN IMMEDIATE`, so they hold the writer from their first
+//! statement. A statement outside a transaction takes the writer when nobody holds or awaits it
+//! (its page cache is current, while every commit makes a reader's stale), a reader otherwise,
+//! and the writer only when it writes; a reader is released before the writer is awaited, so no
+//! task holds one connection while waiting for the other. A writing statement is always stepped
+//! to its end, since SQLite calls the WAL hook only for a statement that finishes.
+//!
+//! Checkpoints do not run in the writer's commits ([`Checkpointer`]): the writer's WAL hook notes
+//! the WAL's size, and once it reaches 1,000 pages a checkpoint copies it on a connection of its
+//! own on a blocking thread while commits go on, then copies what was committed meanwhile with
+//! the writer held, so the WAL is wholly copied and starts again. If these fall behind, the
+//! writer checkpoints in its commit at 10,000 pages, as SQLite would.
+//!
+//! The connections open the file through SQLite's `unix-excl` VFS: the first lock is an
+//! exclusive one held until the process closes the database, and this process's connections
+//! coordinate in memory (the WAL index is in the heap, no lock call reaches the kernel). So while
+//! a server runs it is the only process that can open its database: a second server on the same
+//! data directory stops at start with `Error::InUse` naming the file ([`check_not_in_use`]), and
+//! backups are written by the server (`Storage::backup_into`). That exclusivity is also what
+//! makes the account cache (`account_cache.rs`) sound.
 
 use std::cell::Cell;
 use std::ffi::c_int;
