@@ -1199,11 +1199,7 @@ async fn assert_no_job_ever(env: &Env) {
     let ChallengeStart::Started { job: Some(job), .. } = started else {
         panic!("the probe did not start with a job: {started:?}");
     };
-    assert_eq!(
-        job.id,
-        JobId(1),
-        "an earlier job took the first id"
-    );
+    assert_eq!(job.id, JobId(1), "an earlier job took the first id");
 }
 
 /// A validation run at once that succeeds is recorded in one transaction: the reply shows the
