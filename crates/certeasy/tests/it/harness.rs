@@ -18,6 +18,7 @@ use certeasy::serve::RunningServer;
 use testkit::admin_cli::AdminCli;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
+use testkit::poll::eventually;
 pub use testkit::ports::free_port;
 pub use testkit::postgres::PgDatabase;
 use testkit::tls_alpn::TlsAlpnResponder;
@@ -199,7 +200,8 @@ impl TestEnv {
             .unwrap();
         self.child = Some(child);
         let url = format!("http://127.0.0.1:{}/healthz", self.admin_port);
-        for _ in 0..300 {
+        let (within, every) = (Duration::from_secs(30), Duration::from_millis(100));
+        let healthy = eventually(within, every, async || {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -208,12 +210,14 @@ impl TestEnv {
                     self.server_log()
                 );
             }
-            if http_get_ok(&url).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("certeasy did not become healthy:\n{}", self.server_log());
+            http_get_ok(&url).await.then_some(())
+        })
+        .await;
+        assert!(
+            healthy.is_some(),
+            "certeasy did not become healthy:\n{}",
+            self.server_log()
+        );
     }
 
     /// Kills the binary at once (SIGKILL): a crash, not a shutdown.
