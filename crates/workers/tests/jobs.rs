@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use acme_core::clock::SystemClock;
 use acme_core::identifier::Identifier;
-use acme_core::identifier::canonical_set_hash;
 use acme_core::ids::AccountId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::JobId;
@@ -42,10 +41,6 @@ use storage::model::Challenge;
 use storage::model::ChallengeStart;
 use storage::model::Finalizing;
 use storage::model::NewAccount;
-use storage::model::NewAuthz;
-use storage::model::NewOrder;
-use storage::model::OrderCreation;
-use storage::model::OrderGuards;
 use storage::model::ValidationRecorded;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
@@ -175,41 +170,15 @@ async fn order_with(
             .await
             .unwrap(),
     };
-    let id = Identifier::dns(name).unwrap();
-    let order = env
-        .storage
-        .create_order(
-            NewOrder {
-                account_id: account.id,
-                identifiers: vec![id.clone()],
-                set_hash: canonical_set_hash(std::slice::from_ref(&id)),
-                not_before: None,
-                not_after: None,
-                expires_at: now + time::Duration::days(1),
-                authorizations: vec![NewAuthz {
-                    identifier: id,
-                    expires_at: now + time::Duration::days(1),
-                    challenges: vec![(kind, token.to_owned())],
-                }],
-                reuse_valid_until: None,
-                replaces: None,
-                profile: "tls-server".to_owned(),
-            },
-            &OrderGuards::default(),
-            now,
-        )
-        .await
-        .unwrap();
-    let OrderCreation::Created { order, .. } = order else {
-        panic!("the order was not created: {order:?}");
-    };
-    let authz = env
-        .storage
-        .authorization(order.authz_ids[0], now)
-        .await
-        .unwrap()
-        .unwrap();
-    (order.id, authz.challenges[0].id)
+    let (order, challenge) = common::pending_order(
+        &env.storage,
+        account.id,
+        name,
+        (kind, token.to_owned()),
+        now,
+    )
+    .await;
+    (order.id, challenge)
 }
 
 /// The order as it is now.

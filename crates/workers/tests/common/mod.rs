@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use acme_core::identifier::Identifier;
 use acme_core::identifier::canonical_set_hash;
+use acme_core::ids::AccountId;
+use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
@@ -58,26 +60,19 @@ pub(crate) async fn storage_on(
     (pg, storage)
 }
 
-/// A ready order for `name` of a fresh account (validated at once: no job exists).
-pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
-    let now = OffsetDateTime::now_utc();
-    let account = storage
-        .create_account(
-            NewAccount {
-                jwk_json: "{}".into(),
-                thumbprint: format!("tp-{name}"),
-                contacts: vec![],
-                tos_agreed: true,
-            },
-            now,
-        )
-        .await
-        .unwrap();
+/// A pending order of `account` for `name`, with one challenge, and that challenge's id.
+pub(crate) async fn pending_order(
+    storage: &Storage,
+    account: AccountId,
+    name: &str,
+    challenge: (ChallengeType, String),
+    now: OffsetDateTime,
+) -> (Order, ChallengeId) {
     let id = Identifier::dns(name).unwrap();
     let created = storage
         .create_order(
             NewOrder {
-                account_id: account.id,
+                account_id: account,
                 identifiers: vec![id.clone()],
                 set_hash: canonical_set_hash(std::slice::from_ref(&id)),
                 not_before: None,
@@ -86,7 +81,7 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
                 authorizations: vec![NewAuthz {
                     identifier: id,
                     expires_at: now + time::Duration::days(1),
-                    challenges: vec![(ChallengeType::Http01, format!("tok-{name}"))],
+                    challenges: vec![challenge],
                 }],
                 reuse_valid_until: None,
                 replaces: None,
@@ -105,9 +100,35 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
         .await
         .unwrap()
         .unwrap();
+    (*order, authz.challenges[0].id)
+}
+
+/// A ready order for `name` of a fresh account (validated at once: no job exists).
+pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
+    let now = OffsetDateTime::now_utc();
+    let account = storage
+        .create_account(
+            NewAccount {
+                jwk_json: "{}".into(),
+                thumbprint: format!("tp-{name}"),
+                contacts: vec![],
+                tos_agreed: true,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let (order, challenge) = pending_order(
+        storage,
+        account.id,
+        name,
+        (ChallengeType::Http01, format!("tok-{name}")),
+        now,
+    )
+    .await;
     storage
         .record_valid_at_once(
-            authz.challenges[0].id,
+            challenge,
             ra::settings::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
             now,
         )
