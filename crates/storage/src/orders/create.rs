@@ -135,30 +135,25 @@ async fn create(
         now_s,
     )
     .await?;
-    let pending_authz = match pending {
-        Counted::Within(usage) => usage,
-        Counted::Exceeded(over, refuse) => {
-            if refuse {
-                return Ok(OrderCreation::WouldExceed {
-                    exceeded: over,
-                    also: exceeded,
-                });
-            }
-            exceeded.push(over);
-            None
+    let pending_authz = match pending.settle(&mut exceeded) {
+        Ok(usage) => usage,
+        Err(over) => {
+            return Ok(OrderCreation::WouldExceed {
+                exceeded: over,
+                also: exceeded,
+            });
         }
     };
-    let duplicates = match count_duplicates(&mut tx, &new, guards, now).await? {
-        Counted::Within(usage) => usage,
-        Counted::Exceeded(over, refuse) => {
-            if refuse {
-                return Ok(OrderCreation::WouldExceed {
-                    exceeded: over,
-                    also: exceeded,
-                });
-            }
-            exceeded.push(over);
-            None
+    let duplicates = match count_duplicates(&mut tx, &new, guards, now)
+        .await?
+        .settle(&mut exceeded)
+    {
+        Ok(usage) => usage,
+        Err(over) => {
+            return Ok(OrderCreation::WouldExceed {
+                exceeded: over,
+                also: exceeded,
+            });
         }
     };
     let usage = GuardUsage {
@@ -192,6 +187,22 @@ enum Counted<U> {
     Within(Option<U>),
     /// Over the cap, and whether the caller asked to refuse the order then.
     Exceeded(GuardExceeded, bool),
+}
+
+impl<U> Counted<U> {
+    /// The usage to report with the created order: `Err` with the limit when it is exceeded and
+    /// the caller asked to refuse then; an exceeded limit not to refuse on is added to `exceeded`
+    /// and reports no usage.
+    fn settle(self, exceeded: &mut Vec<GuardExceeded>) -> Result<Option<U>, GuardExceeded> {
+        match self {
+            Counted::Within(usage) => Ok(usage),
+            Counted::Exceeded(over, true) => Err(over),
+            Counted::Exceeded(over, false) => {
+                exceeded.push(over);
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// An authorization an order reuses: its id and expiry.
