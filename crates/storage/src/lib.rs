@@ -8,6 +8,7 @@
 mod account_cache;
 mod accounts;
 mod admin_queries;
+pub mod audit;
 mod authz;
 mod backup;
 pub mod blocked_keys;

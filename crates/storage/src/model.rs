@@ -19,6 +19,14 @@ use acme_core::status::OrderStatus;
 use acme_core::status::RevocationReason;
 use time::OffsetDateTime;
 
+pub use crate::audit::Actor;
+pub use crate::audit::AuditEvent;
+pub use crate::audit::AuditFilter;
+pub use crate::audit::AuditKind;
+pub use crate::audit::AuditRecord;
+pub use crate::audit::BrokenLink;
+pub use crate::audit::ChainCheck;
+
 /// An ACME account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {

@@ -123,6 +123,16 @@ impl Db {
     }
 }
 
+impl Conn {
+    /// The backend this connection talks to, for a function handed only the connection.
+    pub(crate) fn backend(&self) -> crate::Backend {
+        match self.0 {
+            ConnKind::Pg(_) => crate::Backend::Postgres,
+            ConnKind::LiteAny(_) | ConnKind::Lite(_) => crate::Backend::Sqlite,
+        }
+    }
+}
+
 /// A write transaction; rolled back when dropped without [`Tx::commit`].
 pub(crate) struct Tx(Conn);
 

@@ -1,0 +1,844 @@
+//! The audit log (migration 0018): who changed what, when and why, one record per decision,
+//! written in the same transaction as the change it records, so that a change without its record
+//! (or a record of a change that did not happen) cannot be committed.
+//!
+//! **The chain.** Records are numbered `seq` = 1, 2, 3, … with no gap. Each carries `prev_hash`,
+//! the `hash` of the record before it (64 zeros for record 1), and its own `hash`:
+//!
+//! ```text
+//! hash = SHA-256( prev_hash (32 raw bytes) || seq (8 bytes, big-endian) || body )
+//! body = "certeasy.audit.v1\n" || at_ms (i64 BE) || str(kind) || str(actor_kind) || str(actor)
+//!        || opt(operator) || opt(client_ip) || opt_i64(account_id) || opt(serial)
+//!        || str(names) || str(reason) || str(detail)
+//! str(s) = len(s) as u32 BE || s          opt(None) = 0x00   opt(Some(s)) = 0x01 || str(s)
+//! opt_i64(None) = 0x00                    opt_i64(Some(n)) = 0x01 || n as i64 BE
+//! ```
+//!
+//! over the columns exactly as stored (`detail` is the stored JSON text, not a re-serialization),
+//! so verification recomputes every hash from the row and any edit of any column is detected.
+//! The version is the `format` column (1 = the encoding above); a future encoding gets a new
+//! number and old records keep verifying with theirs. The one-row `audit_head` holds the last seq
+//! and hash: deleting the newest records leaves it pointing past them, and it is the lock that
+//! keeps concurrent writers on one chain. Rewriting the whole chain from an edited record on
+//! (and the head with it) is only detectable against a head hash kept elsewhere, which is why
+//! `admin audit verify` prints it and takes `--expect-head`.
+//!
+//! **Appending on PostgreSQL** is one statement, one round trip: a data-modifying CTE updates
+//! the head row (seq + 1, and the new hash computed by `sha256()` in SQL from the old head hash,
+//! the new seq and the body bound as bytes) and inserts the record from what it returns. The
+//! UPDATE takes the head row's lock, so a concurrent appender waits on it and then (READ
+//! COMMITTED re-evaluates the row) builds on the committed head: one chain, no fork, no retry.
+//! The lock is held from that statement to the commit, which is why callers append as the LAST
+//! statement of their transaction: the lock then covers one statement and the COMMIT. The
+//! alternative (read the head `FOR UPDATE`, hash in Rust, then insert and update) costs a second
+//! round trip inside the lock. **On SQLite** the transaction already holds the only writer
+//! (`BEGIN IMMEDIATE`), so reading the head, inserting and updating it are three in-process
+//! statements with nothing to race.
+//!
+//! Records are never pruned: `prune.rs` does not touch `audit_log` or `audit_head`, and must not
+//! (a gap in `seq` is exactly what verification reports as a deletion).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use acme_core::ids::AccountId;
+use acme_core::ids::Serial;
+use time::OffsetDateTime;
+
+use crate::Backend;
+use crate::Result;
+use crate::Storage;
+use crate::codec;
+use crate::error::Error;
+use crate::sql;
+use crate::sql::Conn;
+use crate::sql::Params;
+use crate::sql::Row;
+
+/// The hash before record 1.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The only encoding so far (see the module doc).
+const FORMAT_V1: i64 = 1;
+const MAGIC_V1: &[u8] = b"certeasy.audit.v1\n";
+
+/// The records a page holds when the filter says nothing.
+const DEFAULT_LIMIT: u32 = 100;
+/// The most a page holds.
+pub const MAX_LIMIT: u32 = 10_000;
+/// The records verification reads per statement.
+const VERIFY_PAGE: i64 = 2_000;
+
+/// What was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditKind {
+    AccountCreated,
+    AccountContactsUpdated,
+    AccountKeyChanged,
+    AccountDeactivated,
+    CertificateIssued,
+    CertificateRevoked,
+    EabKeyCreated,
+    EabKeyBound,
+    EabKeyRevoked,
+    AccountPaused,
+    AccountUnpaused,
+    LimitsChanged,
+    ConfigReloaded,
+    AdminAction,
+    IssuerActivated,
+    KeyBlocked,
+    KeyUnblocked,
+}
+
+impl AuditKind {
+    /// Every kind, in the order of the list above.
+    pub const ALL: [AuditKind; 17] = [
+        AuditKind::AccountCreated,
+        AuditKind::AccountContactsUpdated,
+        AuditKind::AccountKeyChanged,
+        AuditKind::AccountDeactivated,
+        AuditKind::CertificateIssued,
+        AuditKind::CertificateRevoked,
+        AuditKind::EabKeyCreated,
+        AuditKind::EabKeyBound,
+        AuditKind::EabKeyRevoked,
+        AuditKind::AccountPaused,
+        AuditKind::AccountUnpaused,
+        AuditKind::LimitsChanged,
+        AuditKind::ConfigReloaded,
+        AuditKind::AdminAction,
+        AuditKind::IssuerActivated,
+        AuditKind::KeyBlocked,
+        AuditKind::KeyUnblocked,
+    ];
+
+    /// The stored and printed name (snake_case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::AccountCreated => "account_created",
+            AuditKind::AccountContactsUpdated => "account_contacts_updated",
+            AuditKind::AccountKeyChanged => "account_key_changed",
+            AuditKind::AccountDeactivated => "account_deactivated",
+            AuditKind::CertificateIssued => "certificate_issued",
+            AuditKind::CertificateRevoked => "certificate_revoked",
+            AuditKind::EabKeyCreated => "eab_key_created",
+            AuditKind::EabKeyBound => "eab_key_bound",
+            AuditKind::EabKeyRevoked => "eab_key_revoked",
+            AuditKind::AccountPaused => "account_paused",
+            AuditKind::AccountUnpaused => "account_unpaused",
+            AuditKind::LimitsChanged => "limits_changed",
+            AuditKind::ConfigReloaded => "config_reloaded",
+            AuditKind::AdminAction => "admin_action",
+            AuditKind::IssuerActivated => "issuer_activated",
+            AuditKind::KeyBlocked => "key_blocked",
+            AuditKind::KeyUnblocked => "key_unblocked",
+        }
+    }
+}
+
+impl fmt::Display for AuditKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AuditKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        AuditKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown audit record kind {s:?}"))
+    }
+}
+
+/// Who did it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// An ACME account, through the ACME API.
+    Account(AccountId),
+    /// A caller of the admin API: the token's identity ([`admin_token_identity`]), never the
+    /// token, and the operator's name when the caller gave one.
+    Admin {
+        token: String,
+        operator: Option<String>,
+    },
+    /// A command run locally with no admin API (its operator's name).
+    Operator(String),
+    /// The server itself: workers, a reload, the pruner.
+    System,
+}
+
+impl Actor {
+    /// The stored `actor_kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Actor::Account(_) => "account",
+            Actor::Admin { .. } => "admin",
+            Actor::Operator(_) => "operator",
+            Actor::System => "system",
+        }
+    }
+
+    /// The stored `actor` and `operator` columns.
+    fn columns(&self) -> (String, Option<String>) {
+        match self {
+            Actor::Account(id) => (id.0.to_string(), None),
+            Actor::Admin { token, operator } => (token.clone(), operator.clone()),
+            Actor::Operator(name) => (name.clone(), None),
+            Actor::System => (String::new(), None),
+        }
+    }
+
+    fn from_columns(kind: &str, actor: &str, operator: Option<String>) -> Result<Self> {
+        Ok(match kind {
+            "account" => {
+                Actor::Account(AccountId(actor.parse::<i64>().map_err(|e| {
+                    Error::Corrupt(format!("audit actor account {actor:?}: {e}"))
+                })?))
+            }
+            "admin" => Actor::Admin {
+                token: actor.to_owned(),
+                operator,
+            },
+            "operator" => Actor::Operator(actor.to_owned()),
+            "system" => Actor::System,
+            other => return Err(Error::Corrupt(format!("audit actor kind {other:?}"))),
+        })
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Actor::Account(id) => write!(f, "account {id}"),
+            Actor::Admin {
+                token,
+                operator: Some(op),
+            } => write!(f, "admin {op} ({token})"),
+            Actor::Admin {
+                token,
+                operator: None,
+            } => write!(f, "admin ({token})"),
+            Actor::Operator(name) => write!(f, "operator {name}"),
+            Actor::System => f.write_str("system"),
+        }
+    }
+}
+
+/// How an admin token is named in the log: `sha256:` and the first 16 hex digits of the
+/// SHA-256 of the token. Enough to tell tokens apart and to match one the operator holds,
+/// useless for calling the API.
+pub fn admin_token_identity(token: &str) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+    let hex = hex::encode(digest.as_ref());
+    format!("sha256:{}", &hex[..16])
+}
+
+/// One decision to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    pub kind: AuditKind,
+    pub actor: Actor,
+    pub client_ip: Option<IpAddr>,
+    pub account: Option<AccountId>,
+    pub serial: Option<Serial>,
+    /// The identifiers concerned (lower-case DNS names, IP addresses as text).
+    pub names: Vec<String>,
+    /// Why: the verdict in words.
+    pub reason: String,
+    /// Anything else (an EAB key id, a limit before and after, an evidence digest, …).
+    pub detail: serde_json::Value,
+}
+
+impl AuditEvent {
+    /// An event with nothing but its kind, actor and reason; set the other fields as needed.
+    pub fn new(kind: AuditKind, actor: Actor, reason: impl Into<String>) -> Self {
+        Self {
+            kind,
+            actor,
+            client_ip: None,
+            account: None,
+            serial: None,
+            names: Vec::new(),
+            reason: reason.into(),
+            detail: serde_json::Value::Null,
+        }
+    }
+}
+
+/// A stored record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRecord {
+    pub seq: i64,
+    pub at: OffsetDateTime,
+    pub event: AuditEvent,
+    /// Lower-case hex.
+    pub prev_hash: String,
+    /// Lower-case hex.
+    pub hash: String,
+}
+
+/// Which records to list. Newest first, unless `after_seq` is set: then oldest first from
+/// there (the order an export pages in).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditFilter {
+    pub since: Option<OffsetDateTime>,
+    pub until: Option<OffsetDateTime>,
+    pub account: Option<AccountId>,
+    /// Records naming this identifier (exact, compared in lower case).
+    pub name: Option<String>,
+    pub serial: Option<Serial>,
+    pub kind: Option<AuditKind>,
+    /// Records after this seq, oldest first.
+    pub after_seq: Option<i64>,
+    /// Records before this seq, newest first (the next page of a listing).
+    pub before_seq: Option<i64>,
+    /// At most this many (0: 100; never more than [`MAX_LIMIT`]).
+    pub limit: u32,
+}
+
+/// The first record at which the chain does not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokenLink {
+    pub seq: i64,
+    pub why: String,
+}
+
+/// What verification found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainCheck {
+    /// Records read.
+    pub records: u64,
+    /// The chain head as the database holds it.
+    pub head_seq: i64,
+    pub head_hash: String,
+    pub first_broken: Option<BrokenLink>,
+}
+
+/// A record's stored columns other than `seq` and the hashes, exactly as stored: what the hash
+/// covers.
+struct Columns {
+    format: i64,
+    at_ms: i64,
+    kind: String,
+    actor_kind: String,
+    actor: String,
+    operator: Option<String>,
+    client_ip: Option<String>,
+    account_id: Option<i64>,
+    serial: Option<String>,
+    names: String,
+    reason: String,
+    detail: String,
+}
+
+const COLUMNS: &str = "seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                       account_id, serial, names, reason, detail, prev_hash, hash";
+
+impl Columns {
+    fn of(event: &AuditEvent, now: OffsetDateTime) -> Result<Self> {
+        let (actor, operator) = event.actor.columns();
+        let detail = serde_json::to_string(&event.detail)
+            .map_err(|e| Error::Corrupt(format!("audit detail: {e}")))?;
+        Ok(Self {
+            format: FORMAT_V1,
+            at_ms: unix_ms(now),
+            kind: event.kind.as_str().to_owned(),
+            actor_kind: event.actor.kind().to_owned(),
+            actor,
+            operator,
+            client_ip: event.client_ip.map(|ip| ip.to_string()),
+            account_id: event.account.map(|a| a.0),
+            serial: event.serial.as_ref().map(Serial::to_hex),
+            names: codec::encode_list(&event.names),
+            reason: event.reason.clone(),
+            detail,
+        })
+    }
+
+    fn read(row: &Row) -> Result<Self> {
+        Ok(Self {
+            format: row.try_get("format")?,
+            at_ms: row.try_get("at_ms")?,
+            kind: row.try_get("kind")?,
+            actor_kind: row.try_get("actor_kind")?,
+            actor: row.try_get("actor")?,
+            operator: row.try_get("operator")?,
+            client_ip: row.try_get("client_ip")?,
+            account_id: row.try_get("account_id")?,
+            serial: row.try_get("serial")?,
+            names: row.try_get("names")?,
+            reason: row.try_get("reason")?,
+            detail: row.try_get("detail")?,
+        })
+    }
+
+    /// The canonical encoding the hash covers (the module doc gives it).
+    fn body(&self) -> Result<Vec<u8>> {
+        if self.format != FORMAT_V1 {
+            return Err(Error::Corrupt(format!(
+                "audit record format {} (this version knows 1)",
+                self.format
+            )));
+        }
+        let mut out = Vec::with_capacity(
+            128 + self.names.len() + self.reason.len() + self.detail.len() + self.actor.len(),
+        );
+        out.extend_from_slice(MAGIC_V1);
+        out.extend_from_slice(&self.at_ms.to_be_bytes());
+        put_str(&mut out, &self.kind)?;
+        put_str(&mut out, &self.actor_kind)?;
+        put_str(&mut out, &self.actor)?;
+        put_opt(&mut out, self.operator.as_deref())?;
+        put_opt(&mut out, self.client_ip.as_deref())?;
+        match self.account_id {
+            Some(id) => {
+                out.push(1);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            None => out.push(0),
+        }
+        put_opt(&mut out, self.serial.as_deref())?;
+        put_str(&mut out, &self.names)?;
+        put_str(&mut out, &self.reason)?;
+        put_str(&mut out, &self.detail)?;
+        Ok(out)
+    }
+
+    fn event(&self) -> Result<AuditEvent> {
+        Ok(AuditEvent {
+            kind: self.kind.parse::<AuditKind>().map_err(Error::Corrupt)?,
+            actor: Actor::from_columns(&self.actor_kind, &self.actor, self.operator.clone())?,
+            client_ip: self
+                .client_ip
+                .as_deref()
+                .map(|ip| {
+                    ip.parse::<IpAddr>()
+                        .map_err(|e| Error::Corrupt(format!("audit client_ip {ip:?}: {e}")))
+                })
+                .transpose()?,
+            account: self.account_id.map(AccountId),
+            serial: self
+                .serial
+                .as_deref()
+                .map(|s| {
+                    Serial::from_hex(s).ok_or_else(|| Error::Corrupt(format!("audit serial {s:?}")))
+                })
+                .transpose()?,
+            names: codec::decode_list(&self.names),
+            reason: self.reason.clone(),
+            detail: serde_json::from_str(&self.detail)
+                .map_err(|e| Error::Corrupt(format!("audit detail: {e}")))?,
+        })
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) -> Result<()> {
+    let len = u32::try_from(s.len())
+        .map_err(|_| Error::Corrupt("an audit field longer than 4 GiB".into()))?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_opt(out: &mut Vec<u8>, s: Option<&str>) -> Result<()> {
+    match s {
+        Some(s) => {
+            out.push(1);
+            put_str(out, s)
+        }
+        None => {
+            out.push(0);
+            Ok(())
+        }
+    }
+}
+
+/// `SHA-256(prev_hash || seq || body)` in lower-case hex; `None` when `prev_hash` is not 32
+/// bytes of hex (a stored value someone edited).
+fn link_hash(prev_hash: &str, seq: i64, body: &[u8]) -> Option<String> {
+    let prev = hex::decode(prev_hash).ok().filter(|b| b.len() == 32)?;
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    ctx.update(&prev);
+    ctx.update(&seq.to_be_bytes());
+    ctx.update(body);
+    Some(hex::encode(ctx.finish().as_ref()))
+}
+
+fn unix_ms(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+fn time_from_ms(ms: i64) -> Result<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map_err(|e| Error::Corrupt(format!("audit timestamp {ms}: {e}")))
+}
+
+fn record(row: &Row) -> Result<AuditRecord> {
+    let columns = Columns::read(row)?;
+    Ok(AuditRecord {
+        seq: row.try_get("seq")?,
+        at: time_from_ms(columns.at_ms)?,
+        event: columns.event()?,
+        prev_hash: row.try_get("prev_hash")?,
+        hash: row.try_get("hash")?,
+    })
+}
+
+/// Appends `event` inside the caller's open write transaction and returns its seq. Call it as
+/// the LAST statement before the commit: on PostgreSQL it takes the chain head's row lock, held
+/// until the transaction ends, and every other audited write in the cluster waits for it.
+pub(crate) async fn append_in(
+    conn: &mut Conn,
+    event: &AuditEvent,
+    now: OffsetDateTime,
+) -> Result<i64> {
+    let columns = Columns::of(event, now)?;
+    let body = columns.body()?;
+    match conn.backend() {
+        Backend::Postgres => append_pg(conn, &columns, body).await,
+        Backend::Sqlite => append_lite(conn, &columns, &body).await,
+    }
+}
+
+/// One round trip: the head's update (under its row lock) feeds the insert.
+async fn append_pg(conn: &mut Conn, c: &Columns, body: Vec<u8>) -> Result<i64> {
+    let seq = sql::query_scalar::<i64>(
+        "WITH head AS ( \
+             UPDATE audit_head \
+                SET seq = seq + 1, \
+                    prev_hash = hash, \
+                    hash = encode(sha256(decode(hash, 'hex') || int8send(seq + 1) || $1), 'hex') \
+              WHERE id = 1 \
+          RETURNING seq, prev_hash, hash) \
+         INSERT INTO audit_log (seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                                account_id, serial, names, reason, detail, prev_hash, hash) \
+         SELECT seq, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, prev_hash, hash FROM head \
+         RETURNING seq",
+    )
+    .bind(body)
+    .bind(c.format)
+    .bind(c.at_ms)
+    .bind(c.kind.as_str())
+    .bind(c.actor_kind.as_str())
+    .bind(c.actor.as_str())
+    .bind(c.operator.as_deref())
+    .bind(c.client_ip.as_deref())
+    .bind(c.account_id)
+    .bind(c.serial.as_deref())
+    .bind(c.names.as_str())
+    .bind(c.reason.as_str())
+    .bind(c.detail.as_str())
+    .fetch_optional(&mut *conn)
+    .await?;
+    seq.ok_or_else(|| Error::Corrupt("the audit chain head row is missing".into()))
+}
+
+/// The transaction holds SQLite's only writer: read the head, insert, move the head.
+async fn append_lite(conn: &mut Conn, c: &Columns, body: &[u8]) -> Result<i64> {
+    let head = sql::query("SELECT seq, hash FROM audit_head WHERE id = 1")
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| Error::Corrupt("the audit chain head row is missing".into()))?;
+    let prev_seq: i64 = head.try_get("seq")?;
+    let prev_hash: String = head.try_get("hash")?;
+    let seq = prev_seq + 1;
+    let hash = link_hash(&prev_hash, seq, body)
+        .ok_or_else(|| Error::Corrupt(format!("the audit chain head hash {prev_hash:?}")))?;
+    sql::query(
+        "INSERT INTO audit_log (seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                                account_id, serial, names, reason, detail, prev_hash, hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    )
+    .bind(seq)
+    .bind(c.format)
+    .bind(c.at_ms)
+    .bind(c.kind.as_str())
+    .bind(c.actor_kind.as_str())
+    .bind(c.actor.as_str())
+    .bind(c.operator.as_deref())
+    .bind(c.client_ip.as_deref())
+    .bind(c.account_id)
+    .bind(c.serial.as_deref())
+    .bind(c.names.as_str())
+    .bind(c.reason.as_str())
+    .bind(c.detail.as_str())
+    .bind(prev_hash.as_str())
+    .bind(hash.as_str())
+    .execute(&mut *conn)
+    .await?;
+    sql::query("UPDATE audit_head SET seq = $1, prev_hash = $2, hash = $3 WHERE id = 1")
+        .bind(seq)
+        .bind(prev_hash.as_str())
+        .bind(hash.as_str())
+        .execute(&mut *conn)
+        .await?;
+    Ok(seq)
+}
+
+/// Checks one stored row against the chain so far; `Err` names what is wrong with it.
+fn check_row(row: &Row, seq: i64, expected_seq: i64, last_hash: &str) -> Result<(), String> {
+    if seq != expected_seq {
+        return Err(if expected_seq == seq - 1 {
+            format!("record {expected_seq} is missing (the next stored record is {seq})")
+        } else {
+            format!(
+                "records {expected_seq} to {} are missing (the next stored record is {seq})",
+                seq - 1
+            )
+        });
+    }
+    let columns = Columns::read(row).map_err(|e| format!("unreadable: {e}"))?;
+    let prev_hash: String = row
+        .try_get("prev_hash")
+        .map_err(|e| format!("unreadable: {e}"))?;
+    let hash: String = row
+        .try_get("hash")
+        .map_err(|e| format!("unreadable: {e}"))?;
+    let body = columns.body().map_err(|e| format!("{e}"))?;
+    let recomputed = link_hash(&prev_hash, seq, &body)
+        .ok_or_else(|| format!("prev_hash {prev_hash:?} is not a SHA-256 in hex"))?;
+    if recomputed != hash {
+        return Err(
+            "its stored fields do not hash to its stored hash (a column was edited)".to_owned(),
+        );
+    }
+    if prev_hash != last_hash {
+        return Err(format!(
+            "its prev_hash is not the hash of record {} (that record's hash or this prev_hash was rewritten)",
+            seq - 1
+        ));
+    }
+    // The record must also decode: a field that hashes but no longer means anything (written
+    // by something else than this crate) is as broken as an edited one.
+    columns.event().map_err(|e| format!("{e}"))?;
+    Ok(())
+}
+
+impl Storage {
+    /// Records `event` in a transaction of its own (a config reload, an admin action that
+    /// changes nothing else); returns its seq.
+    pub async fn append_audit(&self, event: &AuditEvent, now: OffsetDateTime) -> Result<i64> {
+        let mut tx = self.begin_write().await?;
+        let seq = append_in(&mut tx, event, now).await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    /// The records `filter` selects (see [`AuditFilter`] for the order).
+    pub async fn audit_records(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>> {
+        let mut params = Params::new(self.backend);
+        let mut conditions: Vec<String> = Vec::new();
+        let mut query_args: Vec<Arg> = Vec::new();
+        if let Some(since) = filter.since {
+            conditions.push(format!("at_ms >= {}", params.one()));
+            query_args.push(Arg::Int(unix_ms(since)));
+        }
+        if let Some(until) = filter.until {
+            conditions.push(format!("at_ms <= {}", params.one()));
+            query_args.push(Arg::Int(unix_ms(until)));
+        }
+        if let Some(account) = filter.account {
+            conditions.push(format!("account_id = {}", params.one()));
+            query_args.push(Arg::Int(account.0));
+        }
+        if let Some(serial) = &filter.serial {
+            conditions.push(format!("serial = {}", params.one()));
+            query_args.push(Arg::Text(serial.to_hex()));
+        }
+        if let Some(kind) = filter.kind {
+            conditions.push(format!("kind = {}", params.one()));
+            query_args.push(Arg::Text(kind.as_str().to_owned()));
+        }
+        if let Some(name) = &filter.name {
+            // `names` is one identifier per line; a whole line must match.
+            let within = match self.backend {
+                Backend::Postgres => "strpos(chr(10) || names || chr(10), {}) > 0",
+                Backend::Sqlite => "instr(char(10) || names || char(10), {}) > 0",
+            };
+            conditions.push(within.replace("{}", &params.one()));
+            query_args.push(Arg::Text(format!("\n{}\n", name.to_lowercase())));
+        }
+        if let Some(after) = filter.after_seq {
+            conditions.push(format!("seq > {}", params.one()));
+            query_args.push(Arg::Int(after));
+        }
+        if let Some(before) = filter.before_seq {
+            conditions.push(format!("seq < {}", params.one()));
+            query_args.push(Arg::Int(before));
+        }
+        let order = if filter.after_seq.is_some() {
+            "ASC"
+        } else {
+            "DESC"
+        };
+        let limit = match filter.limit {
+            0 => DEFAULT_LIMIT,
+            n => n.min(MAX_LIMIT),
+        };
+        let mut text = format!("SELECT {COLUMNS} FROM audit_log");
+        if !conditions.is_empty() {
+            text.push_str(" WHERE ");
+            text.push_str(&conditions.join(" AND "));
+        }
+        text.push_str(&format!(" ORDER BY seq {order} LIMIT {limit}"));
+        let mut query = sql::one_off(text);
+        for arg in query_args {
+            query = match arg {
+                Arg::Int(i) => query.bind(i),
+                Arg::Text(s) => query.bind(s),
+            };
+        }
+        let rows = query.fetch_all(&self.db).await?;
+        rows.iter().map(record).collect()
+    }
+
+    /// One record by its seq.
+    pub async fn audit_record(&self, seq: i64) -> Result<Option<AuditRecord>> {
+        let row = sql::query(
+            "SELECT seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                    account_id, serial, names, reason, detail, prev_hash, hash \
+             FROM audit_log WHERE seq = $1",
+        )
+        .bind(seq)
+        .fetch_optional(&self.db)
+        .await?;
+        row.as_ref().map(record).transpose()
+    }
+
+    /// The seq of the record whose hash is `hash` (lower-case hex), if any: whether a head hash
+    /// kept elsewhere is still in the chain.
+    pub async fn audit_seq_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        sql::query_scalar::<i64>("SELECT seq FROM audit_log WHERE hash = $1")
+            .bind(hash.to_lowercase())
+            .fetch_optional(&self.db)
+            .await
+    }
+
+    /// The chain head: the last seq and its hash (0 and [`GENESIS_HASH`] before any record).
+    pub async fn audit_head(&self) -> Result<(i64, String)> {
+        let row = sql::query("SELECT seq, hash FROM audit_head WHERE id = 1")
+            .fetch_optional(&self.db)
+            .await?
+            .ok_or_else(|| Error::Corrupt("the audit chain head row is missing".into()))?;
+        Ok((row.try_get("seq")?, row.try_get("hash")?))
+    }
+
+    /// Reads every record in order, recomputing each hash from its stored columns, and checks
+    /// the links and the head. Reports the first record at which the chain breaks: a gap in
+    /// `seq` (a deleted record), a record whose columns do not hash to its hash (an edit), a
+    /// `prev_hash` that is not the previous record's hash (a rewritten hash), or a head that
+    /// does not match the last record (deleted newest records, or an edited head).
+    /// `progress` is told the records read so far after each page.
+    pub async fn verify_audit_chain(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<ChainCheck> {
+        // The head first: a record appended while this runs is then beyond it and not read,
+        // instead of making a clean chain look longer than its head.
+        let (head_seq, head_hash) = self.audit_head().await?;
+        let mut records = 0_u64;
+        let mut last_seq = 0_i64;
+        let mut last_hash = GENESIS_HASH.to_owned();
+        let mut first_broken: Option<BrokenLink> = None;
+        loop {
+            let rows = sql::query(
+                "SELECT seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                        account_id, serial, names, reason, detail, prev_hash, hash \
+                 FROM audit_log WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(last_seq)
+            .bind(head_seq.max(last_seq))
+            .bind(VERIFY_PAGE)
+            .fetch_all(&self.db)
+            .await?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let seq: i64 = row.try_get("seq")?;
+                if first_broken.is_none()
+                    && let Err(why) = check_row(row, seq, last_seq + 1, &last_hash)
+                {
+                    let at = if seq != last_seq + 1 {
+                        last_seq + 1
+                    } else {
+                        seq
+                    };
+                    first_broken = Some(BrokenLink { seq: at, why });
+                }
+                records += 1;
+                last_seq = seq;
+                last_hash = row.try_get("hash").unwrap_or_default();
+            }
+            progress(records);
+        }
+        if first_broken.is_none() {
+            first_broken = self
+                .check_head(head_seq, &head_hash, last_seq, &last_hash)
+                .await?;
+        }
+        Ok(ChainCheck {
+            records,
+            head_seq,
+            head_hash,
+            first_broken,
+        })
+    }
+
+    /// The head against the last record read (all records up to the head were read).
+    async fn check_head(
+        &self,
+        head_seq: i64,
+        head_hash: &str,
+        last_seq: i64,
+        last_hash: &str,
+    ) -> Result<Option<BrokenLink>> {
+        if head_seq > last_seq {
+            let why = if head_seq == last_seq + 1 {
+                format!(
+                    "record {head_seq} is missing: the chain head says {head_seq} records, the newest stored is {last_seq} (the newest records were deleted)"
+                )
+            } else {
+                format!(
+                    "records {} to {head_seq} are missing: the chain head says {head_seq} records, the newest stored is {last_seq} (the newest records were deleted)",
+                    last_seq + 1
+                )
+            };
+            return Ok(Some(BrokenLink {
+                seq: last_seq + 1,
+                why,
+            }));
+        }
+        if head_hash != last_hash {
+            return Ok(Some(BrokenLink {
+                seq: head_seq,
+                why: format!(
+                    "the chain head's hash {head_hash} is not the hash of record {head_seq} ({last_hash}): the head was edited"
+                ),
+            }));
+        }
+        // Records beyond the head (the head moved back, or rows were inserted past it). Against
+        // the head as it is now, in the same statement: a record appended since the head was
+        // first read is beyond that one but not beyond this one.
+        let beyond = sql::query_scalar::<Option<i64>>(
+            "SELECT MIN(seq) FROM audit_log \
+             WHERE seq > (SELECT seq FROM audit_head WHERE id = 1)",
+        )
+        .fetch_one(&self.db)
+        .await?;
+        Ok(beyond.map(|seq| BrokenLink {
+            seq,
+            why: format!(
+                "record {seq} is beyond the chain head: the head was moved back or a record was inserted"
+            ),
+        }))
+    }
+}
+
+/// A filter value, bound in the order its placeholder was written.
+enum Arg {
+    Int(i64),
+    Text(String),
+}
