@@ -378,7 +378,7 @@ fn load_ca(
     let existing = match (&c.existing.certificate, &c.existing.private_key) {
         (Some(certificate), Some(private_key)) => Some(ExistingCa {
             certificate: certificate.clone(),
-            private_key: private_key.clone(),
+            private_key: issuance::KeySource::File(private_key.clone()),
             chain: c.existing.chain.clone(),
         }),
         _ => None,

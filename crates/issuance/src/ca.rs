@@ -17,7 +17,6 @@ use rcgen::CrlIssuingDistributionPoint;
 use rcgen::CrlScope;
 use rcgen::Issuer;
 use rcgen::KeyIdMethod;
-use rcgen::KeyPair;
 use rcgen::RevokedCertParams;
 use rcgen::SanType;
 use rcgen::SerialNumber;
@@ -26,6 +25,7 @@ use rustls_pki_types::PrivatePkcs8KeyDer;
 use time::Duration;
 use time::OffsetDateTime;
 
+use crate::ca_key::CaKey;
 use crate::crl_distribution::CrlDistribution;
 use crate::csr::CheckedCsr;
 use crate::error::Error;
@@ -42,6 +42,7 @@ use crate::profile::Usages;
 use crate::profiles::Profile;
 use crate::serial;
 use crate::settings::CaSettings;
+use crate::settings::KeySource;
 
 /// How far Certeasy's own TLS certificate is backdated against client clock skew.
 const SERVER_TLS_BACKDATE: Duration = Duration::minutes(5);
@@ -49,7 +50,7 @@ const SERVER_TLS_BACKDATE: Duration = Duration::minutes(5);
 /// A loaded issuing CA. Immutable after loading, so it is shared in an `Arc` without locks.
 #[derive(Debug)]
 pub struct Ca {
-    issuer: Issuer<'static, KeyPair>,
+    issuer: Issuer<'static, CaKey>,
     issuing_ski: Option<Vec<u8>>,
     issuing_not_after: OffsetDateTime,
     /// Shared with every [`IssuedCertificate`], which names it instead of copying it.
@@ -69,7 +70,7 @@ pub struct Ca {
 /// certificates that are.
 #[derive(Debug)]
 struct ListenerIssuer {
-    issuer: Issuer<'static, KeyPair>,
+    issuer: Issuer<'static, CaKey>,
     not_after: OffsetDateTime,
     /// The listener intermediate and any CA certificates above it except the root.
     chain_der: Vec<Vec<u8>>,
@@ -203,7 +204,7 @@ impl Ca {
         }
         let loaded = loader::load(
             &paths.intermediate_cert,
-            &paths.intermediate_key,
+            &KeySource::File(paths.intermediate_key.clone()),
             Some(&paths.root_cert),
             now,
         )?;
@@ -246,7 +247,7 @@ impl Ca {
         }
         let loaded = loader::load(
             &paths.listener_cert,
-            &paths.listener_key,
+            &KeySource::File(paths.listener_key.clone()),
             Some(&paths.root_cert),
             now,
         )?;
@@ -271,7 +272,7 @@ impl Ca {
                 generate::LISTENER_KEY
             )));
         }
-        let loaded = loader::load(&certificate, &key, chain, now)?;
+        let loaded = loader::load(&certificate, &KeySource::File(key), chain, now)?;
         Ok(Ok(ListenerIssuer::from_loaded(loaded)))
     }
 

@@ -8,6 +8,7 @@
 //! `cA=true` or extra extensions cannot get them.
 
 mod ca;
+mod ca_key;
 pub mod crl_distribution;
 mod csr;
 mod error;
@@ -26,6 +27,7 @@ pub use ca::Intent;
 pub use ca::IssuedCertificate;
 pub use ca::RevokedEntry;
 pub use ca::TlsIdentity;
+pub use ca_key::CaKey;
 pub use crl_distribution::CrlDistribution;
 pub use csr::CheckedCsr;
 pub use csr::check_csr;
@@ -35,3 +37,6 @@ pub use profiles::Profile;
 pub use profiles::Profiles;
 pub use settings::CaSettings;
 pub use settings::ExistingCa;
+pub use settings::KeySource;
+pub use settings::Pkcs11Key;
+pub use settings::TokenSelector;

@@ -9,20 +9,23 @@ use std::path::PathBuf;
 use rcgen::IsCa;
 use rcgen::Issuer;
 use rcgen::KeyPair;
+use rcgen::PublicKeyData as _;
 use rustls_pki_types::CertificateDer;
 use time::Duration;
 use time::OffsetDateTime;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::ParsedExtension;
 
+use crate::ca_key::CaKey;
 use crate::error::Error;
 use crate::files;
 use crate::pem;
 use crate::serial;
+use crate::settings::KeySource;
 
 /// A validated issuing CA, ready to sign.
 pub(crate) struct LoadedCa {
-    pub(crate) issuer: Issuer<'static, KeyPair>,
+    pub(crate) issuer: Issuer<'static, CaKey>,
     pub(crate) issuing_ski: Option<Vec<u8>>,
     pub(crate) issuing_not_after: OffsetDateTime,
     /// The issuing certificate and the CA certificates above it, without a self-signed root.
@@ -44,7 +47,7 @@ struct Sourced<'a> {
 
 pub(crate) fn load(
     certificate: &Path,
-    private_key: &Path,
+    private_key: &KeySource,
     chain: Option<&Path>,
     now: OffsetDateTime,
 ) -> Result<LoadedCa, Error> {
@@ -86,11 +89,11 @@ pub(crate) fn load(
         )));
     }
 
-    let key = load_key(private_key)?;
-    if key.public_key_raw() != issuing.public_key().subject_public_key.data.as_ref() {
+    let key = open_key(private_key)?;
+    if key.der_bytes() != issuing.public_key().subject_public_key.data.as_ref() {
         return Err(Error::InvalidCa(format!(
             "{}: this private key does not belong to the certificate in {}",
-            private_key.display(),
+            describe(private_key),
             certificate.display()
         )));
     }
@@ -153,6 +156,32 @@ fn read_certs(path: &Path) -> Result<Vec<Sourced<'_>>, Error> {
         .collect())
 }
 
+/// The signer of `source`: the key read from its file, or a handle to it on its token.
+pub(crate) fn open_key(source: &KeySource) -> Result<CaKey, Error> {
+    match source {
+        KeySource::File(path) => load_key(path).map(CaKey::File),
+        KeySource::Pkcs11(key) => Err(Error::InvalidCa(format!(
+            "the key {:?} on a PKCS#11 token: this build cannot use PKCS#11 tokens yet",
+            key.key_label
+        ))),
+    }
+}
+
+/// What names the key in an error message (never a PIN).
+fn describe(source: &KeySource) -> String {
+    match source {
+        KeySource::File(path) => path.display().to_string(),
+        KeySource::Pkcs11(key) => format!(
+            "the key labelled {:?} on the PKCS#11 token {}",
+            key.key_label,
+            match &key.token {
+                crate::settings::TokenSelector::Label(label) => format!("labelled {label:?}"),
+                crate::settings::TokenSelector::Slot(slot) => format!("in slot {slot}"),
+            }
+        ),
+    }
+}
+
 pub(crate) fn load_key(path: &Path) -> Result<KeyPair, Error> {
     let text = files::read_to_string(path)?;
     files::warn_if_exposed(path);
@@ -195,7 +224,7 @@ fn check_is_ca(cert: &X509Certificate<'_>, path: &Path) -> Result<(), Error> {
 /// chaining in many clients compares bytes): a certificate is made under that name with a
 /// throw-away key, not the CA's.
 fn probe(
-    issuer: &Issuer<'static, KeyPair>,
+    issuer: &Issuer<'static, CaKey>,
     issuing_der: &[u8],
     issuing: &X509Certificate<'_>,
     path: &Path,
@@ -321,13 +350,16 @@ mod tests {
             let der = ca_cert(&key);
             let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
             let issuer =
-                Issuer::from_ca_cert_der(&CertificateDer::from(der.as_slice()), key).unwrap();
+                Issuer::from_ca_cert_der(&CertificateDer::from(der.as_slice()), key.into())
+                    .unwrap();
             probe(&issuer, &der, &parsed, Path::new("ca.pem"), now).unwrap();
 
             // Another key of the same type: its signatures do not verify under the certificate.
             let other = Issuer::from_ca_cert_der(
                 &CertificateDer::from(der.as_slice()),
-                KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap(),
+                KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+                    .unwrap()
+                    .into(),
             )
             .unwrap();
             if alg == &rcgen::PKCS_ECDSA_P256_SHA256 {

@@ -50,9 +50,42 @@ pub struct ExistingCa {
     /// PEM of the issuing CA certificate. Further certificates in the same file are treated as
     /// if they came first in `chain`.
     pub certificate: PathBuf,
-    /// Its private key: PEM, PKCS#8 (SEC1 and PKCS#1 are accepted too), EC or RSA.
-    pub private_key: PathBuf,
+    /// Where its private key is: a file, or a PKCS#11 token.
+    pub private_key: KeySource,
     /// PEM of the further CA certificates, issuer of `certificate` first, up to and including
     /// the root. Without it the issuing certificate is itself the trust anchor.
     pub chain: Option<PathBuf>,
+}
+
+/// Where an issuing CA's private key is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// A PEM file: PKCS#8 (SEC1 and PKCS#1 are accepted too), EC or RSA. The key is read into
+    /// memory.
+    File(PathBuf),
+    /// A key on a PKCS#11 token (an HSM): it signs there and never leaves it.
+    Pkcs11(Pkcs11Key),
+}
+
+/// A private key on a PKCS#11 token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pkcs11Key {
+    /// The PKCS#11 module (shared library) of the token's vendor, e.g.
+    /// `/usr/lib/softhsm/libsofthsm2.so`.
+    pub module: PathBuf,
+    /// Which token of the module.
+    pub token: TokenSelector,
+    /// The key's CKA_LABEL.
+    pub key_label: String,
+    /// A file holding the user PIN (one line); readable by its owner only.
+    pub pin_file: PathBuf,
+}
+
+/// How a token is found among a module's slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSelector {
+    /// The token's label (CKA_LABEL of the token, as `softhsm2-util --init-token --label` sets).
+    Label(String),
+    /// The slot id.
+    Slot(u64),
 }

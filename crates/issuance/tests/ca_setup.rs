@@ -13,6 +13,7 @@ use issuance::Ca;
 use issuance::Error;
 use issuance::ExistingCa;
 use issuance::KeyAlgorithm;
+use issuance::KeySource;
 use issuance::check_csr;
 use rcgen::BasicConstraints;
 use rcgen::CertificateParams;
@@ -339,7 +340,11 @@ fn existing_ca_with_chain_is_loaded_and_issues() {
         let chain = write(tmp.path(), "root.crt", &foreign.root_pem);
         settings.existing = Some(ExistingCa {
             certificate: write(tmp.path(), "issuing.crt", &foreign.intermediate_pem),
-            private_key: write(tmp.path(), "issuing.key", &foreign.intermediate_key_pem),
+            private_key: KeySource::File(write(
+                tmp.path(),
+                "issuing.key",
+                &foreign.intermediate_key_pem,
+            )),
             chain: Some(chain.clone()),
         });
         let ca = Ca::load_or_create(&settings, NOW).unwrap();
@@ -409,7 +414,11 @@ fn existing_ca_bundle_in_one_file_is_split() {
     let cert = write(tmp.path(), "bundle.pem", &both);
     settings.existing = Some(ExistingCa {
         certificate: cert,
-        private_key: write(tmp.path(), "issuing.key", &foreign.intermediate_key_pem),
+        private_key: KeySource::File(write(
+            tmp.path(),
+            "issuing.key",
+            &foreign.intermediate_key_pem,
+        )),
         chain: None,
     });
     let ca = Ca::load_or_create(&settings, NOW).unwrap();
@@ -437,7 +446,7 @@ fn existing_ca_errors_name_the_file() {
 
     settings.existing = Some(ExistingCa {
         certificate: cert.clone(),
-        private_key: wrong_key,
+        private_key: KeySource::File(wrong_key),
         chain: Some(root.clone()),
     });
     let err = Ca::load_or_create(&settings, NOW).unwrap_err();
@@ -451,7 +460,7 @@ fn existing_ca_errors_name_the_file() {
     let good_key = write(tmp.path(), "good.key", &foreign.intermediate_key_pem);
     settings.existing = Some(ExistingCa {
         certificate: cert.clone(),
-        private_key: good_key.clone(),
+        private_key: KeySource::File(good_key.clone()),
         chain: Some(other_root),
     });
     let err = Ca::load_or_create(&settings, NOW).unwrap_err();
@@ -470,7 +479,7 @@ fn existing_ca_errors_name_the_file() {
     let leaf_key_path = write(tmp.path(), "leaf.key", &leaf_key.serialize_pem());
     settings.existing = Some(ExistingCa {
         certificate: leaf_cert,
-        private_key: leaf_key_path,
+        private_key: KeySource::File(leaf_key_path),
         chain: None,
     });
     let err = Ca::load_or_create(&settings, NOW).unwrap_err();
@@ -483,7 +492,7 @@ fn existing_ca_errors_name_the_file() {
     let junk = write(tmp.path(), "junk.key", "hello");
     settings.existing = Some(ExistingCa {
         certificate: cert,
-        private_key: junk,
+        private_key: KeySource::File(junk),
         chain: Some(root),
     });
     let err = Ca::load_or_create(&settings, NOW).unwrap_err();
@@ -493,7 +502,7 @@ fn existing_ca_errors_name_the_file() {
     );
     settings.existing = Some(ExistingCa {
         certificate: tmp.path().join("absent.crt"),
-        private_key: good_key,
+        private_key: KeySource::File(good_key),
         chain: None,
     });
     let err = Ca::load_or_create(&settings, NOW).unwrap_err();
@@ -520,7 +529,7 @@ fn existing_self_signed_root_issues_directly() {
     let cert = write(tmp.path(), "lab-root.crt", &root.pem());
     settings.existing = Some(ExistingCa {
         certificate: cert.clone(),
-        private_key: write(tmp.path(), "lab-root.key", &key.serialize_pem()),
+        private_key: KeySource::File(write(tmp.path(), "lab-root.key", &key.serialize_pem())),
         chain: None,
     });
     let ca = Ca::load_or_create(&settings, NOW).unwrap();
@@ -538,7 +547,11 @@ fn an_existing_ca_without_crl_sign_is_known_as_such() {
         let (_unused, mut settings) = settings(KeyAlgorithm::EcdsaP256);
         settings.existing = Some(ExistingCa {
             certificate: write(tmp.path(), "issuing.crt", &foreign.intermediate_pem),
-            private_key: write(tmp.path(), "issuing.key", &foreign.intermediate_key_pem),
+            private_key: KeySource::File(write(
+                tmp.path(),
+                "issuing.key",
+                &foreign.intermediate_key_pem,
+            )),
             chain: Some(write(tmp.path(), "root.crt", &foreign.root_pem)),
         });
         let ca = Ca::load_or_create(&settings, NOW).unwrap();

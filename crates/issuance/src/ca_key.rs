@@ -1,0 +1,66 @@
+//! The issuing CA's signer, wherever its private key is kept.
+//!
+//! rcgen signs through the [`rcgen::SigningKey`] trait, so one type that is either a key read
+//! from a file or a handle to a key on a PKCS#11 token lets every signing path (leaves, CRLs,
+//! the start-up probe) stay the same for both. A token key is only a handle: the private key
+//! never enters this process.
+
+use std::fmt;
+
+use rcgen::KeyPair;
+use rcgen::PublicKeyData;
+use rcgen::SignatureAlgorithm;
+use rcgen::SigningKey;
+
+/// The issuing CA's signing key.
+pub enum CaKey {
+    /// A key loaded from a PEM file, held in memory.
+    File(KeyPair),
+}
+
+impl CaKey {
+    /// The public key as X.509 puts it in the subjectPublicKey BIT STRING (EC point, or the
+    /// PKCS#1 RSAPublicKey).
+    pub fn public_key_raw(&self) -> &[u8] {
+        self.der_bytes()
+    }
+}
+
+impl fmt::Debug for CaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(key) => f
+                .debug_tuple("File")
+                .field(&key.algorithm())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl PublicKeyData for CaKey {
+    fn der_bytes(&self) -> &[u8] {
+        match self {
+            Self::File(key) => key.der_bytes(),
+        }
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        match self {
+            Self::File(key) => key.algorithm(),
+        }
+    }
+}
+
+impl SigningKey for CaKey {
+    fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
+        match self {
+            Self::File(key) => key.sign(msg),
+        }
+    }
+}
+
+impl From<KeyPair> for CaKey {
+    fn from(key: KeyPair) -> Self {
+        Self::File(key)
+    }
+}
