@@ -392,6 +392,12 @@ fn load_ca(
         root_validity: c.root_validity.time(),
         intermediate_validity: c.intermediate_validity.time(),
         existing,
+        // Never in the data directory (issuance::ceremony); test mode's CA is thrown away.
+        generated_root_key: if config.test_mode.enabled {
+            issuance::GeneratedRootKey::Discard
+        } else {
+            issuance::GeneratedRootKey::beside(data_dir)
+        },
     };
     Ca::load_or_create(&settings, now).context("loading or creating the CA")
 }

@@ -216,6 +216,9 @@ impl Ca {
             );
         }
         let listener = Self::generated_listener(settings, &paths, now)?;
+        for warning in generate::root_key_warnings(settings) {
+            tracing::warn!("{warning}");
+        }
         Ok(Self {
             listener,
             ..Self::from_loaded(loaded)
@@ -236,7 +239,7 @@ impl Ca {
                 return Ok(Err(format!(
                     "{} is missing, and {} is not there to create it: the issuing intermediate signs only certificates the database records, so it does not sign the listener's; put root.key back for one start (Certeasy then creates the listener's intermediate), or give the listener a certificate of its own (server.tls-certificate and server.tls-private-key)",
                     paths.listener_cert.display(),
-                    paths.root_key.display()
+                    paths.legacy_root_key.display()
                 )));
             }
             tracing::info!(

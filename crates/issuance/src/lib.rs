@@ -8,6 +8,7 @@
 //! `cA=true` or extra extensions cannot get them.
 
 mod ca;
+pub mod ceremony;
 mod ca_key;
 pub mod crl_distribution;
 mod csr;
@@ -37,6 +38,7 @@ pub use profiles::Profile;
 pub use profiles::Profiles;
 pub use settings::CaSettings;
 pub use settings::ExistingCa;
+pub use settings::GeneratedRootKey;
 pub use settings::KeySource;
 pub use settings::Pkcs11Key;
 pub use settings::TokenSelector;

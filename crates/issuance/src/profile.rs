@@ -12,6 +12,7 @@ use rcgen::DnType;
 use rcgen::ExtendedKeyUsagePurpose;
 use rcgen::IsCa;
 use rcgen::KeyUsagePurpose;
+use rcgen::NameConstraints;
 use rcgen::SanType;
 use rcgen::SerialNumber;
 use time::OffsetDateTime;
@@ -38,15 +39,20 @@ pub(crate) fn root(
     params
 }
 
-/// The issuing intermediate: pathLen 0 so it can only sign end-entity certificates.
+/// The issuing intermediate: pathLen 0 so it can only sign end-entity certificates. With
+/// `name_constraints` (from the identifier policy, `certeasy ca init --name-constraints`) it
+/// carries them in a critical extension, so relying parties refuse any name outside them even
+/// if the intermediate's key is used by someone else.
 pub(crate) fn intermediate(
     organization: &str,
     common_name: &str,
     serial: &[u8],
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
+    name_constraints: Option<NameConstraints>,
 ) -> CertificateParams {
     let mut params = base(serial, not_before, not_after);
+    params.name_constraints = name_constraints;
     params.distinguished_name = ca_name(organization, common_name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
@@ -69,7 +75,14 @@ pub(crate) fn listener_intermediate(
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
 ) -> CertificateParams {
-    let mut params = intermediate(organization, common_name, serial, not_before, not_after);
+    let mut params = intermediate(
+        organization,
+        common_name,
+        serial,
+        not_before,
+        not_after,
+        None,
+    );
     params
         .key_usages
         .retain(|usage| *usage != KeyUsagePurpose::CrlSign);

@@ -26,13 +26,53 @@ pub struct CaSettings {
     pub intermediate_validity: Duration,
     /// An operator-supplied CA to use instead of generating one.
     pub existing: Option<ExistingCa>,
+    /// Where the root key goes when a first start generates the CA (never into `dir`).
+    pub generated_root_key: GeneratedRootKey,
 }
 
+/// What a first start does with the private key of the root it generates. Nothing Certeasy
+/// runs signs with the root again (the intermediates are signed at once), so the key is kept
+/// only for the operator: for signing the next intermediate (`certeasy ca new-intermediate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GeneratedRootKey {
+    /// Written to this file (mode 0600, its directory created 0700), which must lie outside the
+    /// CA directory; a start warns while it is still there.
+    KeepAt(PathBuf),
+    /// Not written anywhere: a throw-away CA (test mode) never needs another intermediate.
+    Discard,
+}
+
+impl GeneratedRootKey {
+    /// `<dir>.root-offline/root.key`: beside `dir`, never inside it. For a data directory this
+    /// is on the same volume and writable by the same user, yet out of what is copied or
+    /// mounted as the data directory. A directory named `.` or `..` is made absolute first, so the sibling is not inside it.
+    pub fn beside(dir: &std::path::Path) -> Self {
+        let mut dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        if dir.file_name().is_none() {
+            dir = dir.canonicalize().unwrap_or(dir);
+        }
+        let mut name = dir
+            .file_name()
+            .map(std::ffi::OsStr::to_os_string)
+            .unwrap_or_else(|| "certeasy".into());
+        name.push(".root-offline");
+        let sibling = match dir.file_name() {
+            Some(_) => dir.with_file_name(name),
+            None => dir.join(name),
+        };
+        Self::KeepAt(sibling.join("root.key"))
+    }
+}
+
+
 impl CaSettings {
-    /// Defaults for everything but the directory.
+    /// Defaults for everything but the directory; the generated root key goes beside the CA
+    /// directory ([`GeneratedRootKey::beside`]).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
+            generated_root_key: GeneratedRootKey::beside(&dir),
+            dir,
             key_algorithm: KeyAlgorithm::default(),
             organization: "Certeasy".to_owned(),
             root_common_name: "Certeasy Root CA".to_owned(),

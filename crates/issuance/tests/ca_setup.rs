@@ -12,6 +12,7 @@ use std::path::Path;
 use issuance::Ca;
 use issuance::Error;
 use issuance::ExistingCa;
+use issuance::GeneratedRootKey;
 use issuance::KeyAlgorithm;
 use issuance::KeySource;
 use issuance::check_csr;
@@ -45,7 +46,15 @@ fn create_and_reload(alg: KeyAlgorithm) {
     let ca = Ca::load_or_create(&settings, NOW).unwrap();
     let dir = &settings.dir;
     assert_eq!(mode(dir), 0o700);
-    assert_eq!(mode(&dir.join("root.key")), 0o600);
+    // The root key is never in the CA directory: beside it, private, for the operator to take
+    // offline.
+    assert!(!dir.join("root.key").exists());
+    let GeneratedRootKey::KeepAt(root_key) = &settings.generated_root_key else {
+        panic!("the default keeps the root key");
+    };
+    assert!(!root_key.starts_with(dir), "{}", root_key.display());
+    assert_eq!(mode(root_key), 0o600);
+    assert_eq!(mode(root_key.parent().unwrap()), 0o700);
     assert_eq!(mode(&dir.join("intermediate.key")), 0o600);
     assert_eq!(ca.root_path(), Some(dir.join("root.pem").as_path()));
     assert_eq!(
@@ -201,8 +210,12 @@ fn a_ca_directory_from_before_the_listener_intermediate_gets_one_from_the_root()
 fn without_the_root_key_the_listener_intermediate_is_not_made_and_the_issuing_ca_still_issues() {
     let (_tmp, settings) = settings(KeyAlgorithm::EcdsaP256);
     Ca::load_or_create(&settings, NOW).unwrap();
-    // root.key moved offline, as the docs advise, and no listener intermediate.
-    for name in ["root.key", "listener.pem", "listener.key"] {
+    // The root key moved offline, as the start-up warning asks, and no listener intermediate.
+    let GeneratedRootKey::KeepAt(root_key) = &settings.generated_root_key else {
+        panic!("the default keeps the root key");
+    };
+    fs::remove_file(root_key).unwrap();
+    for name in ["listener.pem", "listener.key"] {
         fs::remove_file(settings.dir.join(name)).unwrap();
     }
     let ca = Ca::load_or_create(&settings, NOW).unwrap();

@@ -538,6 +538,33 @@ async fn append_pg(conn: &mut Conn, c: &Columns, body: Vec<u8>) -> Result<i64> {
     seq.ok_or_else(|| Error::Corrupt("the audit chain head row is missing".into()))
 }
 
+/// Binds, in order, what [`append_pg`]'s statement binds as `$1` to `$13` (the body the hash
+/// covers, then the columns from `format` to `detail`), for a PostgreSQL statement that appends
+/// `event` as one of its parts: storing a certificate writes its record in the same round trip
+/// (`orders/finalize.rs`, whose statement spells the same two CTEs).
+pub(crate) fn bind_pg_append(
+    query: sql::Query,
+    event: &AuditEvent,
+    now: OffsetDateTime,
+) -> Result<sql::Query> {
+    let c = Columns::of(event, now)?;
+    let body = c.body()?;
+    Ok(query
+        .bind(body)
+        .bind(c.format)
+        .bind(c.at_ms)
+        .bind(c.kind)
+        .bind(c.actor_kind)
+        .bind(c.actor)
+        .bind(c.operator)
+        .bind(c.client_ip)
+        .bind(c.account_id)
+        .bind(c.serial)
+        .bind(c.names)
+        .bind(c.reason)
+        .bind(c.detail))
+}
+
 /// The transaction holds SQLite's only writer: read the head, insert, move the head.
 async fn append_lite(conn: &mut Conn, c: &Columns, body: &[u8]) -> Result<i64> {
     let head = sql::query("SELECT seq, hash FROM audit_head WHERE id = 1")
@@ -811,14 +838,6 @@ impl Storage {
                 why,
             }));
         }
-        if head_hash != last_hash {
-            return Ok(Some(BrokenLink {
-                seq: head_seq,
-                why: format!(
-                    "the chain head's hash {head_hash} is not the hash of record {head_seq} ({last_hash}): the head was edited"
-                ),
-            }));
-        }
         // Records beyond the head (the head moved back, or rows were inserted past it). Against
         // the head as it is now, in the same statement: a record appended since the head was
         // first read is beyond that one but not beyond this one.
@@ -828,12 +847,23 @@ impl Storage {
         )
         .fetch_one(&self.db)
         .await?;
-        Ok(beyond.map(|seq| BrokenLink {
+        if let Some(link) = beyond.map(|seq| BrokenLink {
             seq,
             why: format!(
                 "record {seq} is beyond the chain head: the head was moved back or a record was inserted"
             ),
-        }))
+        }) {
+            return Ok(Some(link));
+        }
+        if head_hash != last_hash {
+            return Ok(Some(BrokenLink {
+                seq: head_seq,
+                why: format!(
+                    "the chain head's hash {head_hash} is not the hash of record {head_seq} ({last_hash}): the head was edited"
+                ),
+            }));
+        }
+        Ok(None)
     }
 }
 

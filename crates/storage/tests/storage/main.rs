@@ -9,6 +9,7 @@ mod harness;
 mod accounts;
 mod admin_queries;
 mod at_once;
+mod audit;
 mod authz_lifetimes;
 mod blocked_keys;
 mod certificates;
