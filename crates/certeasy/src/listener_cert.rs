@@ -338,7 +338,12 @@ mod tests {
         let settings = CaSettings::new(dir.path().join("ca"));
         let now = time::OffsetDateTime::now_utc();
         Ca::load_or_create(&settings, now).unwrap();
-        for name in ["root.key", "listener.pem", "listener.key"] {
+        // The root key taken offline (a first start keeps it beside the CA directory).
+        let issuance::GeneratedRootKey::KeepAt(root_key) = &settings.generated_root_key else {
+            panic!("the default keeps the root key");
+        };
+        std::fs::remove_file(root_key).unwrap();
+        for name in ["listener.pem", "listener.key"] {
             std::fs::remove_file(settings.dir.join(name)).unwrap();
         }
         let ca = Arc::new(Ca::load_or_create(&settings, now).unwrap());
