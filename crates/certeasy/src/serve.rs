@@ -148,7 +148,8 @@ pub async fn start(
     };
     let storage = Storage::connect_with(&database_url, pool)
         .await
-        .with_context(|| format!("opening the database {}", redact(&database_url)))?;
+        .with_context(|| format!("opening the database {}", redact(&database_url)))?
+        .with_evidence_retention(config.database.evidence_retention.time());
 
     let mut ca = load_ca(config, &data_dir, clock.now())?;
     if config.crl.enabled {

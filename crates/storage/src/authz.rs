@@ -16,6 +16,8 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::evidence;
+use crate::evidence::Evidence;
 use crate::model::Authorization;
 use crate::model::Challenge;
 use crate::model::ChallengeStart;
@@ -175,16 +177,24 @@ pub(crate) async fn start_challenge(
 pub(crate) async fn record_valid_at_once(
     s: &Storage,
     id: ChallengeId,
+    evidence: Option<&Evidence>,
     valid_for: Duration,
     now: OffsetDateTime,
 ) -> Result<ChallengeStart> {
     let now_s = codec::unix(now);
+    let evidence = evidence.map(evidence::encode);
     if s.backend == Backend::Postgres {
-        return record_valid_at_once_pg(s, id, now_s, codec::unix(now + valid_for)).await;
+        return record_valid_at_once_pg(s, id, evidence, now_s, codec::unix(now + valid_for))
+            .await;
     }
     let mut tx = s.begin_write().await?;
     let answer = try_start(s, &mut tx, id, now_s, ChallengeStatus::Valid).await?;
     if let ChallengeStart::Started { challenge, .. } = &answer {
+        sql::query("UPDATE challenges SET evidence = $2 WHERE id = $1")
+            .bind(id.0)
+            .bind(evidence)
+            .execute(&mut *tx)
+            .await?;
         authz_validated(&mut tx, challenge.authz_id, valid_for, now).await?;
     }
     tx.commit().await?;
@@ -192,17 +202,20 @@ pub(crate) async fn record_valid_at_once(
 }
 
 /// [`record_valid_at_once`] on PostgreSQL: the same transaction, lock for lock, as the function
-/// `certeasy_record_valid_at_once` (migration 0013), in one round trip instead of ten.
+/// `certeasy_record_valid_at_once` (migration 0013, with the evidence kept by its four-argument
+/// form of migration 0019), in one round trip instead of ten.
 async fn record_valid_at_once_pg(
     s: &Storage,
     id: ChallengeId,
+    evidence: Option<String>,
     now_s: i64,
     valid_until: i64,
 ) -> Result<ChallengeStart> {
-    let row = sql::query("SELECT * FROM certeasy_record_valid_at_once($1, $2, $3)")
+    let row = sql::query("SELECT * FROM certeasy_record_valid_at_once($1, $2, $3, $4)")
         .bind(id.0)
         .bind(now_s)
         .bind(valid_until)
+        .bind(evidence)
         .fetch_optional(&s.db)
         .await?
         .ok_or(Error::NotFound)?;
@@ -270,6 +283,7 @@ pub(crate) async fn record_validation(
     s: &Storage,
     id: ChallengeId,
     outcome: std::result::Result<(), Problem>,
+    evidence: Option<&Evidence>,
     valid_for: Duration,
     now: OffsetDateTime,
     settle: Option<&Job>,
@@ -332,9 +346,10 @@ pub(crate) async fn record_validation(
     }
     let status = match &outcome {
         Ok(()) => {
-            sql::query("UPDATE challenges SET status = 'valid', validated_at = $2, error_type = NULL, error_detail = NULL WHERE id = $1")
+            sql::query("UPDATE challenges SET status = 'valid', validated_at = $2, error_type = NULL, error_detail = NULL, evidence = $3 WHERE id = $1")
                 .bind(id.0)
                 .bind(now_s)
+                .bind(evidence.map(evidence::encode))
                 .execute(&mut *tx)
                 .await?;
             authz_validated(&mut tx, authz_id, valid_for, now).await?;
@@ -466,7 +481,19 @@ impl Storage {
         valid_for: Duration,
         now: OffsetDateTime,
     ) -> Result<ChallengeStart> {
-        record_valid_at_once(self, id, valid_for, now).await
+        record_valid_at_once(self, id, None, valid_for, now).await
+    }
+
+    /// [`Storage::record_valid_at_once`] keeping what the attempt established with the
+    /// challenge, for the certificates it will authorize (`evidence.rs`).
+    pub async fn record_valid_at_once_with_evidence(
+        &self,
+        id: ChallengeId,
+        evidence: &Evidence,
+        valid_for: Duration,
+        now: OffsetDateTime,
+    ) -> Result<ChallengeStart> {
+        record_valid_at_once(self, id, Some(evidence), valid_for, now).await
     }
     /// A worker's verdict: the challenge becomes valid or invalid (storing the problem), its
     /// authorization follows, and every order holding the authorization is updated (ready when
@@ -485,7 +512,24 @@ impl Storage {
         now: OffsetDateTime,
         settle: Option<&Job>,
     ) -> Result<ValidationRecorded> {
-        record_validation(self, id, outcome, valid_for, now, settle).await
+        record_validation(self, id, outcome, None, valid_for, now, settle).await
+    }
+
+    /// [`Storage::record_validation`] keeping, with a challenge that becomes valid, what the
+    /// attempt established (`evidence.rs`): `Ok(evidence)` is the valid verdict.
+    pub async fn record_validation_with_evidence(
+        &self,
+        id: ChallengeId,
+        outcome: std::result::Result<&Evidence, Problem>,
+        valid_for: Duration,
+        now: OffsetDateTime,
+        settle: Option<&Job>,
+    ) -> Result<ValidationRecorded> {
+        let (outcome, evidence) = match outcome {
+            Ok(evidence) => (Ok(()), Some(evidence)),
+            Err(problem) => (Err(problem), None),
+        };
+        record_validation(self, id, outcome, evidence, valid_for, now, settle).await
     }
     /// Client deactivation of a pending or valid authorization; its pending/ready orders become
     /// invalid. `Unchanged` otherwise.

@@ -108,6 +108,7 @@ pub(crate) async fn connect(url: &str, settings: PoolSettings) -> Result<Storage
         young_tables: std::sync::Arc::default(),
         accounts: (backend == Backend::Sqlite).then(std::sync::Arc::default),
         issuer_chains: std::sync::Arc::default(),
+        evidence_retention: crate::evidence::DEFAULT_EVIDENCE_RETENTION,
     })
 }
 

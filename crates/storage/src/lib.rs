@@ -18,6 +18,7 @@ mod connect;
 pub mod crls;
 mod eab;
 pub mod error;
+pub mod evidence;
 mod issuer_chains;
 mod jobs;
 pub mod model;
@@ -65,6 +66,8 @@ pub struct Storage {
     accounts: Option<std::sync::Arc<account_cache::AccountCache>>,
     /// The ids of the issuer chains stored or found (`issuer_chains.rs`).
     issuer_chains: std::sync::Arc<issuer_chains::IssuerChains>,
+    /// `database.evidence-retention` (`evidence.rs`).
+    evidence_retention: time::Duration,
 }
 
 impl Storage {

@@ -55,6 +55,9 @@ pub struct PruneReport {
     pub authorizations: u64,
     /// Challenges deleted with their authorizations.
     pub challenges: u64,
+    /// `certificate_evidence` rows deleted: kept until before now (`evidence.rs`); they follow
+    /// `database.evidence-retention`, not this pass's retention.
+    pub evidence: u64,
     /// Whether a table filled its batch, so that another batch may find more.
     pub more: bool,
 }
@@ -67,6 +70,7 @@ impl PruneReport {
             && self.order_links == 0
             && self.authorizations == 0
             && self.challenges == 0
+            && self.evidence == 0
     }
 
     /// Adds another batch's counts; `more` is the other's.
@@ -76,6 +80,7 @@ impl PruneReport {
         self.order_links += other.order_links;
         self.authorizations += other.authorizations;
         self.challenges += other.challenges;
+        self.evidence += other.evidence;
         self.more = other.more;
     }
 }
@@ -105,8 +110,12 @@ impl Storage {
         let (taken_authz, challenges) = self.delete_authorizations(cutoff, limit).await?;
         report.authorizations = taken_authz;
         report.challenges = challenges;
+        report.evidence = self.prune_evidence(now, limit).await?;
         let full = u64::from(limit);
-        report.more = taken == full || trimmed == full || taken_authz == full;
+        report.more = taken == full
+            || trimmed == full
+            || taken_authz == full
+            || report.evidence == full;
         Ok(report)
     }
 

@@ -26,11 +26,13 @@ pub(crate) struct Request<'a> {
     pub(crate) account_uri: &'a str,
 }
 
+/// `Ok` with the records that allowed issuance, for the validation evidence: the relevant set
+/// and the name it was found at, or that no name up to the root has CAA records.
 pub(crate) async fn check(
     dns: &DnsClient,
     identities: &[String],
     request: Request<'_>,
-) -> Result<(), Problem> {
+) -> Result<Vec<String>, Problem> {
     let identifier = request.identifier;
     let mut name = identifier.base_name().to_owned();
     loop {
@@ -44,7 +46,11 @@ pub(crate) async fn check(
                     })
                     .collect();
                 if !caa.is_empty() {
-                    return evaluate(&caa, &name, identities, request);
+                    evaluate(&caa, &name, identities, request)?;
+                    return Ok(caa
+                        .iter()
+                        .map(|record| format!("{name}. CAA {record}"))
+                        .collect());
                 }
             }
             Answer::NxDomain | Answer::NoData => {}
@@ -60,7 +66,12 @@ pub(crate) async fn check(
         }
         match name.split_once('.') {
             Some((_, parent)) if !parent.is_empty() => name = parent.to_owned(),
-            _ => return Ok(()),
+            _ => {
+                return Ok(vec![format!(
+                    "no CAA records (climbed to the root from {})",
+                    identifier.base_name()
+                )]);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use acme_core::problem::{Problem, ProblemType};
 use hickory_resolver::proto::rr::{RData, RecordType};
 
 use crate::context::CheckContext;
+use crate::evidence::Seen;
 use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
@@ -18,7 +19,7 @@ pub(crate) async fn validate(
     context: &CheckContext,
     identifier: &Identifier,
     key_authorization: &str,
-) -> Result<(), Failure> {
+) -> Result<Seen, Failure> {
     // A missing or stale TXT record is what propagation looks like, and retrying only queries
     // DNS again: those failures may be retried. A DNS server failing (SERVFAIL, timeout) is no
     // propagation and is the verdict (see `failure.rs`).
@@ -55,7 +56,18 @@ pub(crate) async fn validate(
         }
     };
     if values.iter().any(|v| v == &expected) {
-        return Ok(());
+        let others = values.len() - 1;
+        let besides = match others {
+            0 => String::new(),
+            1 => " (and 1 other TXT value)".to_owned(),
+            n => format!(" (and {n} other TXT values)"),
+        };
+        return Ok(Seen {
+            addresses: context.dns.servers(),
+            observed: format!(
+                "TXT record with the expected digest {expected:?} at {name}{besides}"
+            ),
+        });
     }
     if values.is_empty() {
         return Err(Failure::propagation(Problem::new(

@@ -28,6 +28,7 @@ use url::{Host, Url};
 
 use crate::address_policy::{AddressPolicy, private_network};
 use crate::context::CheckContext;
+use crate::evidence::Seen;
 use crate::failure::Failure;
 use crate::quote::quote_prefix;
 use crate::resolver::{PolicyResolver, ResolveProblem};
@@ -37,7 +38,7 @@ pub(crate) async fn validate(
     identifier: &Identifier,
     token: &str,
     key_authorization: &str,
-) -> Result<(), Failure> {
+) -> Result<Seen, Failure> {
     let settings = &context.settings;
     // The attempt's time limit runs from about now (the caller starts it just before).
     let stalled_elsewhere_at = Instant::now() + settings.timeout / 10 * STALLED_ELSEWHERE_TENTHS;
@@ -117,8 +118,10 @@ pub(crate) async fn validate(
     };
     // Whatever another host than the identifier's (after a redirect) answers is never reported:
     // the redirect could have led anywhere the subscriber may not read.
+    let remote = response.remote_addr();
     if response.url().host() != origin.host() {
         let status = response.status();
+        let final_url = response.url().to_string();
         let body = unless_stalled_elsewhere(
             &trail,
             stalled_elsewhere_at,
@@ -130,7 +133,7 @@ pub(crate) async fn validate(
                 if status == reqwest::StatusCode::OK
                     && body.trim_ascii_end() == key_authorization.as_bytes() =>
             {
-                Ok(())
+                Ok(trail.seen(&url, &final_url, remote))
             }
             _ => Err(at_another_host(&url, key_authorization)),
         };
@@ -169,7 +172,7 @@ pub(crate) async fn validate(
     };
     let trimmed = body.trim_ascii_end();
     if trimmed == key_authorization.as_bytes() {
-        return Ok(());
+        return Ok(trail.seen(&url, &final_url, remote));
     }
     Err(Failure::definite(Problem::new(
         ProblemType::IncorrectResponse,
@@ -261,6 +264,8 @@ async fn read_body(response: &mut reqwest::Response, limit: usize) -> Result<Vec
 struct Trail {
     origin: Host<String>,
     elsewhere: AtomicBool,
+    /// The redirect targets followed, in order, for the evidence.
+    hops: std::sync::Mutex<Vec<String>>,
 }
 
 impl Trail {
@@ -270,6 +275,7 @@ impl Trail {
                 .host()
                 .map_or(Host::Domain(String::new()), |h| h.to_owned()),
             elsewhere: AtomicBool::new(false),
+            hops: std::sync::Mutex::default(),
         }
     }
 
@@ -277,6 +283,32 @@ impl Trail {
     fn follow(&self, next: &Url) {
         let elsewhere = next.host().map(|h| h.to_owned()) != Some(self.origin.clone());
         self.elsewhere.store(elsewhere, Ordering::SeqCst);
+        // A poisoned lock only loses the evidence's list of hops, never the verdict.
+        if let Ok(mut hops) = self.hops.lock() {
+            hops.push(next.to_string());
+        }
+    }
+
+    /// The evidence of a match at `final_url`, fetched from `remote`, starting at `url`:
+    /// reqwest reports the address of the last connection only, so a redirect's earlier hops are
+    /// named by their URLs.
+    fn seen(&self, url: &str, final_url: &str, remote: Option<SocketAddr>) -> Seen {
+        let hops = self.hops.lock().map(|h| h.clone()).unwrap_or_default();
+        let addresses = remote.map(|a| a.to_string()).into_iter().collect();
+        let observed = if hops.is_empty() {
+            format!("key authorization matched at {final_url} (HTTP 200)")
+        } else {
+            format!(
+                "key authorization matched at {final_url} (HTTP 200), reached from {url} by {} redirect{}: {}",
+                hops.len(),
+                if hops.len() == 1 { "" } else { "s" },
+                hops.join(" -> ")
+            )
+        };
+        Seen {
+            addresses,
+            observed,
+        }
     }
 
     /// Whether the request in flight (or the one whose redirect was refused) is at another host.

@@ -21,6 +21,7 @@ mod caa;
 mod context;
 mod dns01;
 mod error;
+mod evidence;
 mod failure;
 mod http01;
 mod key_authorization;
@@ -32,6 +33,7 @@ mod tls_verifier;
 mod validator;
 
 pub use error::Error;
+pub use evidence::Evidence;
 pub use failure::{Failure, Retry};
 pub use resolver::MAX_ADDRESSES_PER_NAME;
 pub use settings::{DEFAULT_ALLOW_PRIVATE_REDIRECTS, ValidationSettings};

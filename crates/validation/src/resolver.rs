@@ -53,6 +53,9 @@ pub(crate) enum Answer {
 pub(crate) struct DnsClient {
     resolver: TokioResolver,
     policy: Arc<AddressPolicy>,
+    /// The nameservers asked, as the validation evidence names them (hickory does not say
+    /// which of them answered).
+    servers: Vec<String>,
 }
 
 impl fmt::Debug for DnsClient {
@@ -105,7 +108,25 @@ impl DnsClient {
             .with_options(opts)
             .build()
             .map_err(Error::Resolver)?;
-        Ok(Self { resolver, policy })
+        let servers = if settings.dns_servers.is_empty() {
+            vec!["the system resolvers (/etc/resolv.conf)".to_owned()]
+        } else {
+            settings
+                .dns_servers
+                .iter()
+                .map(|addr| format!("resolver {addr}"))
+                .collect()
+        };
+        Ok(Self {
+            resolver,
+            policy,
+            servers,
+        })
+    }
+
+    /// The nameservers this client asks, for the validation evidence.
+    pub(crate) fn servers(&self) -> Vec<String> {
+        self.servers.clone()
     }
 
     /// Queries `name` (absolute; a trailing dot is optional) for `record_type`.

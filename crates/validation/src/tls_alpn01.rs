@@ -17,6 +17,7 @@ use x509_parser::extensions::GeneralName;
 
 use crate::context::CheckContext;
 use crate::error::Error;
+use crate::evidence::Seen;
 use crate::failure::Failure;
 use crate::key_authorization;
 use crate::quote::quote_prefix;
@@ -51,7 +52,7 @@ pub(crate) async fn validate(
     context: &CheckContext,
     identifier: &Identifier,
     key_authorization: &str,
-) -> Result<(), Failure> {
+) -> Result<Seen, Failure> {
     let port = context.settings.tls_alpn_port;
     let (addresses, sni) = match identifier.kind() {
         IdentifierKind::Dns => {
@@ -142,6 +143,13 @@ pub(crate) async fn validate(
         .into());
     };
     check_certificate(certificate.as_ref(), identifier, key_authorization)
+        .map(|()| Seen {
+            addresses: vec![addr.to_string()],
+            observed: format!(
+                "acmeIdentifier extension matched the key authorization digest in the certificate for {} presented by {addr} (SNI {sni}, ALPN acme-tls/1)",
+                identifier.value()
+            ),
+        })
         .map_err(|why| Failure::definite(Problem::new(ProblemType::IncorrectResponse, format!("Incorrect validation certificate for tls-alpn-01 challenge from {addr} (SNI {sni}): {why}"))))
 }
 

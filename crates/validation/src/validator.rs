@@ -18,6 +18,7 @@ use acme_core::status::ChallengeType;
 use crate::address_policy::AddressPolicy;
 use crate::context::CheckContext;
 use crate::error::Error;
+use crate::evidence::Evidence;
 use crate::failure::Failure;
 use crate::resolver::DnsClient;
 use crate::settings::ValidationSettings;
@@ -95,6 +96,7 @@ impl Validator {
     ) -> Result<(), Problem> {
         self.attempt(identifier, challenge, token, key_authorization, account_uri)
             .await
+            .map(drop)
             .map_err(|failure| failure.problem)
     }
 
@@ -102,11 +104,12 @@ impl Validator {
     /// failure whether it may be repeated (a dns-01 record still propagating), may pass only later
     /// (transient) or is definite (see `failure.rs`).
     ///
-    /// `Ok(())` when the challenge is satisfied and, for DNS identifiers with CAA identities
+    /// `Ok` when the challenge is satisfied and, for DNS identifiers with CAA identities
     /// configured, CAA permits issuance to this account by this challenge type. Otherwise a
     /// problem whose type says where it failed (`dns`, `connection`, `tls`, `incorrectResponse`,
     /// `unauthorized`, `caa`, `malformed`, `rejectedIdentifier`) and whose detail tells the
-    /// subscriber what was found.
+    /// subscriber what was found. The [`Evidence`] of a success says what was reached and seen,
+    /// and which CAA records allowed issuance.
     ///
     /// For a wildcard identifier the base name is validated, and only dns-01 is accepted.
     ///
@@ -121,7 +124,7 @@ impl Validator {
         token: &str,
         key_authorization: &str,
         account_uri: &str,
-    ) -> Result<(), Failure> {
+    ) -> Result<Evidence, Failure> {
         check_applicable(identifier, challenge)?;
         if !token_is_valid(token) {
             return Err(Problem::new(
@@ -162,11 +165,16 @@ impl Validator {
                     result = &mut caa_check, if caa_result.is_none() => caa_result = Some(result),
                 }
             };
-            challenge_result?;
-            match caa_result {
-                Some(result) => result,
-                None => caa_check.await,
-            }
+            let seen = challenge_result?;
+            let caa = match caa_result {
+                Some(result) => result?,
+                None => caa_check.await?,
+            };
+            Ok(Evidence {
+                addresses: seen.addresses,
+                observed: seen.observed,
+                caa,
+            })
         };
         let limit = context.settings.timeout;
         match tokio::time::timeout(limit, both).await {
@@ -207,7 +215,7 @@ impl Validator {
         match tokio::time::timeout(limit, caa_permits(context, identifier, method, account_uri))
             .await
         {
-            Ok(result) => result,
+            Ok(result) => result.map(drop),
             Err(_) => Err(Problem::new(
                 ProblemType::Caa,
                 format!(
@@ -221,14 +229,22 @@ impl Validator {
 }
 
 /// CAA for a DNS identifier when CAA identities are configured; nothing to check otherwise.
+/// `Ok` with what allowed issuance, for the evidence.
 async fn caa_permits(
     context: &CheckContext,
     identifier: &Identifier,
     method: ChallengeType,
     account_uri: &str,
-) -> Result<(), Problem> {
-    if identifier.kind() != IdentifierKind::Dns || context.caa_identities.is_empty() {
-        return Ok(());
+) -> Result<Vec<String>, Problem> {
+    if identifier.kind() != IdentifierKind::Dns {
+        return Ok(vec![
+            "no CAA check: CAA applies to DNS names, not IP addresses (RFC 8738 §7)".to_owned(),
+        ]);
+    }
+    if context.caa_identities.is_empty() {
+        return Ok(vec![
+            "no CAA check: no CAA identities are configured (acme.caa-identities)".to_owned(),
+        ]);
     }
     let request = caa::Request {
         identifier,

@@ -8,6 +8,7 @@ use ra::attempts::AttemptsSoFar;
 use ra::attempts::Decision;
 use ra::in_flight::Held;
 use ra::jobs::ValidationTarget;
+use storage::evidence::Evidence;
 use storage::model::Challenge;
 use storage::model::ChallengeStart;
 use storage::model::Job;
@@ -51,7 +52,7 @@ pub(crate) async fn validate_at_once(
         outcome = &mut attempt => Some(outcome),
         () = tokio::time::sleep(wait) => None,
     };
-    if let Some(Ok(())) = early {
+    if let Some(Ok(seen)) = &early {
         // The hook runs before the write, as the trait promises for every verdict. Should the
         // write then find the challenge started by another instance, or refuse it (its
         // authorization expired meanwhile), the client still answered a real validation, which
@@ -66,7 +67,12 @@ pub(crate) async fn validate_at_once(
         cx.hook.on_validation(&verdict).await;
         let recorded = cx
             .storage
-            .record_valid_at_once(id, cx.settings.valid_authorization_lifetime, cx.clock.now())
+            .record_valid_at_once_with_evidence(
+                id,
+                &kept(seen),
+                cx.settings.valid_authorization_lifetime,
+                cx.clock.now(),
+            )
             .await;
         drop(held);
         // Logged and counted once recorded: a challenge started elsewhere, or one that could
@@ -134,15 +140,21 @@ fn validation_span(target: &ValidationTarget) -> tracing::Span {
     tracing::info_span!("validation", account_id = %target.account_id, authz_id = %target.authz_id, challenge = target.challenge.kind.as_str(), identifier = %target.identifier)
 }
 
-/// One attempt at `target`'s challenge (and CAA), as the validator makes it.
+/// One attempt at `target`'s challenge (and CAA), as the validator makes it; a success says
+/// what it established, which is kept with the challenge (storage's `evidence.rs`).
 async fn attempt_validation(
     cx: &WorkerContext,
     target: &ValidationTarget,
     span: &tracing::Span,
-) -> Result<(), validation::Failure> {
+) -> Result<validation::Evidence, validation::Failure> {
     if cx.settings.always_valid {
         // Test mode: the whole attempt (challenge and CAA) is skipped; see the setting.
-        return Ok(());
+        return Ok(validation::Evidence {
+            addresses: Vec::new(),
+            observed: "test mode (--always-valid): recorded valid without any network traffic"
+                .to_owned(),
+            caa: vec!["no CAA check: test mode (--always-valid)".to_owned()],
+        });
     }
     let key_authorization = format!("{}.{}", target.challenge.token, target.thumbprint);
     let account_uri = cx.settings.account_uris.uri(target.account_id);
@@ -158,13 +170,22 @@ async fn attempt_validation(
         .await
 }
 
+/// The validator's evidence as storage keeps it.
+fn kept(evidence: &validation::Evidence) -> Evidence {
+    Evidence {
+        addresses: evidence.addresses.clone(),
+        observed: evidence.observed.clone(),
+        caa: evidence.caa.clone(),
+    }
+}
+
 /// Records what `ra::attempts::decide` makes of one attempt of `job`'s validation: a retry
-/// scheduled, or the verdict (after the hook has spent for it).
+/// scheduled, or the verdict (after the hook has spent for it), with a valid one's evidence.
 async fn record_attempt(
     cx: &WorkerContext,
     job: &Job,
     target: &ValidationTarget,
-    outcome: Result<(), validation::Failure>,
+    outcome: Result<validation::Evidence, validation::Failure>,
     span: &tracing::Span,
 ) -> Result<JobAfter, Error> {
     let ValidationTarget {
@@ -177,9 +198,11 @@ async fn record_attempt(
     } = target;
     let id = challenge.id;
     let attempt = job.retries.saturating_add(1);
+    let mut evidence = Evidence::default();
     let outcome = match outcome {
-        Ok(()) => {
+        Ok(seen) => {
             span.in_scope(|| tracing::info!(attempt, "validation succeeded"));
+            evidence = kept(&seen);
             AttemptOutcome::Succeeded
         }
         // The detail may quote (a short, escaped prefix of) what the target served, which is
@@ -214,7 +237,7 @@ async fn record_attempt(
     };
     let policy = cx.settings.retry_policy(cx.validator.worst_case_attempt());
     let outcome = match ra::attempts::decide(outcome, &so_far, &policy, cx.hook.as_ref()).await {
-        Decision::Valid => Ok(()),
+        Decision::Valid => Ok(&evidence),
         Decision::Invalid(problem) => Err(problem),
         Decision::Retry { problem, run_at } => {
             // Not a verdict: the challenge stays processing and no hook runs, so the
@@ -264,7 +287,7 @@ async fn record_attempt(
     };
     cx.hook.on_validation(&verdict).await;
     cx.storage
-        .record_validation(
+        .record_validation_with_evidence(
             id,
             outcome,
             cx.settings.valid_authorization_lifetime,

@@ -17,6 +17,7 @@ mod crl;
 mod e2e_certbot;
 mod e2e_lego;
 mod eab;
+mod evidence;
 mod exclusive;
 mod failure_reports;
 mod flow;

@@ -17,6 +17,7 @@ use crate::Result;
 use crate::Storage;
 use crate::codec;
 use crate::error::Error;
+use crate::evidence;
 use crate::issuer_chains;
 use crate::model::Certificate;
 use crate::model::Finalizing;
@@ -316,8 +317,10 @@ async fn complete(
                 now_s,
             };
             let serial = cert.serial.clone();
+            let kept_until = s.evidence_kept_until(now_s, cert.not_after);
             let certificate = store_certificate(&mut tx, id, stored, cert).await?;
             reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
+            evidence::copy_in(&mut tx, id, certificate.id, &serial, now_s, kept_until).await?;
             certificate
         }
         other => return Err(not_processing(id, other.as_str())),
@@ -340,8 +343,21 @@ async fn complete_pg(
     now_s: i64,
     settle: Option<&Job>,
 ) -> Result<Certificate> {
+    let kept_until = s.evidence_kept_until(now_s, cert.not_after);
+    // The evidence is copied in the same statement (so the same transaction) as the function
+    // stores the certificate, as `evidence::copy_in` does on SQLite: `$11` stands for missing
+    // evidence, `$12` is `kept_until`. The function changes no row the copy reads.
     let row = sql::query(
-        "SELECT * FROM certeasy_complete_reserved($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        "WITH r AS (SELECT * FROM certeasy_complete_reserved($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)), \
+         e AS (INSERT INTO certificate_evidence (certificate_id, serial, identifier_type, \
+             identifier_value, method, validated_at, evidence, kept_until) \
+             SELECT r.id, r.serial, a.identifier_type, a.identifier_value, c.type, \
+             COALESCE(c.validated_at, $8), COALESCE(c.evidence, $11), $12 \
+             FROM r JOIN order_authorizations oa ON oa.order_id = r.order_id \
+             JOIN authorizations a ON a.id = oa.authz_id \
+             JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
+             WHERE r.outcome = 'issued' ORDER BY oa.position) \
+         SELECT * FROM r",
     )
     .bind(id.0)
     .bind(cert.serial.to_hex())
@@ -353,6 +369,8 @@ async fn complete_pg(
     .bind(now_s)
     .bind(settle.map(|job| job.id.0))
     .bind(settle.map(|job| i64::from(job.attempts)))
+    .bind(evidence::NONE_RECORDED)
+    .bind(kept_until)
     .fetch_optional(&s.db)
     .await?
     .ok_or(Error::NotFound)?;

@@ -19,6 +19,7 @@ mod connect;
 mod crls;
 mod deactivated;
 mod eab;
+mod evidence;
 mod exclusive;
 mod guards;
 mod issuer_chains;

@@ -99,6 +99,8 @@ async fn only_finished_transient_rows_go(s: &Storage) {
             order_links: 3,
             authorizations: 2,
             challenges: 4,
+            // Kept until two years after issuance.
+            evidence: 0,
             more: false,
         }
     );
@@ -203,6 +205,7 @@ async fn batches_take_everything_over_several_transactions(s: &Storage) {
             order_links: 2,
             authorizations: 2,
             challenges: 4,
+            evidence: 0,
             more: true,
         }
     );

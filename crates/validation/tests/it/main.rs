@@ -6,6 +6,7 @@ mod caa;
 mod common;
 mod disclosure;
 mod dns01;
+mod evidence;
 mod hosts;
 mod http01;
 mod redirects;
