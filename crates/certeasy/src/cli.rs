@@ -50,6 +50,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The key ceremony and the offline root: `ca init`, `ca new-intermediate`,
+    /// `ca move-root-key` (run on this machine's files; no server needed).
+    Ca {
+        #[command(subcommand)]
+        command: crate::ca_cli::CaCommand,
+    },
     /// Administer a running server through its admin listener (server.admin-listen).
     Admin {
         #[command(flatten)]

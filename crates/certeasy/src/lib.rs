@@ -9,6 +9,7 @@ pub mod admin_error;
 pub mod admin_keys;
 pub mod admin_token;
 pub mod admin_wire;
+pub mod ca_cli;
 pub mod cli;
 pub mod config;
 pub mod data_dir;

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Admin { options, command } => certeasy::admin_cli::run(options, command),
+        Command::Ca { command } => certeasy::ca_cli::run(command),
         Command::Serve {
             config: path,
             listeners,

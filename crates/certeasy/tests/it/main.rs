@@ -10,6 +10,7 @@ mod at_once;
 mod bounded_work;
 mod browser;
 mod caa;
+mod ceremony;
 mod certcheck;
 mod clients;
 mod cluster;
