@@ -12,10 +12,14 @@ use rcgen::PublicKeyData;
 use rcgen::SignatureAlgorithm;
 use rcgen::SigningKey;
 
+use crate::pkcs11::TokenKey;
+
 /// The issuing CA's signing key.
 pub enum CaKey {
     /// A key loaded from a PEM file, held in memory.
     File(KeyPair),
+    /// A key on a PKCS#11 token: each signature is made on the token.
+    Token(TokenKey),
 }
 
 impl CaKey {
@@ -33,6 +37,7 @@ impl fmt::Debug for CaKey {
                 .debug_tuple("File")
                 .field(&key.algorithm())
                 .finish_non_exhaustive(),
+            Self::Token(key) => f.debug_tuple("Token").field(key).finish(),
         }
     }
 }
@@ -41,12 +46,14 @@ impl PublicKeyData for CaKey {
     fn der_bytes(&self) -> &[u8] {
         match self {
             Self::File(key) => key.der_bytes(),
+            Self::Token(key) => key.der_bytes(),
         }
     }
 
     fn algorithm(&self) -> &'static SignatureAlgorithm {
         match self {
             Self::File(key) => key.algorithm(),
+            Self::Token(key) => key.algorithm(),
         }
     }
 }
@@ -55,6 +62,7 @@ impl SigningKey for CaKey {
     fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
         match self {
             Self::File(key) => key.sign(msg),
+            Self::Token(key) => key.sign(msg),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::ca_key::CaKey;
 use crate::error::Error;
 use crate::files;
 use crate::pem;
+use crate::pkcs11::TokenKey;
 use crate::serial;
 use crate::settings::KeySource;
 
@@ -160,10 +161,7 @@ fn read_certs(path: &Path) -> Result<Vec<Sourced<'_>>, Error> {
 pub(crate) fn open_key(source: &KeySource) -> Result<CaKey, Error> {
     match source {
         KeySource::File(path) => load_key(path).map(CaKey::File),
-        KeySource::Pkcs11(key) => Err(Error::InvalidCa(format!(
-            "the key {:?} on a PKCS#11 token: this build cannot use PKCS#11 tokens yet",
-            key.key_label
-        ))),
+        KeySource::Pkcs11(key) => TokenKey::open(key).map(CaKey::Token),
     }
 }
 

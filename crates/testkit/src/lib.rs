@@ -7,4 +7,5 @@ pub mod http01;
 pub mod poll;
 pub mod ports;
 pub mod postgres;
+pub mod softhsm;
 pub mod tls_alpn;
