@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
-# certbot, redis-server, PostgreSQL, chromium and chromedriver, nginx and openssl for the
+# certbot, redis-server, softhsm2, PostgreSQL, chromium and chromedriver, nginx and openssl for the
 # scripts/cluster.sh test), makes sure PostgreSQL and Redis answer on loopback, then
 # checks formatting, lints, the dependency policy (deny.toml), runs every test, then fuzzes each parser
 # for a short time (scripts/fuzz.sh, FUZZ_SECONDS per target).
@@ -35,6 +35,8 @@ need_pkg pg_ctlcluster postgresql
 need_pkg psql postgresql-client
 need_pkg curl curl
 need_pkg openssl openssl
+# SoftHSM2: the PKCS#11 token the tests of a CA key on an HSM use (issuance, certeasy hsm).
+need_pkg softhsm2-util softhsm2
 # nginx is in /usr/sbin, which a non-root PATH may lack.
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then need_pkg nginx nginx; fi
 need_pkg chromium chromium
