@@ -1,5 +1,6 @@
-//! CRLs over plain HTTP (RFC 5280 §4.2.1.13): `GET /crl/<shard>.crl`, DER, as the CRL publisher
-//! (`workers::crl`) stored it.
+//! CRLs over plain HTTP (RFC 5280 §4.2.1.13): `GET /crl/<shard>.crl` (the implicit issuer
+//! "default") and `GET /crl/<issuer>/<shard>.crl` (every further issuer, issuer rotation), DER,
+//! as the CRL publisher (`workers::crl`) stored it.
 //!
 //! Served on a listener of its own (`crl.listen`), because relying parties fetch CRLs over
 //! HTTP (fetching a CRL over HTTPS would need the revocation status of the server's own
@@ -69,23 +70,23 @@ impl From<PublishedCrl> for ServedCrl {
 /// The CRLs this instance serves: each shard's last published CRL, held in memory.
 #[derive(Debug, Default)]
 pub struct PublishedCrls {
-    shards: RwLock<BTreeMap<u16, Arc<ServedCrl>>>,
+    shards: RwLock<BTreeMap<(String, u16), Arc<ServedCrl>>>,
     /// Whether a refresh has succeeded: until then a missing shard may merely be unread.
     loaded: AtomicBool,
 }
 
 impl PublishedCrls {
-    /// Shard `shard`'s CRL as last loaded.
-    pub fn get(&self, shard: u16) -> Option<Arc<ServedCrl>> {
+    /// `issuer`'s shard `shard`'s CRL as last loaded.
+    pub fn get(&self, issuer: &str, shard: u16) -> Option<Arc<ServedCrl>> {
         self.shards
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&shard)
+            .get(&(issuer.to_owned(), shard))
             .cloned()
     }
 
-    fn number_of(&self, shard: u16) -> u64 {
-        self.get(shard).map_or(0, |crl| crl.number)
+    fn number_of(&self, issuer: &str, shard: u16) -> u64 {
+        self.get(issuer, shard).map_or(0, |crl| crl.number)
     }
 
     /// Reads the shards' CRL numbers and loads the CRL of every shard whose number grew since
@@ -93,20 +94,18 @@ impl PublishedCrls {
     pub async fn refresh(&self, storage: &Storage) -> Result<usize, storage::error::Error> {
         let mut loaded = 0;
         for state in storage.crl_shard_states().await? {
-            if state.number <= self.number_of(state.shard) {
+            if state.number <= self.number_of(&state.issuer, state.shard) {
                 continue;
             }
-            let Some(crl) = storage.published_crl(state.shard).await? else {
+            let Some(crl) = storage.published_crl(&state.issuer, state.shard).await? else {
                 continue;
             };
             let mut shards = self.shards.write().unwrap_or_else(PoisonError::into_inner);
             // Another refresh may have loaded a later number meanwhile: numbers never go back.
-            if shards
-                .get(&state.shard)
-                .is_none_or(|held| held.number < crl.number)
-            {
-                tracing::debug!(shard = state.shard, number = crl.number, "CRL loaded");
-                shards.insert(state.shard, Arc::new(ServedCrl::from(crl)));
+            let key = (state.issuer.clone(), state.shard);
+            if shards.get(&key).is_none_or(|held| held.number < crl.number) {
+                tracing::debug!(issuer = %state.issuer, shard = state.shard, number = crl.number, "CRL loaded");
+                shards.insert(key, Arc::new(ServedCrl::from(crl)));
                 loaded += 1;
             }
         }
@@ -155,21 +154,41 @@ impl CrlState {
 pub fn router(state: CrlState) -> Router {
     Router::new()
         .route("/crl/{file}", get(crl))
+        .route("/crl/{issuer}/{file}", get(issuer_crl))
         .with_state(state)
 }
 
+/// The implicit issuer's shards keep the URLs of before rotation existed, which the
+/// certificates it signed name.
 async fn crl(
     State(state): State<CrlState>,
     Path(file): Path<String>,
     request_headers: HeaderMap,
 ) -> Response {
+    serve(&state, "default", &file, &request_headers)
+}
+
+/// A further issuer's shards, under its name.
+async fn issuer_crl(
+    State(state): State<CrlState>,
+    Path((issuer, file)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Response {
+    // "default" has its own URLs: one CRL, one URL.
+    if issuer == "default" {
+        return (StatusCode::NOT_FOUND, "no such CRL\n").into_response();
+    }
+    serve(&state, &issuer, &file, &request_headers)
+}
+
+fn serve(state: &CrlState, issuer: &str, file: &str, request_headers: &HeaderMap) -> Response {
     let Some(shard) = file
         .strip_suffix(".crl")
         .and_then(|n| n.parse::<u16>().ok())
     else {
         return (StatusCode::NOT_FOUND, "no such CRL\n").into_response();
     };
-    let Some(published) = state.crls.get(shard) else {
+    let Some(published) = state.crls.get(issuer, shard) else {
         if !state.crls.is_loaded() {
             // Only just started, or the database has not answered yet.
             return (
@@ -185,7 +204,11 @@ async fn crl(
     // Never cached past nextUpdate: a relying party must fetch the next CRL then.
     let until_next = (published.next_update - now).whole_seconds().max(0);
     let max_age = until_next.min(i64::try_from(CACHE_MAX_AGE.as_secs()).unwrap_or(300));
-    let etag = format!("\"{shard}-{}\"", published.number);
+    let etag = if issuer == "default" {
+        format!("\"{shard}-{}\"", published.number)
+    } else {
+        format!("\"{issuer}-{shard}-{}\"", published.number)
+    };
     let mut headers = HeaderMap::new();
     insert(&mut headers, header::ETAG, &etag);
     insert(

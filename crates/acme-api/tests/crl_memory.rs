@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::Request;
 use axum::http::StatusCode;
 use storage::Storage;
+use storage::ca_state::DEFAULT_ISSUER;
 use storage::crls::PublishedCrl;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
@@ -61,7 +62,7 @@ async fn a_get_reads_no_database_and_a_new_number_is_served_after_a_refresh() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("certeasy.db").display());
     let storage = Storage::connect(&url).await.unwrap();
-    storage.ensure_crl_shards(2).await.unwrap();
+    storage.ensure_crl_shards(DEFAULT_ISSUER, 2).await.unwrap();
     let crls = Arc::new(PublishedCrls::default());
     let router = router(&crls);
 
@@ -71,7 +72,7 @@ async fn a_get_reads_no_database_and_a_new_number_is_served_after_a_refresh() {
 
     assert!(
         storage
-            .publish_crl(0, 0, 0, &crl(1, b"first"))
+            .publish_crl(DEFAULT_ISSUER, 0, 0, 0, &crl(1, b"first"))
             .await
             .unwrap()
     );
@@ -90,7 +91,7 @@ async fn a_get_reads_no_database_and_a_new_number_is_served_after_a_refresh() {
     // answered from memory.
     assert!(
         storage
-            .publish_crl(0, 1, 0, &crl(2, b"second"))
+            .publish_crl(DEFAULT_ISSUER, 0, 1, 0, &crl(2, b"second"))
             .await
             .unwrap()
     );
@@ -118,10 +119,10 @@ async fn an_instance_serves_the_crl_another_instance_published() {
     let pg = PgDatabase::create("certeasy_crl_").unwrap();
     let publisher = Storage::connect(pg.url()).await.unwrap();
     let server = Storage::connect(pg.url()).await.unwrap();
-    publisher.ensure_crl_shards(1).await.unwrap();
+    publisher.ensure_crl_shards(DEFAULT_ISSUER, 1).await.unwrap();
     assert!(
         publisher
-            .publish_crl(0, 0, 0, &crl(1, b"one"))
+            .publish_crl(DEFAULT_ISSUER, 0, 0, 0, &crl(1, b"one"))
             .await
             .unwrap()
     );
@@ -156,7 +157,7 @@ async fn an_instance_serves_the_crl_another_instance_published() {
     // The other instance publishes the next number; this one picks it up by itself.
     assert!(
         publisher
-            .publish_crl(0, 1, 0, &crl(2, b"two"))
+            .publish_crl(DEFAULT_ISSUER, 0, 1, 0, &crl(2, b"two"))
             .await
             .unwrap()
     );

@@ -1,5 +1,6 @@
 //! The certificate authority: loads or creates its keys, then signs leaves, TLS identities and CRLs.
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::Path;
@@ -32,6 +33,11 @@ use crate::error::Error;
 use crate::files;
 use crate::generate;
 use crate::generate::CaPaths;
+use crate::issuers;
+use crate::issuers::IssuerName;
+use crate::issuers::IssuerSettings;
+use crate::issuers::LoadedIssuer;
+use crate::issuers::RetiredIssuer;
 use crate::key_algorithm::KeyAlgorithm;
 use crate::loader;
 use crate::loader::LoadedCa;
@@ -63,6 +69,13 @@ pub struct Ca {
     leaves_signed: AtomicU64,
     /// What signs the listener's own certificate, or why nothing can.
     listener: Result<ListenerIssuer, String>,
+    /// This issuing CA's configured name: "default" for the implicit one (`issuers` module).
+    name: IssuerName,
+    /// The further issuers (`ca.issuers`) beside the implicit one, each an issuing CA of its
+    /// own with no listener and no further issuers; empty in each of them.
+    others: BTreeMap<IssuerName, Ca>,
+    /// Configured issuers whose certificate had expired at loading: listed, never used.
+    retired: Vec<RetiredIssuer>,
 }
 
 /// The intermediate that signs Certeasy's own listener certificate, apart from the issuing CA:
@@ -279,7 +292,7 @@ impl Ca {
         Ok(Ok(ListenerIssuer::from_loaded(loaded)))
     }
 
-    fn from_loaded(loaded: LoadedCa) -> Self {
+    pub(crate) fn from_loaded(loaded: LoadedCa) -> Self {
         let chain_pem: String = loaded
             .chain_der
             .iter()
@@ -296,6 +309,9 @@ impl Ca {
             crl: None,
             leaves_signed: AtomicU64::new(0),
             listener: Err("no listener CA was loaded".to_owned()),
+            name: IssuerName::implicit(),
+            others: BTreeMap::new(),
+            retired: Vec::new(),
         }
     }
 
@@ -311,6 +327,19 @@ impl Ca {
                 "the issuing CA certificate's keyUsage lacks cRLSign: relying parties that check it will reject the CRLs; reissue the intermediate with cRLSign, or set crl.enabled: false"
             );
         }
+        // Every further issuer publishes its own shards under `<base>/<name>/`, named in its
+        // certificates and in its CRLs' issuing distribution point; the implicit issuer keeps
+        // `<base>/`, which the certificates it signed before rotation name.
+        self.others = std::mem::take(&mut self.others)
+            .into_iter()
+            .map(|(name, other)| {
+                let own = CrlDistribution {
+                    base_url: format!("{}/{name}", crl.base_url.trim_end_matches('/')),
+                    shards: crl.shards,
+                };
+                (name, other.with_crl_distribution(own))
+            })
+            .collect();
         self.crl = Some(crl);
         self
     }
@@ -577,6 +606,84 @@ impl Ca {
         };
         let crl = params.signed_by(&self.issuer).map_err(Error::signing)?;
         Ok(crl.der().to_vec())
+    }
+}
+
+/// Several issuers (the `issuers` module): the implicit one is the `Ca` itself, the further
+/// ones are held in it by name.
+impl Ca {
+    /// Loads `issuers` (`ca.issuers`) beside this, the implicit issuer. An expired one is kept
+    /// as retired; any other failure stops the start, naming the file.
+    pub fn with_issuers(
+        mut self,
+        issuers: &[IssuerSettings],
+        now: OffsetDateTime,
+    ) -> Result<Self, Error> {
+        for settings in issuers {
+            if settings.name == self.name || self.others.contains_key(&settings.name) {
+                return Err(Error::InvalidCa(format!(
+                    "issuer {} is configured twice",
+                    settings.name
+                )));
+            }
+            match issuers::load(settings, now)? {
+                LoadedIssuer::Usable(mut ca) => {
+                    if let Some(crl) = &self.crl {
+                        let own = CrlDistribution {
+                            base_url: format!(
+                                "{}/{}",
+                                crl.base_url.trim_end_matches('/'),
+                                settings.name
+                            ),
+                            shards: crl.shards,
+                        };
+                        ca = Box::new(ca.with_crl_distribution(own));
+                    }
+                    self.others.insert(settings.name.clone(), *ca);
+                }
+                LoadedIssuer::Retired(retired) => self.retired.push(retired),
+            }
+        }
+        Ok(self)
+    }
+
+    /// Names this issuing CA (a further issuer's).
+    #[must_use]
+    pub(crate) fn named(mut self, name: IssuerName) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// This issuing CA's configured name.
+    pub fn name(&self) -> &IssuerName {
+        &self.name
+    }
+
+    /// The issuing CA named `name` that can sign: this one, or a further issuer. `None` for a
+    /// name not configured, or retired.
+    pub fn issuer(&self, name: &IssuerName) -> Option<&Ca> {
+        if name == &self.name {
+            Some(self)
+        } else {
+            self.others.get(name)
+        }
+    }
+
+    /// Every issuing CA that can sign, the implicit one first.
+    pub fn issuers(&self) -> impl Iterator<Item = &Ca> {
+        std::iter::once(self).chain(self.others.values())
+    }
+
+    /// The configured issuers that had expired when they were loaded.
+    pub fn retired_issuers(&self) -> &[RetiredIssuer] {
+        &self.retired
+    }
+
+    /// Whether this issuing CA still publishes CRLs at `now`: until its own certificate
+    /// expires, since no certificate it signed outlives it ([`Ca::prepare`] refuses one that
+    /// would), so its last certificate has expired by then.
+    pub fn publishes_crls_at(&self, now: OffsetDateTime) -> bool {
+        self.crl.is_some() && now < self.issuing_not_after
     }
 }
 

@@ -17,6 +17,7 @@ pub mod error;
 mod guards;
 pub mod in_flight;
 pub mod jobs;
+pub mod issuers;
 pub mod keys;
 pub mod limits;
 pub mod operator;

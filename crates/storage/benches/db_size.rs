@@ -372,6 +372,7 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
                 not_after: cert.not_after,
                 issuer_chain_pem: cert.issuer_chain_pem.clone(),
                 crl_shard: cert.crl_shard,
+                issuer: storage::ca_state::DEFAULT_ISSUER.to_owned(),
             },
             now,
         )

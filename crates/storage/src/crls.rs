@@ -1,5 +1,6 @@
 //! CRL shards: the revoked certificates of a shard, each shard's published CRL, and publishing
-//! one with compare-and-set on its number.
+//! one with compare-and-set on its number. Shards are per issuer (migration 0020): each issuer's
+//! CRLs list only the certificates it signed, since a CRL speaks for the key that signs it.
 //!
 //! Several instances share the database and may build the same shard at the same time; only the
 //! one whose `number` still matches stores its CRL, the others' work is discarded. Every instance
@@ -16,6 +17,7 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::ca_state::DEFAULT_ISSUER;
 use crate::codec;
 use crate::error::Error;
 use crate::issuer_chains;
@@ -27,6 +29,8 @@ use crate::sql::Row;
 /// What is known of one shard: its last published CRL and whether revocations came since.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrlShardState {
+    /// The issuer whose CRL this is (`ca_state::DEFAULT_ISSUER` for the implicit one).
+    pub issuer: String,
     pub shard: u16,
     /// The number of the last published CRL; 0 before the first.
     pub number: u64,
@@ -63,40 +67,46 @@ pub struct PublishedCrl {
 }
 
 impl Storage {
-    /// Creates the rows of shards `0..shards` that do not exist yet, so that revocations always find
-    /// their shard's counter.
-    pub async fn ensure_crl_shards(&self, shards: u16) -> Result<()> {
+    /// Creates the rows of `issuer`'s shards `0..shards` that do not exist yet, so that
+    /// revocations always find their shard's counter.
+    pub async fn ensure_crl_shards(&self, issuer: &str, shards: u16) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
         for shard in 0..shards {
-            sql::query("INSERT INTO crl_shards (shard) VALUES ($1) ON CONFLICT (shard) DO NOTHING")
-                .bind(i64::from(shard))
-                .execute(&mut *tx)
-                .await?;
+            sql::query(
+                "INSERT INTO crl_shards (issuer, shard) VALUES ($1, $2) \
+                 ON CONFLICT (issuer, shard) DO NOTHING",
+            )
+            .bind(issuer)
+            .bind(i64::from(shard))
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await
     }
 
-    /// Every CRL shard's state, by shard.
+    /// Every CRL shard's state, of every issuer, by issuer and shard.
     pub async fn crl_shard_states(&self) -> Result<Vec<CrlShardState>> {
         let rows = sql::query(
-            "SELECT shard, number, revocations, published_revocations, this_update \
-         FROM crl_shards ORDER BY shard",
+            "SELECT issuer, shard, number, revocations, published_revocations, this_update \
+         FROM crl_shards ORDER BY issuer, shard",
         )
         .fetch_all(&self.db)
         .await?;
         rows.iter().map(state).collect()
     }
 
-    /// The revoked certificates of `shard` that have not expired at `now`, with the serials of the
+    /// The revoked certificates `issuer` signed in `shard` that have not expired at `now` (a NULL
+    /// issuer is [`DEFAULT_ISSUER`]), with the serials of the
     /// issuer `issuer_chain_pem` heads that were reserved, possibly signed and abandoned (see
     /// `abandoned_signed`). Certificates issued before CRLs were published have no shard and are
     /// listed in shard 0, and so are reservations made while no CRL was published.
     ///
-    /// Certificates are listed whatever their issuer, as they were before reservations existed;
-    /// abandoned serials only under their own issuer chain, since a CRL speaks for the key that
-    /// signs it (RFC 5280 §5) and a serial another issuer signed is not this issuer's to revoke.
+    /// Abandoned serials are listed only under their own issuer chain too, since a CRL speaks for
+    /// the key that signs it (RFC 5280 §5) and a serial another issuer signed is not this
+    /// issuer's to revoke.
     pub async fn revoked_in_crl_shard(
         &self,
+        issuer: &str,
         shard: u16,
         issuer_chain_pem: &str,
         now: OffsetDateTime,
@@ -105,10 +115,11 @@ impl Storage {
         let rows = sql::query(
             "SELECT serial, revoked_at, revocation_reason FROM certificates \
          WHERE revoked_at IS NOT NULL AND (crl_shard = $1 OR ($1 = 0 AND crl_shard IS NULL)) \
-         AND not_after > $2 ORDER BY serial",
+         AND not_after > $2 AND COALESCE(issuer, 'default') = $3 ORDER BY serial",
         )
         .bind(i64::from(shard))
         .bind(codec::unix(now))
+        .bind(issuer)
         .fetch_all(&self.db)
         .await?;
         let mut listed = rows
@@ -129,11 +140,12 @@ impl Storage {
         Ok(listed)
     }
 
-    /// Stores `crl` as shard `shard`'s CRL if the shard's number is still `expected` (what the
-    /// caller built after). Returns whether it was stored; `false` means another instance published
-    /// first.
+    /// Stores `crl` as `issuer`'s shard `shard`'s CRL if the shard's number is still `expected`
+    /// (what the caller built after). Returns whether it was stored; `false` means another
+    /// instance published first.
     pub async fn publish_crl(
         &self,
+        issuer: &str,
         shard: u16,
         expected: u64,
         revocations: u64,
@@ -141,7 +153,7 @@ impl Storage {
     ) -> Result<bool> {
         let stored = sql::query(
             "UPDATE crl_shards SET number = $3, der = $4, this_update = $5, next_update = $6, \
-         published_revocations = $7 WHERE shard = $1 AND number = $2",
+         published_revocations = $7 WHERE shard = $1 AND number = $2 AND issuer = $8",
         )
         .bind(i64::from(shard))
         .bind(stored(expected)?)
@@ -150,19 +162,21 @@ impl Storage {
         .bind(codec::unix(crl.this_update))
         .bind(codec::unix(crl.next_update))
         .bind(stored(revocations)?)
+        .bind(issuer)
         .execute(&self.db)
         .await?
         .rows_affected();
         Ok(stored > 0)
     }
 
-    /// Shard `shard`'s published CRL, if one has been published.
-    pub async fn published_crl(&self, shard: u16) -> Result<Option<PublishedCrl>> {
+    /// `issuer`'s shard `shard`'s published CRL, if one has been published.
+    pub async fn published_crl(&self, issuer: &str, shard: u16) -> Result<Option<PublishedCrl>> {
         let row = sql::query(
             "SELECT number, der, this_update, next_update FROM crl_shards \
-         WHERE shard = $1 AND number > 0",
+         WHERE shard = $1 AND number > 0 AND issuer = $2",
         )
         .bind(i64::from(shard))
+        .bind(issuer)
         .fetch_optional(&self.db)
         .await?;
         row.map(|row| {
@@ -179,6 +193,7 @@ impl Storage {
 
 fn state(row: &Row) -> Result<CrlShardState> {
     Ok(CrlShardState {
+        issuer: row.try_get("issuer")?,
         shard: column(row.try_get::<i64, _>("shard")?)?,
         number: column(row.try_get::<i64, _>("number")?)?,
         revocations: column(row.try_get::<i64, _>("revocations")?)?,
@@ -233,11 +248,12 @@ async fn abandoned_signed(
 }
 
 /// Counts one more revocation in the shard of certificate `id` (shard 0 for a certificate
-/// without one), in the revocation's own transaction.
+/// without one) of its issuer, in the revocation's own transaction.
 pub(crate) async fn count_revocation(conn: &mut Conn, id: i64) -> Result<()> {
     sql::query(
-        "UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = \
-         (SELECT COALESCE(crl_shard, 0) FROM certificates WHERE id = $1)",
+        "UPDATE crl_shards SET revocations = revocations + 1 WHERE (issuer, shard) = \
+         (SELECT COALESCE(issuer, 'default'), COALESCE(crl_shard, 0) FROM certificates \
+          WHERE id = $1)",
     )
     .bind(id)
     .execute(conn)
@@ -248,13 +264,19 @@ pub(crate) async fn count_revocation(conn: &mut Conn, id: i64) -> Result<()> {
 /// Counts one more revocation in shard `shard` (NULL: shard 0, where such serials are listed)
 /// for a reservation marked abandoned after signing was begun, in the transaction that marks
 /// it: its serial is listed from then on ([`revoked`]), so the shard's CRL is stale. Raised
-/// whatever the reservation's issuer; one that is not the publishing CA's costs one CRL that
-/// lists nothing new.
-pub(crate) async fn count_abandoned(conn: &mut Conn, shard: Option<i64>) -> Result<()> {
-    sql::query("UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = $1")
-        .bind(shard.unwrap_or(0))
-        .execute(conn)
-        .await?;
+/// in the reservation's issuer's shard (NULL: [`DEFAULT_ISSUER`]).
+pub(crate) async fn count_abandoned(
+    conn: &mut Conn,
+    issuer: Option<&str>,
+    shard: Option<i64>,
+) -> Result<()> {
+    sql::query(
+        "UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = $1 AND issuer = $2",
+    )
+    .bind(shard.unwrap_or(0))
+    .bind(issuer.unwrap_or(DEFAULT_ISSUER))
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

@@ -399,6 +399,9 @@ pub struct NewReservation {
     pub not_after: OffsetDateTime,
     /// The chain the issuing CA heads: names the issuer (stored once, as for certificates).
     pub issuer_chain_pem: String,
+    /// The configured name of the issuer that signs it (migration 0020); the certificate is
+    /// stored under it too.
+    pub issuer: String,
     /// The CRL shard the certificate will name; `None` without CRLs.
     pub crl_shard: Option<u16>,
 }
@@ -454,6 +457,8 @@ pub struct Reservation {
     pub signings: u32,
     pub state: ReservationState,
     pub certificate_id: Option<CertificateId>,
+    /// The configured name of the issuer that signs it: a resumed job signs with it again.
+    pub issuer: String,
 }
 
 /// What reserving a serial for an order in `processing` found ([`crate::Storage::reserve_serial`]).

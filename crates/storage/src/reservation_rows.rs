@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::ca_state::DEFAULT_ISSUER;
 use crate::codec;
 use crate::crls;
 use crate::error::Error;
@@ -27,7 +28,7 @@ use crate::sql::Row;
 macro_rules! columns {
     () => {
         "serial, order_id, account_id, identifiers, issuer_chain_id, not_before, not_after, \
-         crl_shard, reserved_at, signings, state, certificate_id"
+         crl_shard, reserved_at, signings, state, certificate_id, issuer"
     };
 }
 pub(crate) use columns;
@@ -42,8 +43,9 @@ pub(crate) async fn insert(
 ) -> Result<Reservation> {
     let row = sql::query(concat!(
         "INSERT INTO serial_reservations (serial, order_id, account_id, identifiers, \
-         issuer_chain_id, not_before, not_after, crl_shard, reserved_at, signings, state) \
-         SELECT $2, o.id, o.account_id, o.identifiers, $3, $4, $5, $6, $7, 1, 'reserved' \
+         issuer_chain_id, not_before, not_after, crl_shard, reserved_at, signings, state, \
+         issuer) \
+         SELECT $2, o.id, o.account_id, o.identifiers, $3, $4, $5, $6, $7, 1, 'reserved', $8 \
          FROM orders o WHERE o.id = $1 RETURNING ",
         columns!()
     ))
@@ -54,6 +56,7 @@ pub(crate) async fn insert(
     .bind(codec::unix(intent.not_after))
     .bind(intent.crl_shard.map(i64::from))
     .bind(now_s)
+    .bind(&intent.issuer)
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::NotFound)?;
@@ -113,7 +116,7 @@ pub(crate) async fn mark_issued(
 pub(crate) async fn abandon_open(conn: &mut Conn, id: OrderId, now: OffsetDateTime) -> Result<()> {
     let abandoned = sql::query(
         "UPDATE serial_reservations SET state = 'abandoned', settled_at = $2 \
-         WHERE order_id = $1 AND state = 'reserved' RETURNING serial, crl_shard, signings",
+         WHERE order_id = $1 AND state = 'reserved' RETURNING serial, crl_shard, signings, issuer",
     )
     .bind(id.0)
     .bind(codec::unix(now))
@@ -124,7 +127,8 @@ pub(crate) async fn abandon_open(conn: &mut Conn, id: OrderId, now: OffsetDateTi
         let signings: i64 = row.try_get("signings")?;
         tracing::warn!(order_id = %id, %serial, signings, "a reserved serial was never stored; marked abandoned");
         if signings > 0 {
-            crls::count_abandoned(conn, row.try_get("crl_shard")?).await?;
+            let issuer: Option<String> = row.try_get("issuer")?;
+            crls::count_abandoned(conn, issuer.as_deref(), row.try_get("crl_shard")?).await?;
         }
     }
     Ok(())
@@ -188,5 +192,8 @@ pub(crate) fn reservation(row: &Row) -> Result<Reservation> {
         certificate_id: row
             .try_get::<Option<i64>, _>("certificate_id")?
             .map(CertificateId),
+        issuer: row
+            .try_get::<Option<String>, _>("issuer")?
+            .unwrap_or_else(|| DEFAULT_ISSUER.to_owned()),
     })
 }

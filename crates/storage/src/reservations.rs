@@ -145,7 +145,7 @@ impl Storage {
             return Ok(Reserved::AuthorizationNotValid);
         }
         if let Some(open) = open_of_order(&mut tx, id).await? {
-            if open.issuer_chain_id == chain_id {
+            if open.issuer_chain_id == chain_id && open.issuer == intent.issuer {
                 let row = sql::query(concat!(
                     "UPDATE serial_reservations SET signings = signings + 1 \
                  WHERE order_id = $1 AND state = 'reserved' RETURNING ",
@@ -184,7 +184,9 @@ async fn reserve_ready_pg(
     let now_s = codec::unix(now);
     let lease_until = codec::lease_end(now, lease);
     let row =
-        sql::query("SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+        sql::query(
+            "SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
             .bind(id.0)
             .bind(csr_der)
             .bind(now_s)
@@ -194,6 +196,7 @@ async fn reserve_ready_pg(
             .bind(codec::unix(intent.not_before))
             .bind(codec::unix(intent.not_after))
             .bind(intent.crl_shard.map(i64::from))
+            .bind(&intent.issuer)
             .fetch_optional(&s.db)
             .await?
             .ok_or(Error::NotFound)?;

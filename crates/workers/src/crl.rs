@@ -11,12 +11,18 @@
 //! A shard lists its revoked certificates and the serials reserved under this CA's chain that
 //! were possibly signed and then abandoned (no certificate row exists to revoke them); marking
 //! one abandoned raises its shard's counter like a revocation does.
+//!
+//! Every loaded issuer (issuer rotation) publishes its own shards, signed with its own key and
+//! naming its own URL, whether it is the active one or not, until its certificate expires: none
+//! of the certificates it signed outlives it. A retired issuer (expired when loaded) publishes
+//! nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use acme_core::clock::SharedClock;
 use issuance::Ca;
+use issuance::IssuerName;
 use issuance::RevokedEntry;
 use storage::Storage;
 use storage::crls::CrlShardState;
@@ -84,7 +90,7 @@ pub async fn run(
             () = shutdown.cancelled() => return,
         }
         if !ensured {
-            match storage.ensure_crl_shards(settings.shards).await {
+            match ensure_shards(&storage, &ca, &settings).await {
                 Ok(()) => ensured = true,
                 Err(e) => {
                     tracing::warn!(error = %e, "creating the CRL shards");
@@ -99,7 +105,22 @@ pub async fn run(
     }
 }
 
-/// Rebuilds every shard that is stale or due; returns how many CRLs this instance stored.
+/// Creates every loaded issuer's shard rows.
+pub async fn ensure_shards(
+    storage: &Storage,
+    ca: &Ca,
+    settings: &CrlSettings,
+) -> Result<(), CrlError> {
+    for issuer in ca.issuers() {
+        storage
+            .ensure_crl_shards(issuer.name().as_str(), settings.shards)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Rebuilds every shard that is stale or due, of every issuer that still publishes; returns how
+/// many CRLs this instance stored.
 pub async fn publish_due(
     storage: &Storage,
     ca: &Ca,
@@ -109,9 +130,20 @@ pub async fn publish_due(
     let now = clock.now();
     let mut stored = 0;
     for state in storage.crl_shard_states().await? {
+        // Shards of an issuer this instance has not loaded are another instance's to publish;
+        // those of one past its certificate's end list nothing valid any more.
+        let Some(issuer) = IssuerName::new(&state.issuer)
+            .ok()
+            .and_then(|name| ca.issuer(&name))
+            .filter(|issuer| issuer.publishes_crls_at(now))
+        else {
+            continue;
+        };
         // Shards beyond the configured count (after it was lowered) still list the certificates
         // that name them: they stay published.
-        if is_due(&state, now, settings) && publish(storage, ca, clock, settings, &state).await? {
+        if is_due(&state, now, settings)
+            && publish(storage, issuer, clock, settings, &state).await?
+        {
             stored += 1;
         }
     }
@@ -140,7 +172,7 @@ async fn publish(
     let now = clock.now();
     // The CA's own chain: abandoned serials are listed by the issuer that reserved them.
     let revoked = storage
-        .revoked_in_crl_shard(state.shard, ca.chain_pem(), now)
+        .revoked_in_crl_shard(&state.issuer, state.shard, ca.chain_pem(), now)
         .await?;
     let entries: Vec<RevokedEntry> = revoked
         .into_iter()
@@ -162,14 +194,23 @@ async fn publish(
             .unwrap_or(now + lifetime),
     };
     let stored = storage
-        .publish_crl(state.shard, state.number, state.revocations, &crl)
+        .publish_crl(
+            &state.issuer,
+            state.shard,
+            state.number,
+            state.revocations,
+            &crl,
+        )
         .await?;
     if stored {
         let shard = state.shard.to_string();
-        metrics::counter!("certeasy_crl_published_total", "shard" => shard.clone()).increment(1);
+        let issuer = state.issuer.clone();
+        metrics::counter!("certeasy_crl_published_total", "issuer" => issuer.clone(), "shard" => shard.clone()).increment(1);
         #[allow(clippy::cast_precision_loss)] // a CRL's entry count is far below 2^52
-        metrics::gauge!("certeasy_crl_entries", "shard" => shard).set(entries.len() as f64);
+        metrics::gauge!("certeasy_crl_entries", "issuer" => issuer, "shard" => shard)
+            .set(entries.len() as f64);
         tracing::info!(
+            issuer = %state.issuer,
             shard = state.shard,
             number,
             entries = entries.len(),

@@ -7,8 +7,10 @@ use acme_core::ids::OrderId;
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
 use acme_core::status::OrderStatus;
+use issuance::Ca;
 use issuance::CheckedCsr;
 use issuance::Intent;
+use issuance::IssuerName;
 use ra::error::StateRefusal;
 use ra::in_flight::Held;
 use ra::jobs::Finalized;
@@ -19,6 +21,7 @@ use storage::model::NewCertificate;
 use storage::model::NewReservation;
 use storage::model::Order;
 use storage::model::Reservation;
+use storage::model::ReservationState;
 use storage::model::Reserved;
 use storage::model::ReservedAtOnce;
 use storage::model::StatusChange;
@@ -74,13 +77,14 @@ pub(crate) async fn finalize(
         tracing::debug!(order_id = %id, detail = %problem.detail, "CAA refusal detail");
         return fail(cx, job, id, problem, now).await;
     }
-    let intent = match prepare(cx, &order, &checked, now) {
+    let issuer = resumed_or_active_issuer(cx, id).await?;
+    let intent = match prepare(cx, issuer, &order, &checked, now) {
         Ok(intent) => intent,
         Err(problem) => return fail(cx, job, id, problem, now).await,
     };
     let reserved = cx
         .storage
-        .reserve_serial(id, new_reservation(cx, &intent), cx.clock.now())
+        .reserve_serial(id, new_reservation(issuer, &intent), cx.clock.now())
         .await?;
     let reservation = match reserved {
         Reserved::Reserved(reservation) => reservation,
@@ -122,8 +126,9 @@ pub(crate) async fn finalize_at_once(
     let now = cx.clock.now();
     // CAA that must be looked up again goes the durable way: network time is not spent before
     // anything is recorded, and a refusal fails the order as the job records it.
+    let issuer = active_issuer(cx).await;
     let prepared = match caa_rechecks_due(cx, &order, now).await {
-        Ok(false) => Some(prepare(cx, &order, &csr, now)),
+        Ok(false) => Some(prepare(cx, issuer, &order, &csr, now)),
         Ok(true) => None,
         Err(e) => {
             tracing::warn!(order_id = %order.id, error = %e, "could not tell whether CAA must be checked again; finalizing through a job");
@@ -136,7 +141,7 @@ pub(crate) async fn finalize_at_once(
             .reserve_ready_order(
                 order.id,
                 &csr_der,
-                new_reservation(cx, intent),
+                new_reservation(issuer, intent),
                 cx.clock.now(),
                 cx.settings.lease,
             )
@@ -263,7 +268,17 @@ async fn sign_reserved(
         not_after: reservation.not_after,
         crl_shard: reservation.crl_shard,
     };
-    let cert = match sign(cx, order, csr, &intent) {
+    let Some(issuer) = loaded_issuer(cx, &reservation.issuer) else {
+        // Not reachable from `finalize`, which reserves under a loaded issuer; kept a failure
+        // of the order rather than a signature by another key than the one recorded.
+        tracing::error!(order_id = %order.id, issuer = %reservation.issuer, "the serial was reserved under an issuer this instance has not loaded");
+        let problem = Problem::new(
+            ProblemType::ServerInternal,
+            "The CA could not sign the certificate",
+        );
+        return fail(cx, job, order.id, problem, cx.clock.now()).await;
+    };
+    let cert = match sign(cx, issuer, order, csr, &intent) {
         Ok(cert) => cert,
         Err(problem) => return fail(cx, job, order.id, problem, cx.clock.now()).await,
     };
@@ -372,6 +387,7 @@ fn issued(order: &Order, stored: &storage::model::Certificate) {
 /// refuses.
 fn prepare(
     cx: &WorkerContext,
+    issuer: &Ca,
     order: &Order,
     checked: &CheckedCsr,
     now: time::OffsetDateTime,
@@ -389,8 +405,8 @@ fn prepare(
         tracing::info!(order_id = %id, detail = %problem.detail, "the order's validity window cannot be signed");
     })?;
     // A certificate can never outlive the CA that signs it.
-    let not_after = not_after.min(cx.ca.issuing_not_after());
-    cx.ca
+    let not_after = not_after.min(issuer.issuing_not_after());
+    issuer
         .prepare(checked, &order.identifiers, profile, not_before, not_after)
         .map_err(|e| ca_problem(id, e))
 }
@@ -425,27 +441,67 @@ fn ca_problem(id: OrderId, e: issuance::Error) -> Problem {
     }
 }
 
-/// The reservation that records `intent` before it is signed.
-fn new_reservation(cx: &WorkerContext, intent: &Intent) -> NewReservation {
+/// The reservation that records `intent` before `issuer` signs it.
+fn new_reservation(issuer: &Ca, intent: &Intent) -> NewReservation {
     NewReservation {
         serial: intent.serial.clone(),
         not_before: intent.not_before,
         not_after: intent.not_after,
-        issuer_chain_pem: cx.ca.chain_pem().to_owned(),
+        issuer_chain_pem: issuer.chain_pem().to_owned(),
         crl_shard: intent.crl_shard,
+        issuer: issuer.name().to_string(),
     }
+}
+
+/// The issuer new certificates are signed by (`ra::issuers`, read from the database and kept a
+/// moment). One this instance has not loaded (activated through an instance whose
+/// configuration has it, before this one's was updated) leaves the implicit issuer signing,
+/// loudly: the order is still issued under a valid CA of the same operator.
+async fn active_issuer(cx: &WorkerContext) -> &Ca {
+    let Some(active) = &cx.settings.active_issuer else {
+        return &cx.ca;
+    };
+    let name = active.current().await;
+    cx.ca.issuer(&name).unwrap_or_else(|| {
+        tracing::error!(issuer = %name, "the active issuer is not configured (or retired) on this instance; the implicit issuer signs: add it to ca.issuers here and restart");
+        &cx.ca
+    })
+}
+
+/// The issuer of the order's open reservation when a job resumes one (a crash between
+/// reserving and storing) and this instance has it loaded, so that the serial is signed again
+/// by the key it was recorded for even if another issuer was activated meanwhile; otherwise the
+/// active one (and storage abandons a reservation of another issuer).
+async fn resumed_or_active_issuer(cx: &WorkerContext, id: OrderId) -> Result<&Ca, Error> {
+    let open = cx
+        .storage
+        .serial_reservations(id)
+        .await?
+        .into_iter()
+        .find(|r| r.state == ReservationState::Reserved);
+    if let Some(issuer) = open.and_then(|r| loaded_issuer(cx, &r.issuer)) {
+        return Ok(issuer);
+    }
+    Ok(active_issuer(cx).await)
+}
+
+/// The loaded issuer a reservation names.
+fn loaded_issuer<'a>(cx: &'a WorkerContext, name: &str) -> Option<&'a Ca> {
+    IssuerName::new(name)
+        .ok()
+        .and_then(|name| cx.ca.issuer(&name))
 }
 
 /// Signs exactly the reserved `intent` for `order`'s checked CSR under the order's profile.
 fn sign(
     cx: &WorkerContext,
+    issuer: &Ca,
     order: &Order,
     checked: &CheckedCsr,
     intent: &Intent,
 ) -> Result<NewCertificate, Problem> {
     let profile = profile_of(cx, order)?;
-    let issued = cx
-        .ca
+    let issued = issuer
         .issue(checked, &order.identifiers, profile, intent)
         .map_err(|e| ca_problem(order.id, e))?;
     // The one place the server signs a subscriber certificate: more signatures than

@@ -79,6 +79,9 @@ pub struct WorkerSettings {
     /// valid without any network traffic (no HTTP, TLS or DNS query, and no CAA check), like
     /// Pebble's `PEBBLE_VA_ALWAYS_VALID`, so a client's CI needs no challenge responder.
     pub always_valid: bool,
+    /// Which issuer signs new certificates, read from the database (issuer rotation); `None`:
+    /// always the implicit issuer, without a read.
+    pub active_issuer: Option<std::sync::Arc<ra::issuers::ActiveIssuer>>,
 }
 
 impl WorkerSettings {
@@ -143,6 +146,7 @@ impl Default for WorkerSettings {
             retry_window: DEFAULT_RETRY_WINDOW,
             valid_authorization_lifetime: ra::settings::DEFAULT_VALID_AUTHORIZATION_LIFETIME,
             always_valid: false,
+            active_issuer: None,
         }
     }
 }

@@ -25,6 +25,7 @@ use issuance::CrlDistribution;
 use issuance::Profiles;
 use storage::Backend;
 use storage::Storage;
+use storage::ca_state::DEFAULT_ISSUER;
 use storage::model::ReservationState;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
@@ -48,7 +49,7 @@ struct Env {
 async fn env(backend: Backend) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let (pg, storage) = storage_on(backend, dir.path(), "certeasy_crl_abandoned_").await;
-    storage.ensure_crl_shards(SHARDS).await.unwrap();
+    storage.ensure_crl_shards(DEFAULT_ISSUER, SHARDS).await.unwrap();
     Env {
         _pg: pg,
         dir,
@@ -100,7 +101,7 @@ impl Env {
 
     /// The serials of `shard`'s published CRL, which must verify under `ca`'s intermediate.
     async fn listed(&self, ca: &Ca, shard: u16) -> Vec<Vec<u8>> {
-        let published = self.storage.published_crl(shard).await.unwrap().unwrap();
+        let published = self.storage.published_crl(DEFAULT_ISSUER, shard).await.unwrap().unwrap();
         let (rest, crl) = CertificateRevocationList::from_der(&published.der).unwrap();
         assert!(rest.is_empty());
         let (_, pem) = x509_parser::pem::parse_x509_pem(ca.chain_pem().as_bytes()).unwrap();
@@ -190,7 +191,7 @@ async fn a_failed_order_s_signed_serial_is_on_its_shard_s_crl(backend: Backend) 
     for other in (0..SHARDS).filter(|s| *s != shard) {
         assert!(env.listed(&ca, other).await.is_empty(), "shard {other}");
     }
-    let published = env.storage.published_crl(shard).await.unwrap().unwrap();
+    let published = env.storage.published_crl(DEFAULT_ISSUER, shard).await.unwrap().unwrap();
     let (_, crl) = CertificateRevocationList::from_der(&published.der).unwrap();
     let revoked_at = crl
         .iter_revoked_certificates()
@@ -257,7 +258,7 @@ async fn an_issuer_change_abandons_the_old_serial_for_its_own_issuer_s_crl(backe
     let now = OffsetDateTime::now_utc();
     let for_old: Vec<_> = env
         .storage
-        .revoked_in_crl_shard(shard, old.chain_pem(), now)
+        .revoked_in_crl_shard(DEFAULT_ISSUER, shard, old.chain_pem(), now)
         .await
         .unwrap()
         .into_iter()

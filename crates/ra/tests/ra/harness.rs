@@ -550,6 +550,7 @@ impl Harness {
                     not_after: intent.not_after,
                     issuer_chain_pem: self.ca.chain_pem().to_owned(),
                     crl_shard: intent.crl_shard,
+                    issuer: storage::ca_state::DEFAULT_ISSUER.to_owned(),
                 },
                 now,
             )

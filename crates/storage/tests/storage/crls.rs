@@ -4,6 +4,7 @@ use acme_core::problem::ProblemType;
 use acme_core::status::RevocationReason;
 use sqlx::Connection;
 use storage::Storage;
+use storage::ca_state::DEFAULT_ISSUER;
 use storage::crls::ABANDONED_SERIAL_REASON;
 use storage::crls::PublishedCrl;
 use storage::model::NewCertificate;
@@ -29,8 +30,8 @@ const OTHER_CHAIN: &str = "-----BEGIN CERTIFICATE-----\nb3RoZXI=\n-----END CERTI
 /// A certificate in shard 1, one in no shard (issued before CRLs), and what their revocations do.
 async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     let now = t0();
-    s.ensure_crl_shards(2).await.unwrap();
-    s.ensure_crl_shards(2).await.unwrap();
+    s.ensure_crl_shards(DEFAULT_ISSUER, 2).await.unwrap();
+    s.ensure_crl_shards(DEFAULT_ISSUER, 2).await.unwrap();
     let states = s.crl_shard_states().await.unwrap();
     assert_eq!(states.len(), 2);
     assert!(states.iter().all(|st| st.number == 0 && st.is_stale()));
@@ -51,7 +52,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     for st in s.crl_shard_states().await.unwrap() {
         let crl = crl(1, now);
         assert!(
-            s.publish_crl(st.shard, 0, st.revocations, &crl)
+            s.publish_crl(DEFAULT_ISSUER, st.shard, 0, st.revocations, &crl)
                 .await
                 .unwrap()
         );
@@ -72,13 +73,16 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     let states = s.crl_shard_states().await.unwrap();
     assert!(!states[0].is_stale(), "{states:?}");
     assert!(states[1].is_stale(), "{states:?}");
-    let listed = s.revoked_in_crl_shard(1, &chain(), at).await.unwrap();
+    let listed = s
+        .revoked_in_crl_shard(DEFAULT_ISSUER, 1, &chain(), at)
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].serial, sharded.serial);
     assert_eq!(listed[0].revoked_at, at);
     assert_eq!(listed[0].reason, RevocationReason::KeyCompromise);
     assert!(
-        s.revoked_in_crl_shard(0, &chain(), at)
+        s.revoked_in_crl_shard(DEFAULT_ISSUER, 0, &chain(), at)
             .await
             .unwrap()
             .is_empty()
@@ -92,13 +96,16 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     assert_eq!(revoked, vec![legacy.id]);
     let states = s.crl_shard_states().await.unwrap();
     assert!(states[0].is_stale(), "{states:?}");
-    let listed = s.revoked_in_crl_shard(0, &chain(), at).await.unwrap();
+    let listed = s
+        .revoked_in_crl_shard(DEFAULT_ISSUER, 0, &chain(), at)
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].serial, legacy.serial);
 
     // An expired certificate leaves its CRL.
     assert!(
-        s.revoked_in_crl_shard(1, &chain(), now + Duration::days(91))
+        s.revoked_in_crl_shard(DEFAULT_ISSUER, 1, &chain(), now + Duration::days(91))
             .await
             .unwrap()
             .is_empty()
@@ -106,7 +113,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     // Unrevoked certificates are never listed.
     for shard in 0..2 {
         assert!(
-            s.revoked_in_crl_shard(shard, &chain(), at)
+            s.revoked_in_crl_shard(DEFAULT_ISSUER, shard, &chain(), at)
                 .await
                 .unwrap()
                 .iter()
@@ -117,17 +124,24 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     // Publishing after the counter read clears the staleness; the stored bytes are served.
     let st = s.crl_shard_states().await.unwrap()[1].clone();
     let second = crl(2, at);
-    assert!(s.publish_crl(1, 1, st.revocations, &second).await.unwrap());
+    assert!(
+        s.publish_crl(DEFAULT_ISSUER, 1, 1, st.revocations, &second)
+            .await
+            .unwrap()
+    );
     assert!(!s.crl_shard_states().await.unwrap()[1].is_stale());
-    assert_eq!(s.published_crl(1).await.unwrap(), Some(second));
+    assert_eq!(
+        s.published_crl(DEFAULT_ISSUER, 1).await.unwrap(),
+        Some(second)
+    );
 }
 
 /// Instances that build the same shard at once: exactly one stores each number.
 async fn one_publisher_wins_each_number(s: &Storage) {
     let now = t0();
-    s.ensure_crl_shards(1).await.unwrap();
+    s.ensure_crl_shards(DEFAULT_ISSUER, 1).await.unwrap();
     assert_eq!(
-        s.published_crl(0).await.unwrap(),
+        s.published_crl(DEFAULT_ISSUER, 0).await.unwrap(),
         None,
         "nothing before the first"
     );
@@ -137,7 +151,9 @@ async fn one_publisher_wins_each_number(s: &Storage) {
             async move {
                 let mut crl = crl(number, now);
                 crl.der.push(i);
-                s.publish_crl(0, number - 1, 0, &crl).await.unwrap()
+                s.publish_crl(DEFAULT_ISSUER, 0, number - 1, 0, &crl)
+                    .await
+                    .unwrap()
             }
         });
         let won = futures::future::join_all(attempts).await;
@@ -146,12 +162,23 @@ async fn one_publisher_wins_each_number(s: &Storage) {
             1,
             "number {number}: {won:?}"
         );
-        let stored = s.published_crl(0).await.unwrap().unwrap();
+        let stored = s.published_crl(DEFAULT_ISSUER, 0).await.unwrap().unwrap();
         assert_eq!(stored.number, number);
     }
     // A publisher that read an old number cannot overwrite a newer CRL.
-    assert!(!s.publish_crl(0, 1, 0, &crl(2, now)).await.unwrap());
-    assert_eq!(s.published_crl(0).await.unwrap().unwrap().number, 3);
+    assert!(
+        !s.publish_crl(DEFAULT_ISSUER, 0, 1, 0, &crl(2, now))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        s.published_crl(DEFAULT_ISSUER, 0)
+            .await
+            .unwrap()
+            .unwrap()
+            .number,
+        3
+    );
 }
 
 /// A reservation marked abandoned after signing was begun names a serial the key may have
@@ -160,7 +187,7 @@ async fn one_publisher_wins_each_number(s: &Storage) {
 /// Open and issued reservations, and expired abandoned ones, are not listed.
 async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(s: &Storage) {
     let now = t0();
-    s.ensure_crl_shards(2).await.unwrap();
+    s.ensure_crl_shards(DEFAULT_ISSUER, 2).await.unwrap();
     publish_all(s, now).await;
     let acct = harness::account(s, now).await;
     let at = now + Duration::hours(1);
@@ -191,7 +218,10 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
         .unwrap()
         .changed();
     assert_eq!(stale(s).await, [false, true], "its shard's CRL is stale");
-    let listed = s.revoked_in_crl_shard(1, &chain(), at).await.unwrap();
+    let listed = s
+        .revoked_in_crl_shard(DEFAULT_ISSUER, 1, &chain(), at)
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].serial, failed.serial);
     assert_eq!(
@@ -201,21 +231,21 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     assert_eq!(listed[0].reason, ABANDONED_SERIAL_REASON);
     assert_eq!(listed[0].reason, RevocationReason::Unspecified);
     assert!(
-        s.revoked_in_crl_shard(0, &chain(), at)
+        s.revoked_in_crl_shard(DEFAULT_ISSUER, 0, &chain(), at)
             .await
             .unwrap()
             .is_empty()
     );
     // Another issuer's CRL does not speak for this serial.
     assert!(
-        s.revoked_in_crl_shard(1, OTHER_CHAIN, at)
+        s.revoked_in_crl_shard(DEFAULT_ISSUER, 1, OTHER_CHAIN, at)
             .await
             .unwrap()
             .is_empty()
     );
     // Past its notAfter it leaves the CRL, as a certificate does.
     assert!(
-        s.revoked_in_crl_shard(1, &chain(), now + Duration::days(91))
+        s.revoked_in_crl_shard(DEFAULT_ISSUER, 1, &chain(), now + Duration::days(91))
             .await
             .unwrap()
             .is_empty()
@@ -343,7 +373,10 @@ async fn sqlite_serials_abandoned_before_the_migration_make_their_shards_stale()
     let s = Storage::connect(&url).await.unwrap();
     assert_eq!(stale(&s).await, [true, true, false]);
     let at = OffsetDateTime::from_unix_timestamp(1_750_000_000).unwrap();
-    let listed = s.revoked_in_crl_shard(1, &pem, at).await.unwrap();
+    let listed = s
+        .revoked_in_crl_shard(DEFAULT_ISSUER, 1, &pem, at)
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].serial, Serial::from_hex("00a1").unwrap());
     assert_eq!(
@@ -377,7 +410,7 @@ async fn publish_all(s: &Storage, now: OffsetDateTime) {
     for st in s.crl_shard_states().await.unwrap() {
         let next = crl(st.number + 1, now);
         assert!(
-            s.publish_crl(st.shard, st.number, st.revocations, &next)
+            s.publish_crl(DEFAULT_ISSUER, st.shard, st.number, st.revocations, &next)
                 .await
                 .unwrap()
         );
@@ -395,7 +428,7 @@ async fn stale(s: &Storage) -> Vec<bool> {
 }
 
 async fn listed_serials(s: &Storage, shard: u16, chain: &str, at: OffsetDateTime) -> Vec<Serial> {
-    s.revoked_in_crl_shard(shard, chain, at)
+    s.revoked_in_crl_shard(DEFAULT_ISSUER, shard, chain, at)
         .await
         .unwrap()
         .into_iter()

@@ -453,6 +453,7 @@ pub(crate) fn reservation_of(cert: &NewCertificate) -> NewReservation {
         not_after: cert.not_after,
         issuer_chain_pem: cert.issuer_chain_pem.clone(),
         crl_shard: cert.crl_shard,
+        issuer: storage::ca_state::DEFAULT_ISSUER.to_owned(),
     }
 }
 

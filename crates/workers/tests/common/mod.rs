@@ -199,6 +199,7 @@ pub(crate) async fn reserve_sign_and_stop(
                 not_after: intent.not_after,
                 issuer_chain_pem: ca.chain_pem().to_owned(),
                 crl_shard: intent.crl_shard,
+                issuer: storage::ca_state::DEFAULT_ISSUER.to_owned(),
             },
             now,
             time::Duration::seconds(1),
