@@ -33,6 +33,7 @@ need_pkg redis-server redis-server
 need_pkg redis-cli redis-tools
 need_pkg pg_ctlcluster postgresql
 need_pkg psql postgresql-client
+need_pkg sqlite3 sqlite3
 need_pkg curl curl
 need_pkg openssl openssl
 # SoftHSM2: the PKCS#11 token the tests of a CA key on an HSM use (issuance, certeasy hsm).

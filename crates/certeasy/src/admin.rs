@@ -54,6 +54,8 @@ use storage::Storage;
 use storage::model::AccountFilter;
 use storage::model::Page;
 
+use crate::admin_audit;
+use crate::admin_audit::AuditAdmin;
 use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
 use crate::admin_error::AdminError;
@@ -132,6 +134,14 @@ impl axum::extract::FromRef<AdminState> for KeysAdmin {
     }
 }
 
+impl axum::extract::FromRef<AdminState> for AuditAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        AuditAdmin {
+            storage: state.ctx.storage.clone(),
+        }
+    }
+}
+
 impl axum::extract::FromRef<AdminState> for EabAdmin {
     fn from_ref(state: &AdminState) -> Self {
         EabAdmin {
@@ -168,6 +178,11 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/keys/block", post(admin_keys::block))
         .route("/admin/keys/unblock", post(admin_keys::unblock))
         .route("/admin/backup", post(backup))
+        .route("/admin/audit", get(admin_audit::list))
+        .route("/admin/audit/head", get(admin_audit::head))
+        .route("/admin/audit/verify", get(admin_audit::verify))
+        .route("/admin/audit/evidence/{serial}", get(admin_audit::evidence))
+        .route("/admin/audit/{seq}", get(admin_audit::show))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,

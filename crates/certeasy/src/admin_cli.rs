@@ -6,6 +6,7 @@
 //! Exit codes: 0 done; 1 the server refused (its `detail` on stderr) or could not be reached;
 //! 2 the command line or the configuration/token file is wrong.
 
+pub mod audit;
 mod keys;
 mod records;
 
@@ -155,6 +156,7 @@ async fn dispatch(client: &AdminClient, out: Out, command: AdminCommand) -> anyh
         }
         AdminCommand::Eab { command } => keys::eab(client, out, command).await,
         AdminCommand::Keys { command } => keys::keys(client, out, command).await,
+        AdminCommand::Audit { command } => audit::audit(client, out, command).await,
     }
 }
 

@@ -327,6 +327,42 @@ impl AdminClient {
     pub async fn blocked_keys(&self) -> anyhow::Result<Reply<Vec<BlockedKeyDoc>>> {
         Self::doc(self.get(&["keys"], &())?).await
     }
+
+    // ---- the audit log (`admin_audit.rs`) ----
+
+    pub async fn audit_records(
+        &self,
+        query: &crate::admin_audit::AuditQuery,
+    ) -> anyhow::Result<Reply<Vec<crate::admin_audit::AuditRecordDoc>>> {
+        Self::doc(self.get(&["audit"], query)?).await
+    }
+
+    pub async fn audit_record(
+        &self,
+        seq: i64,
+    ) -> anyhow::Result<Reply<crate::admin_audit::AuditRecordDoc>> {
+        Self::doc(self.get(&["audit", &seq.to_string()], &())?).await
+    }
+
+    pub async fn audit_head(&self) -> anyhow::Result<Reply<crate::admin_audit::AuditHeadDoc>> {
+        Self::doc(self.get(&["audit", "head"], &())?).await
+    }
+
+    /// The whole chain is checked before the answer: as long as a backup may take.
+    pub async fn verify_audit(
+        &self,
+        query: &crate::admin_audit::VerifyQuery,
+    ) -> anyhow::Result<Reply<crate::admin_audit::VerifyDoc>> {
+        Self::doc(self.get(&["audit", "verify"], query)?.timeout(BACKUP_TIMEOUT)).await
+    }
+
+    /// The certificate's validation evidence, as the server stores it.
+    pub async fn certificate_evidence(
+        &self,
+        serial: &str,
+    ) -> anyhow::Result<Reply<serde_json::Value>> {
+        Self::doc(self.get(&["audit", "evidence", serial], &())?).await
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! integration tests.
 
 pub mod admin;
+pub mod admin_audit;
 pub mod admin_cli;
 pub mod admin_client;
 pub mod admin_eab;

@@ -79,6 +79,11 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The audit log: list, show, export (JSON lines for a SIEM) and verify its hash chain.
+    Audit {
+        #[command(subcommand)]
+        command: crate::admin_cli::audit::AuditCommand,
+    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -121,7 +126,8 @@ impl AdminCommand {
             | Self::Accounts { .. }
             | Self::Certificates { .. }
             | Self::Eab { .. }
-            | Self::Keys { .. } => None,
+            | Self::Keys { .. }
+            | Self::Audit { .. } => None,
         }
     }
 }

@@ -7,6 +7,7 @@ mod admin_auth;
 mod admin_records;
 mod ari;
 mod at_once;
+mod audit;
 mod bounded_work;
 mod browser;
 mod caa;
