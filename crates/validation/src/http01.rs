@@ -69,19 +69,16 @@ pub(crate) async fn validate(
     })?;
     let connect_budget = settings.connect_budget();
     let private_redirects = private_redirects_allowed(settings.allow_private_redirects, &addresses);
-    let trail = Arc::new(Trail::new(&origin));
+    let trail = Trail::new(&origin);
+    let rules = redirect_rules(context, identifier.kind(), private_redirects);
 
     // No overall reqwest timeout: the caller bounds the whole attempt. The connect timeout is
     // shared among a name's addresses (hyper gives each an equal part), so a silent first address
     // leaves time for the next.
     let mut builder = reqwest::Client::builder()
         .no_proxy()
-        .redirect(redirect_policy(
-            context,
-            identifier.kind(),
-            private_redirects,
-            Arc::clone(&trail),
-        ))
+        // Redirects are followed by `fetch`, which learns each hop's peer address on the way.
+        .redirect(redirect::Policy::none())
         .connect_timeout(connect_budget)
         .tls_danger_accept_invalid_certs(true)
         .user_agent(concat!("Certeasy-validation/", env!("CARGO_PKG_VERSION")))
@@ -102,23 +99,28 @@ pub(crate) async fn validate(
         )
     })?;
 
-    let sent = unless_stalled_elsewhere(
+    let fetched = unless_stalled_elsewhere(
         &trail,
         stalled_elsewhere_at,
-        client.get(origin.clone()).send(),
+        fetch(&client, &rules, &trail, origin.clone()),
     )
     .await;
-    let mut response = match sent {
-        Some(Ok(response)) => response,
+    let mut response = match fetched {
+        Some(Fetched::Response(response)) => response,
         None => return Err(at_another_host(&url, key_authorization)),
-        Some(Err(_)) if trail.elsewhere() => {
+        Some(_) if trail.elsewhere() => {
             return Err(at_another_host(&url, key_authorization));
         }
-        Some(Err(e)) => return Err(request_problem(&url, &e, connect_budget)),
+        Some(Fetched::Failed(e)) => return Err(request_problem(&url, &e, connect_budget)),
+        Some(Fetched::Refused { from, why }) => {
+            return Err(Failure::definite(Problem::new(
+                ProblemType::Connection,
+                format!("Fetching {from}: {why}"),
+            )));
+        }
     };
     // Whatever another host than the identifier's (after a redirect) answers is never reported:
     // the redirect could have led anywhere the subscriber may not read.
-    let remote = response.remote_addr();
     if response.url().host() != origin.host() {
         let status = response.status();
         let final_url = response.url().to_string();
@@ -133,7 +135,7 @@ pub(crate) async fn validate(
                 if status == reqwest::StatusCode::OK
                     && body.trim_ascii_end() == key_authorization.as_bytes() =>
             {
-                Ok(trail.seen(&url, &final_url, remote))
+                Ok(trail.seen(&url, &final_url))
             }
             _ => Err(at_another_host(&url, key_authorization)),
         };
@@ -172,7 +174,7 @@ pub(crate) async fn validate(
     };
     let trimmed = body.trim_ascii_end();
     if trimmed == key_authorization.as_bytes() {
-        return Ok(trail.seen(&url, &final_url, remote));
+        return Ok(trail.seen(&url, &final_url));
     }
     Err(Failure::definite(Problem::new(
         ProblemType::IncorrectResponse,
@@ -266,6 +268,8 @@ struct Trail {
     elsewhere: AtomicBool,
     /// The redirect targets followed, in order, for the evidence.
     hops: std::sync::Mutex<Vec<String>>,
+    /// The peer address of each response, in order, for the evidence.
+    reached: std::sync::Mutex<Vec<String>>,
 }
 
 impl Trail {
@@ -276,6 +280,7 @@ impl Trail {
                 .map_or(Host::Domain(String::new()), |h| h.to_owned()),
             elsewhere: AtomicBool::new(false),
             hops: std::sync::Mutex::default(),
+            reached: std::sync::Mutex::default(),
         }
     }
 
@@ -289,12 +294,18 @@ impl Trail {
         }
     }
 
-    /// The evidence of a match at `final_url`, fetched from `remote`, starting at `url`:
-    /// reqwest reports the address of the last connection only, so a redirect's earlier hops are
-    /// named by their URLs.
-    fn seen(&self, url: &str, final_url: &str, remote: Option<SocketAddr>) -> Seen {
+    /// Records the peer address a response came from.
+    fn reached(&self, peer: Option<SocketAddr>) {
+        if let (Some(peer), Ok(mut reached)) = (peer, self.reached.lock()) {
+            reached.push(peer.to_string());
+        }
+    }
+
+    /// The evidence of a match at `final_url`, starting at `url`: every hop's peer address and
+    /// the redirects followed.
+    fn seen(&self, url: &str, final_url: &str) -> Seen {
         let hops = self.hops.lock().map(|h| h.clone()).unwrap_or_default();
-        let addresses = remote.map(|a| a.to_string()).into_iter().collect();
+        let addresses = self.reached.lock().map(|a| a.clone()).unwrap_or_default();
         let observed = if hops.is_empty() {
             format!("key authorization matched at {final_url} (HTTP 200)")
         } else {
@@ -382,45 +393,83 @@ fn prefix(mut problem: Problem, url: &str) -> Problem {
     problem
 }
 
-/// Why a redirect was not followed; travels through reqwest's error chain.
-#[derive(Debug)]
-struct RedirectRefused(String);
+/// What fetching the challenge URL came to.
+enum Fetched {
+    /// The first response that is not a redirect followed.
+    Response(reqwest::Response),
+    /// A request failed (connecting, resolving, reading the head).
+    Failed(reqwest::Error),
+    /// A redirect from `from` the rules refuse, and why.
+    Refused { from: String, why: String },
+}
 
-impl fmt::Display for RedirectRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+/// Fetches `origin`, following redirects by hand rather than by reqwest's policy so that each
+/// hop's peer address is known (reqwest reports only the last response's): at most
+/// `max_redirects`, only over http/https to the configured ports, never to an address the policy
+/// refuses nor, unless `private_allowed`, to a private one, and to IP literals only when
+/// validating an IP identifier (`RedirectRules`). Names in redirects are held to the same rules
+/// by the resolver. Each followed redirect and each peer is recorded in `trail`.
+async fn fetch(
+    client: &reqwest::Client,
+    rules: &RedirectRules,
+    trail: &Trail,
+    origin: Url,
+) -> Fetched {
+    let mut url = origin;
+    let mut followed = 0_usize;
+    loop {
+        let response = match client.get(url.clone()).send().await {
+            Ok(response) => response,
+            Err(e) => return Fetched::Failed(e),
+        };
+        trail.reached(response.remote_addr());
+        let Some(next) = redirect_target(&response) else {
+            return Fetched::Response(response);
+        };
+        followed += 1;
+        if let Some(why) = rules.refusal(&next, followed) {
+            return Fetched::Refused {
+                from: url.to_string(),
+                why,
+            };
+        }
+        trail.follow(&next);
+        url = next;
     }
 }
 
-impl StdError for RedirectRefused {}
+/// Where a response redirects to, for the statuses reqwest follows (301, 302, 303, 307, 308);
+/// `None` (the response stands) without a usable `Location`, as reqwest does.
+fn redirect_target(response: &reqwest::Response) -> Option<Url> {
+    use reqwest::StatusCode;
+    let redirects = [
+        StatusCode::MOVED_PERMANENTLY,
+        StatusCode::FOUND,
+        StatusCode::SEE_OTHER,
+        StatusCode::TEMPORARY_REDIRECT,
+        StatusCode::PERMANENT_REDIRECT,
+    ];
+    if !redirects.contains(&response.status()) {
+        return None;
+    }
+    let location = response.headers().get(reqwest::header::LOCATION)?;
+    let location = std::str::from_utf8(location.as_bytes()).ok()?;
+    response.url().join(location).ok()
+}
 
-/// Follows at most `max_redirects` redirects, only over http/https to the configured ports, never
-/// to an address the policy refuses nor, unless `private_allowed`, to a private one, and to IP
-/// literals only when validating an IP identifier. Names in redirects are held to the same rules
-/// by the resolver. Each followed redirect is recorded in `trail`.
-fn redirect_policy(
+fn redirect_rules(
     context: &CheckContext,
     kind: IdentifierKind,
     private_allowed: bool,
-    trail: Arc<Trail>,
-) -> redirect::Policy {
-    let rules = RedirectRules {
+) -> RedirectRules {
+    RedirectRules {
         max: context.settings.max_redirects,
         http_port: context.settings.http_port,
         https_port: context.settings.tls_alpn_port,
         policy: Arc::clone(&context.policy),
         kind,
         private_allowed,
-    };
-    redirect::Policy::custom(move |attempt| {
-        match rules.refusal(attempt.url(), attempt.previous().len()) {
-            Some(why) => attempt.error(RedirectRefused(why)),
-            None => {
-                trail.follow(attempt.url());
-                attempt.follow()
-            }
-        }
-    })
+    }
 }
 
 /// The limits a redirect target is checked against.
@@ -503,12 +552,6 @@ fn request_problem(url: &str, error: &reqwest::Error, connect_budget: Duration) 
     while let Some(cause) = source {
         if let Some(ResolveProblem(failure)) = cause.downcast_ref::<ResolveProblem>() {
             return failure.clone().map_problem(|p| prefix(p, &url));
-        }
-        if let Some(refused) = cause.downcast_ref::<RedirectRefused>() {
-            return Failure::definite(Problem::new(
-                ProblemType::Connection,
-                format!("Fetching {url}: {refused}"),
-            ));
         }
         if let Some(io) = cause.downcast_ref::<io::Error>()
             && io.kind() == io::ErrorKind::ConnectionRefused
