@@ -16,6 +16,7 @@
 //! ([`crate::admin_error::AdminError::answer`]).
 
 use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -25,8 +26,10 @@ use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
 use acme_core::ids::CertificateId;
 use acme_core::status::AccountStatus;
+use axum::Extension;
 use axum::Json;
 use axum::Router;
+use axum::extract::ConnectInfo;
 use axum::extract::Path;
 use axum::extract::Query;
 use axum::extract::Request;
@@ -45,7 +48,8 @@ use axum::routing::post;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use ra::Ra;
-use ra::pausing::UnpausedBy;
+use ra::audit::AuditKind;
+use ra::audit::Requester;
 use ra::renewals::RenewEarlyTarget;
 use ratelimits::BucketId;
 use ratelimits::LimitName;
@@ -198,7 +202,11 @@ pub fn router(ctx: AdminContext) -> Router {
 }
 
 /// 403 for anything a browser sent, 401 without the right bearer token.
-async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+async fn require_token(
+    State(state): State<AdminState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let headers = request.headers();
     if from_browser(headers) {
         return AdminError::FromBrowser.into_response();
@@ -210,7 +218,44 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match presented {
-        Some(token) if state.ctx.token.matches(token) => next.run(request).await,
+/// The header in which `certeasy admin` names its operator (`--operator`, or `$SUDO_USER`,
+/// `$USER`). Recorded in the audit log as given: a claim, since the token is what is
+/// authenticated, and every holder of the token can write any name here.
+pub const OPERATOR_HEADER: &str = "x-certeasy-operator";
+
+/// The longest operator name recorded; a longer one is cut.
+const MAX_OPERATOR_LEN: usize = 64;
+
+/// Who calls `/admin/*`, as [`require_token`] found it: the token's identity (never the
+/// token), the operator the caller names, and the peer address. Every route that changes
+/// something records it.
+#[derive(Debug, Clone)]
+pub struct AdminCaller(pub Requester);
+
+/// The operator a request names in [`OPERATOR_HEADER`]: printable characters only (control
+/// characters are dropped so a name cannot forge lines of a log), at most
+/// [`MAX_OPERATOR_LEN`] of them; none when absent or empty.
+fn operator_of(headers: &HeaderMap) -> Option<String> {
+    let raw = headers.get(OPERATOR_HEADER)?;
+    let text = String::from_utf8_lossy(raw.as_bytes());
+    let name: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_OPERATOR_LEN)
+        .collect();
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+        Some(token) if state.ctx.token.matches(token) => {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip().to_canonical());
+            let caller = Requester::admin(state.ctx.token.identity(), operator_of(headers), peer);
+            request.extensions_mut().insert(AdminCaller(caller));
+            next.run(request).await
+        }
         _ => {
             tracing::warn!(path = %request.uri().path(), "admin request without a valid token refused");
             AdminError::Unauthorized.into_response()
@@ -253,8 +298,11 @@ async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
 /// A route's answer: a document (or text), or the refusal.
 type Answer<T> = Result<T, AdminError>;
 
-async fn reload(State(state): State<AdminState>) -> Answer<String> {
-    match state.ctx.reloader.reload().await {
+async fn reload(
+    State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
+) -> Answer<String> {
+    match state.ctx.reloader.reload_by(&who).await {
         Ok(()) => {
             tracing::info!("rate limits, overrides and listener certificate reloaded");
             Ok("rate limits, overrides and listener certificate reloaded\n".to_owned())
@@ -303,8 +351,8 @@ async fn reset_bucket(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Answer<String> {
     let Path((limit, id)) = path?;
-    let (name, id) = parse_bucket(&limit, &id)?;
-    match state.ctx.ra.limits().limiter().reset(name, &id).await {
+    let (name, bucket) = parse_bucket(&limit, &id)?;
+    match state.ctx.ra.limits().limiter().reset(name, &bucket).await {
         Ok(()) => {
             tracing::info!(limit = %limit, "rate-limit bucket reset by an operator");
             Ok("bucket reset: it is full again\n".to_owned())
@@ -313,6 +361,7 @@ async fn reset_bucket(
     }
 }
 
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
 async fn list_pauses(
     State(state): State<AdminState>,
     query: Result<Query<PauseQuery>, QueryRejection>,
@@ -320,12 +369,34 @@ async fn list_pauses(
     let Query(q) = query?;
     let rows = state
         .ctx
+            // The bucket lives in the limiter's store, not the database: the record follows the
+            // reset in a transaction of its own, and a reset whose record fails is reported.
+            let mut event = who.event(
+                AuditKind::AdminAction,
+                format!("rate-limit bucket {limit} {id} reset (full again) by an operator"),
+            );
+            event.detail = serde_json::json!({
+                "action": "ratelimit_reset",
+                "limit": limit,
+                "bucket": bucket.to_string(),
+            });
+            record(&state.ctx, &event).await?;
         .storage
         .list_pauses(q.account.map(AccountId), q.all, q.limit.unwrap_or(10_000))
         .await
         .map_err(|e| AdminError::Unavailable(e.to_string()))?;
     let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
     for r in rows {
+/// Records an admin action that changed nothing in the database (or nothing the database's
+/// transaction could include), in a transaction of its own.
+async fn record(ctx: &AdminContext, event: &ra::audit::AuditEvent) -> Answer<()> {
+    ctx.storage
+        .append_audit(event, ctx.clock.now())
+        .await
+        .map(|_| ())
+        .map_err(|e| AdminError::Unavailable(format!("the audit record was not written: {e}")))
+}
+
         let unpaused = r
             .unpaused_at
             .map_or_else(|| "-".to_owned(), |t| t.to_string());
@@ -351,7 +422,7 @@ async fn pause(
     let Json(body) = body?;
     let ids = parse_all(&body.identifiers)?;
     let account = AccountId(body.account);
-    match state.ctx.ra.pause(account, &ids).await {
+    match state.ctx.ra.pause(account, &ids, &who).await {
         Ok(paused) => Ok(format!("{paused}\n")),
         Err(ra::Error::Refused(r)) if matches!(*r, ra::Refusal::NotFound(_)) => Err(
             AdminError::NotFound(format!("account {account} does not exist")),
@@ -359,6 +430,7 @@ async fn pause(
         Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
 }
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
 
 async fn unpause(
     State(state): State<AdminState>,
@@ -367,14 +439,11 @@ async fn unpause(
     let Json(body) = body?;
     let ids = parse_all(&body.identifiers)?;
     let account = AccountId(body.account);
-    match state
-        .ctx
-        .ra
-        .unpause(account, &ids, UnpausedBy::Operator)
-        .await
+    match state.ctx.ra.unpause(account, &ids, &who).await
     {
         Ok(done) => Ok(format!("{}\n", done.len())),
         Err(e) => Err(AdminError::Unavailable(e.to_string())),
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     }
 }
 
@@ -395,11 +464,12 @@ async fn renew_early(
         }
         _ => {
             return Err(AdminError::BadRequest(
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
                 "name exactly one of \"serial\", \"account\" and \"name\"".to_owned(),
             ));
         }
     };
-    let count = state.ctx.ra.renew_early(&which).await?;
+    let count = state.ctx.ra.renew_early(&which, &who).await?;
     Ok(Json(CountDoc { count }))
 }
 
@@ -410,17 +480,21 @@ const BACKUP_NAMES_PER_SECOND: u32 = 100;
 /// serves. The server holds its database exclusively (storage's `unix-excl` VFS), so no other
 /// process can copy it while it runs: online backups go through here. Refused (409) on
 /// PostgreSQL, which `pg_dump` backs up.
-async fn backup(State(state): State<AdminState>) -> Answer<Json<BackupDoc>> {
+async fn backup(
+    State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
+) -> Answer<Json<BackupDoc>> {
     // A task of its own: a client that gives up waiting does not leave a copy under way
     // unlogged and uncounted.
     let ctx = state.ctx;
-    tokio::spawn(async move { logged_backup(&ctx).await })
+    tokio::spawn(async move { logged_backup(&ctx, &who).await })
         .await
         .unwrap_or_else(|e| Err(AdminError::Internal(format!("the backup task failed: {e}"))))
 }
 
-/// [`write_backup`], logged and counted.
-async fn logged_backup(ctx: &AdminContext) -> Answer<Json<BackupDoc>> {
+/// [`write_backup`], logged, counted, and recorded: a copy of the database leaves the server's
+/// custody, which an auditor asks about.
+async fn logged_backup(ctx: &AdminContext, who: &Requester) -> Answer<Json<BackupDoc>> {
     let started = Instant::now();
     let written = write_backup(ctx).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -442,6 +516,12 @@ async fn logged_backup(ctx: &AdminContext) -> Answer<Json<BackupDoc>> {
                 other => tracing::error!(error = ?other, seconds, "backup failed"),
             }
             Err(e)
+            let mut event = who.event(
+                AuditKind::AdminAction,
+                format!("database backed up to {path} by an operator"),
+            );
+            event.detail = serde_json::json!({ "action": "backup", "path": path, "bytes": bytes });
+            record(ctx, &event).await?;
         }
     }
 }
@@ -542,7 +622,7 @@ async fn deactivate_account(
     id: Result<Path<i64>, PathRejection>,
 ) -> Answer<Json<AccountDoc>> {
     let Path(id) = id?;
-    state.ctx.ra.operator_deactivates(AccountId(id)).await?;
+    state.ctx.ra.operator_deactivates(AccountId(id), &who).await?;
     let detail = state.ctx.ra.show_account(AccountId(id)).await?;
     Ok(Json(AccountDoc::detailed(&detail)))
 }
@@ -552,6 +632,7 @@ async fn list_certificates(
     query: Result<Query<CertificateQuery>, QueryRejection>,
     page: Result<Query<PageQuery>, QueryRejection>,
 ) -> Answer<Json<CertificateList>> {
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     let (Query(q), Query(p)) = (query?, page?);
     let filter = q.to_filter().map_err(AdminError::BadRequest)?;
     let limit = operator::list_limit(p.limit);
@@ -596,13 +677,14 @@ async fn revoke_one(
     let (Path(serial), Json(body)) = (serial?, body?);
     let serial = parse_serial(&serial).map_err(AdminError::BadRequest)?;
     let reason = parse_reason(&body.reason).map_err(AdminError::BadRequest)?;
-    state.ctx.ra.revoke_by_serial(&serial, reason).await?;
+    state.ctx.ra.revoke_by_serial(&serial, reason, &who).await?;
     let detail = state.ctx.ra.show_certificate(&serial).await?;
     Ok(Json(CertificateDoc::detailed(&detail, false)))
 }
 
 async fn revoke_batch(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<BulkRevokeBody>, JsonRejection>,
 ) -> Answer<Json<BatchDoc>> {
     let Json(body) = body?;
@@ -616,6 +698,7 @@ async fn revoke_batch(
             body.before.map(CertificateId),
             operator::revoke_batch_size(body.batch),
             reason,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
         )
         .await?;
     Ok(Json(BatchDoc {
@@ -629,6 +712,7 @@ async fn revoke_batch(
 }
 
 #[cfg(test)]
+            &who,
 mod tests {
     use super::backup_stamp;
 

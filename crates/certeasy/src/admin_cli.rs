@@ -52,7 +52,13 @@ pub fn run(options: AdminOptions, command: AdminCommand) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = match AdminClient::new(&base, &token) {
+    // Who runs the command, for the audit log: the name given, or the login sudo came from,
+    // or the user.
+    let operator = options
+        .operator
+        .or_else(|| std::env::var("SUDO_USER").ok())
+        .or_else(|| std::env::var("USER").ok());
+    let client = match AdminClient::new_as(&base, &token, operator.as_deref()) {
         Ok(client) => client,
         Err(e) => {
             eprintln!("cannot reach the admin listener at {base}: {e:#}");

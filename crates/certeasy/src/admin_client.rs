@@ -67,6 +67,12 @@ pub struct AdminClient {
 
 impl AdminClient {
     pub fn new(base: &str, token: &AdminToken) -> anyhow::Result<Self> {
+        Self::new_as(base, token, None)
+    }
+
+    /// A client whose requests name `operator` (`X-Certeasy-Operator`), which the server
+    /// records with every change it makes for them.
+    pub fn new_as(base: &str, token: &AdminToken, operator: Option<&str>) -> anyhow::Result<Self> {
         let base = Url::parse(base)
             .map_err(|e| anyhow::anyhow!("the admin URL {base:?} is not a URL: {e}"))?;
         if base.cannot_be_a_base() {
@@ -77,6 +83,12 @@ impl AdminClient {
         auth.set_sensitive(true);
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(reqwest::header::AUTHORIZATION, auth);
+        if let Some(name) = operator.map(str::trim).filter(|n| !n.is_empty()) {
+            let value = reqwest::header::HeaderValue::from_str(name).map_err(|_| {
+                anyhow::anyhow!("the operator name {name:?} cannot be sent in a header")
+            })?;
+            headers.insert(crate::admin::OPERATOR_HEADER, value);
+        }
         let http = reqwest::Client::builder()
             .no_proxy()
             .default_headers(headers)

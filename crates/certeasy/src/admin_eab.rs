@@ -6,6 +6,7 @@
 use acme_core::duration::ConfigDuration;
 use acme_core::eab_policy::EabPolicy;
 use acme_core::ids::EabKid;
+use axum::Extension;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::Query;
@@ -20,6 +21,7 @@ use ra::eab::KeyRequest;
 use storage::model::EabKey;
 use time::format_description::well_known::Rfc3339;
 
+use crate::admin::AdminCaller;
 use crate::admin_error::AdminError;
 use crate::admin_wire::EabCreateBody;
 use crate::admin_wire::EabKeyDoc;
@@ -74,6 +76,7 @@ pub fn key_doc(key: &EabKey) -> EabKeyDoc {
 /// `POST /admin/eab`: creates a key and answers with its kid (hex) and HMAC key (base64url), once.
 pub async fn create(
     State(ctx): State<EabAdmin>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<EabCreateBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<EabKeyDoc>), AdminError> {
     let Json(body) = body?;
@@ -94,7 +97,7 @@ pub async fn create(
         expires_in,
         reusable: body.reusable,
     };
-    let (key, hmac_b64) = ctx.ra.create_eab_key(request).await?;
+    let (key, hmac_b64) = ctx.ra.create_eab_key(request, &who).await?;
     let answer = EabKeyDoc {
         hmac_key: Some(hmac_b64),
         ..key_doc(&key)
@@ -113,6 +116,7 @@ pub async fn list(State(ctx): State<EabAdmin>) -> Result<Json<Vec<EabKeyDoc>>, A
 /// to be deactivated too. Answers with the key and `deactivated-accounts`, how many were.
 pub async fn revoke(
     State(ctx): State<EabAdmin>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     kid: Result<Path<String>, PathRejection>,
     query: Result<Query<EabRevokeQuery>, QueryRejection>,
 ) -> Result<Json<EabKeyDoc>, AdminError> {
@@ -120,7 +124,7 @@ pub async fn revoke(
     let kid = EabKid(kid);
     let revocation = ctx
         .ra
-        .revoke_eab_key(&kid, query.deactivate_accounts)
+        .revoke_eab_key(&kid, query.deactivate_accounts, &who)
         .await?;
     Ok(Json(EabKeyDoc {
         deactivated_accounts: Some(revocation.deactivated_accounts),

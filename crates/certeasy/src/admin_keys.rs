@@ -7,12 +7,14 @@
 //! database and bind every instance at once; `acme.blocked-keys-file` is listed beside them but
 //! changed only by editing the file.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use ra::Ra;
 
+use crate::admin::AdminCaller;
 use crate::admin_error::AdminError;
 use crate::admin_wire::BlockedKeyDoc;
 use crate::admin_wire::KeyBody;
@@ -28,11 +30,12 @@ type Answer<T> = Result<(StatusCode, Json<T>), AdminError>;
 /// `POST /admin/keys/block`: 201 with the block, 409 when the key is blocked already.
 pub async fn block(
     State(ctx): State<KeysAdmin>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<KeyBody>, JsonRejection>,
 ) -> Answer<BlockedKeyDoc> {
     let Json(body) = body?;
     let hash = ra::keys::named_key(&body.key).map_err(AdminError::BadRequest)?;
-    let blocked = ctx.ra.block_key(hash, body.reason.trim()).await?;
+    let blocked = ctx.ra.block_key(hash, body.reason.trim(), &who).await?;
     Ok((
         StatusCode::CREATED,
         Json(BlockedKeyDoc {
@@ -47,13 +50,14 @@ pub async fn block(
 /// `POST /admin/keys/unblock`: lifts a block of the database; 404 when there is none.
 pub async fn unblock(
     State(ctx): State<KeysAdmin>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<KeyBody>, JsonRejection>,
 ) -> Answer<BlockedKeyDoc> {
     let Json(body) = body?;
     let hash = ra::keys::named_key(&body.key).map_err(AdminError::BadRequest)?;
     // The file's blocks stay whatever this says, so the refusal names where it looked.
     ctx.ra
-        .unblock_key(hash)
+        .unblock_key(hash, &who)
         .await
         .map_err(|e| match AdminError::from(e) {
             AdminError::NotFound(what) => AdminError::NotFound(format!("{what} in the database")),

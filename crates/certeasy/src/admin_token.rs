@@ -35,6 +35,12 @@ impl AdminToken {
         &self.0
     }
 
+    /// How the audit log names this token: a short fingerprint
+    /// (`storage::audit::admin_token_identity`), never the token.
+    pub fn identity(&self) -> String {
+        storage::audit::admin_token_identity(&self.0)
+    }
+
     /// Compares in constant time, so response timing does not reveal a prefix.
     pub fn matches(&self, presented: &str) -> bool {
         aws_lc_rs::constant_time::verify_slices_are_equal(self.0.as_bytes(), presented.as_bytes())

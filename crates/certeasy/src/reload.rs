@@ -1,14 +1,26 @@
 //! One reload for SIGHUP and `certeasy admin reload`: the rate limits and overrides from the
 //! configuration file, and the operator's listener certificate files. Each part that fails keeps
 //! what is in force, and the error says which part failed.
+//!
+//! Every reload is recorded in the audit log (`config_reloaded`, a refused one too, with why),
+//! and one that changes the rate limits or overrides in force records them before and after
+//! (`limits_changed`). The limits live in memory, not in the database, so the records follow
+//! the swap in a transaction of their own; a record that cannot be written fails the reload's
+//! answer, so the operator learns that the change went unrecorded.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::Mutex;
 
+use acme_core::clock::SharedClock;
 use anyhow::Context;
+use ra::audit::AuditKind;
+use ra::audit::Requester;
 use ra::keys::BlockedKeysFile;
 use ra::limits::RateLimits;
+use ratelimits::overrides::OverrideId;
 use ratelimits::overrides::Overrides;
+use storage::Storage;
 
 use crate::config::Config;
 use crate::config::TestModeConfig;
@@ -16,7 +28,7 @@ use crate::config::TestModeConfig;
 use crate::listener_cert::ListenerCert;
 
 /// What a reload reads again.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Reloader {
     limits: Arc<RateLimits>,
     listener_cert: Arc<ListenerCert>,
@@ -26,6 +38,21 @@ pub struct Reloader {
     test_mode: Option<TestModeConfig>,
     /// `acme.blocked-keys-file`, read again from the path it was loaded from.
     blocked_keys: BlockedKeysFile,
+    /// The overrides in force (as last loaded), for the record of what a reload changed; `None`
+    /// when they could not be read at start.
+    overrides: Arc<Mutex<Option<Overrides>>>,
+    /// Where reloads are recorded; none in tests that build a reloader without a database.
+    audit: Option<(Storage, SharedClock)>,
+}
+
+// By hand: the clock of `audit` has no Debug.
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("config_path", &self.config_path)
+            .field("audit", &self.audit.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Reloader {
@@ -35,13 +62,23 @@ impl Reloader {
         config_path: Option<PathBuf>,
         test_mode: Option<TestModeConfig>,
     ) -> Self {
+        let overrides = load_overrides(&limits.config()).ok();
         Self {
             limits,
             listener_cert,
             config_path,
             test_mode,
             blocked_keys: BlockedKeysFile::default(),
+            overrides: Arc::new(Mutex::new(overrides)),
+            audit: None,
         }
+    }
+
+    /// Records every reload in `storage`'s audit log, at `clock`'s time.
+    #[must_use]
+    pub fn with_audit(mut self, storage: Storage, clock: SharedClock) -> Self {
+        self.audit = Some((storage, clock));
+        self
     }
 
     /// Reloads `file` too (it shares its list with the policy layer's copy).
@@ -51,9 +88,16 @@ impl Reloader {
         self
     }
 
-    /// Reloads every part, even when an earlier one fails, so a broken limits file cannot hold
-    /// back a renewed certificate (or the reverse).
+    /// [`Reloader::reload_by`] for the server itself (SIGHUP).
     pub async fn reload(&self) -> anyhow::Result<()> {
+        self.reload_by(&Requester::system()).await
+    }
+
+    /// Reloads every part, even when an earlier one fails, so a broken limits file cannot hold
+    /// back a renewed certificate (or the reverse), and records the reload as asked by `who`.
+    pub async fn reload_by(&self, who: &Requester) -> anyhow::Result<()> {
+        let limits_before = self.limits.config();
+        let keys_before = self.blocked_keys.len();
         let limits = reload_limits(
             &self.limits,
             self.config_path.as_deref(),
@@ -61,6 +105,8 @@ impl Reloader {
         )
         .await
         .map_err(|e| e.context("rate limits: the previous limits stay in force"));
+        let overrides_before = self.swap_overrides(&limits);
+        let limits = limits.map(|_| ());
         let certificate = self.listener_cert.reload().map_err(|e| {
             tracing::error!(error = %format!("{e:#}"), "listener certificate reload refused; the previous certificate stays in use");
             e.context("listener certificate: the previous certificate stays in use")
@@ -77,24 +123,140 @@ impl Reloader {
                 ))
             }
         };
-        let failures: Vec<String> = [limits, certificate, blocked_keys]
+        let parts = serde_json::json!({
+            "rate_limits": outcome(&limits),
+            "listener_certificate": outcome(&certificate),
+            "blocked_keys_file": outcome(&blocked_keys),
+        });
+        let mut failures: Vec<String> = [limits, certificate, blocked_keys]
             .into_iter()
             .filter_map(|part| part.err().map(|e| format!("{e:#}")))
             .collect();
+        let change = Change {
+            limits_before: &limits_before,
+            overrides_before: overrides_before.as_ref(),
+            keys_before,
+        };
+        if let Err(e) = self.record(who, &change, parts, &failures).await {
+            tracing::error!(error = %format!("{e:#}"), "the reload was not recorded in the audit log");
+            failures.push(format!("{e:#}"));
+        }
         if failures.is_empty() {
             Ok(())
         } else {
             Err(anyhow::anyhow!(failures.join("\n")))
         }
     }
+
+    /// Keeps the overrides a successful reload put in force; returns those in force before.
+    fn swap_overrides(&self, reloaded: &anyhow::Result<Overrides>) -> Option<Overrides> {
+        let mut current = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+        match reloaded {
+            Ok(new) => current.replace(new.clone()),
+            Err(_) => current.clone(),
+        }
+    }
+
+    /// The records of a reload: `limits_changed` when the limits or overrides in force differ
+    /// from before, then `config_reloaded` with each part's outcome.
+    async fn record(
+        &self,
+        who: &Requester,
+        change: &Change<'_>,
+        parts: serde_json::Value,
+        failures: &[String],
+    ) -> anyhow::Result<()> {
+        let Some((storage, clock)) = &self.audit else {
+            return Ok(());
+        };
+        let now = clock.now();
+        let limits_after = self.limits.config();
+        let overrides_after = self
+            .overrides
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let overrides_changed = change.overrides_before != overrides_after.as_ref();
+        if *change.limits_before != *limits_after || overrides_changed {
+            let mut event = who.event(
+                AuditKind::LimitsChanged,
+                format!(
+                    "rate limits{} changed by a configuration reload asked by {}",
+                    if overrides_changed { " and overrides" } else { "" },
+                    who.who()
+                ),
+            );
+            event.detail = serde_json::json!({
+                "before": { "limits": change.limits_before, "overrides": change.overrides_before.map(overrides_json) },
+                "after": { "limits": limits_after, "overrides": overrides_after.as_ref().map(overrides_json) },
+            });
+            storage
+                .append_audit(&event, now)
+                .await
+                .context("recording the changed rate limits")?;
+        }
+        let reason = if failures.is_empty() {
+            format!("configuration reloaded, asked by {}", who.who())
+        } else {
+            format!(
+                "configuration reload asked by {} refused in part: what failed stays as it was",
+                who.who()
+            )
+        };
+        let mut event = who.event(AuditKind::ConfigReloaded, reason);
+        event.detail = serde_json::json!({
+            "parts": parts,
+            "failures": failures,
+            "limits_changed": *change.limits_before != *limits_after,
+            "overrides_changed": overrides_changed,
+            "blocked_keys_file": { "before": change.keys_before, "after": self.blocked_keys.len() },
+        });
+        storage
+            .append_audit(&event, now)
+            .await
+            .context("recording the reload")?;
+        Ok(())
+    }
 }
 
-/// Reads the configuration file and the overrides file again and swaps the limits in.
+/// What was in force before a reload.
+struct Change<'a> {
+    limits_before: &'a ratelimits::config::RateLimitingConfig,
+    overrides_before: Option<&'a Overrides>,
+    keys_before: usize,
+}
+
+fn outcome<T>(part: &anyhow::Result<T>) -> &'static str {
+    if part.is_ok() { "reloaded" } else { "refused" }
+}
+
+/// The overrides as the records show them: one object per entry of the file.
+fn overrides_json(overrides: &Overrides) -> serde_json::Value {
+    overrides
+        .entries()
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "limit": e.limit.to_string(),
+                "burst": e.burst,
+                "count": e.count,
+                "period_secs": e.period.map(|p| p.as_secs()),
+                "ids": e.ids.iter().map(|id| match id {
+                    OverrideId::Net(net) => net.to_string(),
+                    OverrideId::Account(account) => format!("account {account}"),
+                }).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// Reads the configuration file and the overrides file again and swaps the limits in; returns
+/// the overrides now in force.
 async fn reload_limits(
     limits: &RateLimits,
     config_path: Option<&std::path::Path>,
     test_mode: Option<&TestModeConfig>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Overrides> {
     let mut config = match config_path {
         Some(path) => crate::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => Config::default(),
@@ -114,7 +276,7 @@ async fn reload_limits(
         refreshed,
         "rate limits reloaded; buckets of raised overrides refreshed"
     );
-    Ok(())
+    Ok(overrides)
 }
 
 /// The per-ID overrides file named by `rate-limit-overrides`, or none.

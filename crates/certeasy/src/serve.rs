@@ -309,7 +309,8 @@ pub async fn start(
         config_path.map(PathBuf::from),
         config.test_mode.enabled.then(|| config.test_mode.clone()),
     )
-    .with_blocked_keys(blocked_keys);
+    .with_blocked_keys(blocked_keys)
+    .with_audit(storage.clone(), Arc::clone(&clock));
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         ra,

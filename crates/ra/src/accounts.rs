@@ -13,6 +13,9 @@ use storage::model::NewAccount;
 use storage::model::StatusChange;
 
 use crate::Ra;
+use crate::audit::AuditEvent;
+use crate::audit::AuditKind;
+use crate::audit::Requester;
 use crate::eab::Creation;
 use crate::error::Error;
 use crate::error::Refusal;
@@ -128,18 +131,22 @@ impl Ra {
             contacts,
             tos_agreed: request.terms_of_service_agreed,
         };
-        let created = self.create_account_bound(kid.as_ref(), new).await;
+        let requester = Requester::new_account(request.client_ip);
+        let created = self
+            .create_account_bound(kid.as_ref(), new, &requester)
+            .await;
         if !matches!(created, Ok(Creation::New(_))) {
             self.refund(&spent).await;
         }
         Ok((created?, spent.info))
     }
 
-    /// Applies a subscriber's changes to its own account.
+    /// Applies a subscriber's changes to its own account, asked by `requester` (its holder).
     pub async fn update_account(
         &self,
         account: &Account,
         update: AccountUpdate,
+        requester: &Requester,
     ) -> Result<Account, Error> {
         if let Some(status) = update.status.as_deref() {
             if status != "deactivated" {
@@ -148,15 +155,24 @@ impl Ra {
                 ))
                 .into());
             }
-            return self.deactivate_account(account.id).await;
+            return self.deactivate_account(account.id, requester).await;
         }
         match update.contacts {
             Some(contacts) => {
                 let contacts = self.check_contacts(contacts)?;
+                let mut audit = requester.event(
+                    AuditKind::AccountContactsUpdated,
+                    format!("contacts changed by {}", requester.who()),
+                );
+                audit.account = Some(account.id);
+                audit.detail = serde_json::json!({
+                    "before": account.contacts,
+                    "after": contacts,
+                });
                 Ok(self
                     .inner
                     .storage
-                    .update_account_contacts(account.id, contacts)
+                    .update_account_contacts(account.id, contacts, self.now(), &audit)
                     .await?)
             }
             None => Ok(account.clone()),
@@ -171,12 +187,21 @@ impl Ra {
 
     /// Deactivates an account (RFC 8555 §7.3.6): it can do nothing afterwards, and its pending
     /// authorizations are deactivated with it. The subscriber's request and an operator's
-    /// command both end here.
-    pub async fn deactivate_account(&self, account: AccountId) -> Result<Account, Error> {
+    /// command both end here; `requester` is recorded as who asked.
+    pub async fn deactivate_account(
+        &self,
+        account: AccountId,
+        requester: &Requester,
+    ) -> Result<Account, Error> {
+        let audit = deactivation(
+            requester,
+            account,
+            format!("deactivated by {}", requester.who()),
+        );
         let updated = match self
             .inner
             .storage
-            .deactivate_account(account, self.now())
+            .deactivate_account(account, self.now(), &audit)
             .await?
         {
             StatusChange::Changed(updated) => updated,
@@ -192,13 +217,31 @@ impl Ra {
     /// key-change request whose `oldKey` is `account.thumbprint`, the key the request was
     /// authenticated with. The change is a compare-and-set on that old key: when a concurrent
     /// key change replaced it first, this one is refused (`Refusal::Conflict`, 409), so one key
-    /// never rolls over to two. A key of another account is refused (`KeyInUse`).
-    pub async fn change_key(&self, account: &Account, new_key: &Jwk) -> Result<Account, Error> {
+    /// never rolls over to two. A key of another account is refused (`KeyInUse`). `requester`
+    /// (the account's holder) is recorded as who asked.
+    pub async fn change_key(
+        &self,
+        account: &Account,
+        new_key: &Jwk,
+        requester: &Requester,
+    ) -> Result<Account, Error> {
         let new_thumbprint = new_key.thumbprint();
         if new_thumbprint == account.thumbprint {
             return Err(Refusal::malformed("the new key is the same as the current key").into());
         }
         self.check_key(new_key, KeyUse::Account).await?;
+        let mut audit = requester.event(
+            AuditKind::AccountKeyChanged,
+            format!(
+                "key changed by {}: the request was signed by the old key and its inner JWS by                  the new one, which is neither weak nor blocked",
+                requester.who()
+            ),
+        );
+        audit.account = Some(account.id);
+        audit.detail = serde_json::json!({
+            "old_thumbprint": account.thumbprint,
+            "new_thumbprint": new_thumbprint,
+        });
         let outcome = self
             .inner
             .storage
@@ -207,6 +250,8 @@ impl Ra {
                 &account.thumbprint,
                 &new_key.to_json().to_string(),
                 &new_thumbprint,
+                self.now(),
+                &audit,
             )
             .await?;
         match outcome {
@@ -251,6 +296,17 @@ impl Ra {
         }
         Ok(contacts)
     }
+}
+
+/// The record of account `account`'s deactivation, `reason` saying by whom and why.
+pub(crate) fn deactivation(
+    requester: &Requester,
+    account: AccountId,
+    reason: String,
+) -> AuditEvent {
+    let mut audit = requester.event(AuditKind::AccountDeactivated, reason);
+    audit.account = Some(account);
+    audit
 }
 
 /// A deliberately plain check: one address, ASCII, no URL header fields, a dotted domain.

@@ -24,6 +24,10 @@ use storage::model::StatusChange;
 use time::OffsetDateTime;
 
 use crate::Ra;
+use crate::accounts::deactivation;
+use crate::audit::AuditEvent;
+use crate::audit::AuditKind;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 
@@ -90,16 +94,19 @@ impl Ra {
         Ok(Some(kid))
     }
 
-    /// Creates the account: bound to the key in the same transaction when there is one.
+    /// Creates the account: bound to the key in the same transaction when there is one. The
+    /// creation (and the binding) are recorded with `requester`, the key's holder.
     pub(crate) async fn create_account_bound(
         &self,
         kid: Option<&EabKid>,
         new: NewAccount,
+        requester: &Requester,
     ) -> Result<Creation, Error> {
         let storage = &self.inner.storage;
         let now = self.now();
+        let created = account_created(requester, &new, kid);
         let Some(kid) = kid else {
-            return match storage.create_account(new, now).await {
+            return match storage.create_account(new, now, &created).await {
                 Ok(account) => Ok(Creation::New(account)),
                 Err(StorageError::Conflict(id)) => {
                     Ok(Creation::Existing(acme_core::ids::AccountId(id)))
@@ -107,7 +114,18 @@ impl Ra {
                 Err(e) => Err(e.into()),
             };
         };
-        match storage.bind_eab_and_create_account(kid, new, now).await? {
+        let mut bound = requester.event(
+            AuditKind::EabKeyBound,
+            format!(
+                "external account key {kid} bound to the new account: its MAC verified, the key                  neither revoked, expired nor (single-use) bound before"
+            ),
+        );
+        bound.account = None;
+        bound.detail = serde_json::json!({ "kid": kid.0 });
+        match storage
+            .bind_eab_and_create_account(kid, new, now, &created, &bound)
+            .await?
+        {
             BindOutcome::Created(account) => Ok(Creation::New(account)),
             BindOutcome::KeyRegistered(id) => Ok(Creation::Existing(id)),
             BindOutcome::UnknownKey => Err(unauthorized(format!(
@@ -199,8 +217,12 @@ pub struct KeyRequest {
 impl Ra {
     /// Creates an external-account-binding key with a random identifier and HMAC key. Returns
     /// the key and its HMAC key in base64url, which is shown to the operator once and never
-    /// again.
-    pub async fn create_eab_key(&self, request: KeyRequest) -> Result<(EabKey, String), Error> {
+    /// again (nor recorded: the audit record names the key by its identifier).
+    pub async fn create_eab_key(
+        &self,
+        request: KeyRequest,
+        requester: &Requester,
+    ) -> Result<(EabKey, String), Error> {
         let hmac_key = random_bytes(HMAC_KEY_BYTES)?;
         // Hex, not base64url: an identifier the operator types on a command line must never
         // start with '-', or it reads as an option (`certeasy admin eab revoke <kid>`).
@@ -215,10 +237,28 @@ impl Ra {
             reusable: request.reusable,
         };
         let kid = new.kid.clone();
+        let mut audit = requester.event(
+            AuditKind::EabKeyCreated,
+            format!("external account key {kid} created by {}", requester.who()),
+        );
+        audit.detail = serde_json::json!({
+            "kid": kid.0,
+            "reusable": new.reusable,
+            "expires_at": new.expires_at.map(crate::audit::rfc3339),
+            "allowed_domains": new.policy.allowed_domains(),
+            "allowed_cidrs": new
+                .policy
+                .allowed_cidrs()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            "allowed_profiles": new.policy.allowed_profiles(),
+            "max_validity_secs": new.policy.max_validity().map(|d| d.whole_seconds()),
+        });
         let key = self
             .inner
             .storage
-            .create_eab_key(new, now)
+            .create_eab_key(new, now, &audit)
             .await?
             .ok_or_else(|| Refusal::Conflict(format!("key {kid} already exists")))?;
         tracing::info!(kid = %key.kid, reusable = key.reusable, "external account key created by an operator");
@@ -242,10 +282,27 @@ impl Ra {
         &self,
         kid: &EabKid,
         deactivate_accounts: bool,
+        requester: &Requester,
     ) -> Result<KeyRevocation, Error> {
         let storage = &self.inner.storage;
         let now = self.now();
-        let key = match storage.revoke_eab_key(kid, now).await {
+        let mut audit = requester.event(
+            AuditKind::EabKeyRevoked,
+            format!(
+                "external account key {kid} revoked by {}{}",
+                requester.who(),
+                if deactivate_accounts {
+                    ", its bound accounts to be deactivated"
+                } else {
+                    ""
+                }
+            ),
+        );
+        audit.detail = serde_json::json!({
+            "kid": kid.0,
+            "deactivate_accounts": deactivate_accounts,
+        });
+        let key = match storage.revoke_eab_key(kid, now, &audit).await {
             Ok(StatusChange::Changed(key)) => {
                 tracing::info!(kid = %kid, "external account key revoked by an operator");
                 key
@@ -262,7 +319,15 @@ impl Ra {
         let mut deactivated = 0;
         if deactivate_accounts {
             for account in storage.valid_accounts_bound_to_eab_key(kid).await? {
-                match storage.deactivate_account(account, now).await {
+                let audit = deactivation(
+                    requester,
+                    account,
+                    format!(
+                        "deactivated by {} with the revocation of external account key {kid}                          it was bound with",
+                        requester.who()
+                    ),
+                );
+                match storage.deactivate_account(account, now, &audit).await {
                     Ok(StatusChange::Changed(_)) => deactivated += 1,
                     // Deactivated or revoked meanwhile, by its subscriber or another operator.
                     Ok(StatusChange::Unchanged(_)) | Err(StorageError::NotFound) => {}
@@ -276,6 +341,28 @@ impl Ra {
             deactivated_accounts: deactivated,
         })
     }
+}
+
+/// The record of a new account's creation; storage names the account once its row exists.
+fn account_created(requester: &Requester, new: &NewAccount, kid: Option<&EabKid>) -> AuditEvent {
+    let binding = match kid {
+        Some(kid) => format!(", bound with external account key {kid}"),
+        None => String::new(),
+    };
+    let mut audit = requester.event(
+        AuditKind::AccountCreated,
+        format!(
+            "created by the holder of its key (neither weak nor blocked){binding}; contacts              checked; terms of service agreed: {}",
+            if new.tos_agreed { "yes" } else { "not asked" }
+        ),
+    );
+    audit.account = None;
+    audit.detail = serde_json::json!({
+        "thumbprint": new.thumbprint,
+        "contacts": new.contacts,
+        "eab_kid": kid.map(|k| k.0.clone()),
+    });
+    audit
 }
 
 fn random_bytes(len: usize) -> Result<Vec<u8>, Error> {

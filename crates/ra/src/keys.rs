@@ -29,6 +29,8 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer;
 
 use crate::Ra;
+use crate::audit::AuditKind;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 
@@ -149,12 +151,23 @@ impl Ra {
         self.check_key(&key, KeyUse::Certificate).await
     }
 
-    /// Blocks a key from now on, for every instance (the operator's command).
-    pub async fn block_key(&self, hash: SpkiHash, reason: &str) -> Result<BlockedKey, Error> {
+    /// Blocks a key from now on, for every instance (the operator's command), recorded as
+    /// blocked by `requester`.
+    pub async fn block_key(
+        &self,
+        hash: SpkiHash,
+        reason: &str,
+        requester: &Requester,
+    ) -> Result<BlockedKey, Error> {
+        let mut audit = requester.event(
+            AuditKind::KeyBlocked,
+            format!("key blocked by {}: {reason}", requester.who()),
+        );
+        audit.detail = serde_json::json!({ "spki_sha256": hash.to_hex(), "reason": reason });
         match self
             .inner
             .storage
-            .block_key(hash.as_bytes(), reason, self.now())
+            .block_key(hash.as_bytes(), reason, self.now(), &audit)
             .await
         {
             Ok(Some(blocked)) => {
@@ -167,8 +180,22 @@ impl Ra {
     }
 
     /// Lifts a block made with [`Ra::block_key`]; a key only the file names stays blocked.
-    pub async fn unblock_key(&self, hash: SpkiHash) -> Result<(), Error> {
-        if self.inner.storage.unblock_key(hash.as_bytes()).await? {
+    /// Recorded as unblocked by `requester`.
+    pub async fn unblock_key(&self, hash: SpkiHash, requester: &Requester) -> Result<(), Error> {
+        let mut audit = requester.event(
+            AuditKind::KeyUnblocked,
+            format!(
+                "key unblocked in the database by {} (a block of the blocked-keys file stays)",
+                requester.who()
+            ),
+        );
+        audit.detail = serde_json::json!({ "spki_sha256": hash.to_hex() });
+        if self
+            .inner
+            .storage
+            .unblock_key(hash.as_bytes(), self.now(), &audit)
+            .await?
+        {
             tracing::warn!(spki_sha256 = %hash, "key unblocked by the operator");
             Ok(())
         } else {

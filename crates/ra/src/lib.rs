@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod attempts;
+pub mod audit;
 pub mod caa;
 pub mod challenges;
 pub mod eab;

@@ -20,6 +20,9 @@ use storage::model::CertificateSummary;
 use storage::model::Page;
 
 use crate::Ra;
+use crate::accounts::deactivation;
+use crate::audit;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::error::StateRefusal;
@@ -143,14 +146,24 @@ impl Ra {
 
     /// Deactivates the account as its holder would: it can do nothing afterwards (every request it
     /// signs is refused with `unauthorized`), its pending authorizations are deactivated and its
-    /// pending and ready orders become invalid, in one transaction (`Storage::deactivate_account`).
-    pub async fn operator_deactivates(&self, id: AccountId) -> Result<Account, Error> {
+    /// pending and ready orders become invalid, in one transaction (`Storage::deactivate_account`)
+    /// that records `requester` (the operator) as who did it.
+    pub async fn operator_deactivates(
+        &self,
+        id: AccountId,
+        requester: &Requester,
+    ) -> Result<Account, Error> {
         let account = self.existing_account(id).await?;
         may_deactivate(&account)?;
+        let audit = deactivation(
+            requester,
+            id,
+            format!("deactivated by {} (the account was valid)", requester.who()),
+        );
         let account = match self
             .inner
             .storage
-            .deactivate_account(id, self.now())
+            .deactivate_account(id, self.now(), &audit)
             .await?
         {
             storage::model::StatusChange::Changed(account) => account,
@@ -199,17 +212,21 @@ impl Ra {
         })
     }
 
+    /// Revokes one certificate for `requester` (an operator), recorded with the revocation.
     pub async fn revoke_by_serial(
         &self,
         serial: &Serial,
         reason: RevocationReason,
+        requester: &Requester,
     ) -> Result<Certificate, Error> {
         let certificate = self.existing_certificate(serial).await?;
         may_revoke(&certificate, reason)?;
+        let how = format!("by {}", requester.who());
+        let audit = audit::revoked(requester, &certificate, reason, &how);
         let revoked = match self
             .inner
             .storage
-            .revoke_certificate(certificate.id, reason, self.now())
+            .revoke_certificate(certificate.id, reason, self.now(), &audit)
             .await?
         {
             storage::model::StatusChange::Changed(c) => c,
@@ -231,12 +248,14 @@ impl Ra {
 
     /// One step of a bulk revocation: the next `batch` certificates of the selection below
     /// `before` (newest first), revoked in one statement. Repeat with `next` until it is `None`.
+    /// Each certificate revoked is recorded, in the same transaction, as revoked by `requester`.
     pub async fn revoke_batch(
         &self,
         filter: &CertificateFilter,
         before: Option<CertificateId>,
         batch: u32,
         reason: RevocationReason,
+        requester: &Requester,
     ) -> Result<BatchOutcome, Error> {
         let selection = bulk_selection(filter)?;
         let rows = self
@@ -251,10 +270,32 @@ impl Ra {
             )
             .await?;
         let ids: Vec<CertificateId> = rows.iter().map(|r| r.id).collect();
+        let how = format!("by {} in a bulk revocation", requester.who());
+        let audits: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let mut event = requester.event(
+                    audit::AuditKind::CertificateRevoked,
+                    format!("revoked {how}, reason {}", reason.as_str()),
+                );
+                event.account = Some(r.account_id);
+                event.serial = Some(r.serial.clone());
+                event.names = r
+                    .identifiers
+                    .iter()
+                    .map(|i| i.value().to_lowercase())
+                    .collect();
+                event.detail = serde_json::json!({
+                    "certificate_id": r.id.0,
+                    "reason_code": reason.code(),
+                });
+                event
+            })
+            .collect();
         let revoked: HashSet<CertificateId> = self
             .inner
             .storage
-            .revoke_certificates(&ids, reason, self.now())
+            .revoke_certificates(&ids, reason, self.now(), &audits)
             .await?
             .into_iter()
             .collect();

@@ -11,6 +11,8 @@ use storage::model::PauseOutcome;
 use time::OffsetDateTime;
 
 use crate::Ra;
+use crate::audit::AuditKind;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::limits::pair;
@@ -28,21 +30,13 @@ pub const PAUSE_RETRY_AFTER_SECS: u64 = 86_400;
 /// CLI repeats the call while a full batch comes back), so one request does bounded work.
 pub const MAX_PER_CLICK: u32 = 50_000;
 
-/// Who unpaused, for metrics and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnpausedBy {
-    /// The subscriber, through the unpause page.
-    Subscriber,
-    /// An operator, through the admin API.
-    Operator,
-}
-
-impl UnpausedBy {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Subscriber => "self-service",
-            Self::Operator => "admin",
-        }
+/// How a pair was unpaused, for metrics and logs: by its subscriber through the unpause page,
+/// or by an operator through the admin API.
+fn unpause_label(requester: &Requester) -> &'static str {
+    if requester.is_account() {
+        "self-service"
+    } else {
+        "admin"
     }
 }
 
@@ -98,20 +92,32 @@ impl Ra {
         .into())
     }
 
-    /// An operator pauses pairs: deliberate, so without the re-pause grace. Returns how many
-    /// pairs were newly paused. Refused for an account that does not exist.
+    /// An operator (`requester`) pauses pairs: deliberate, so without the re-pause grace.
+    /// Returns how many pairs were newly paused, recorded with them. Refused for an account that
+    /// does not exist.
     pub async fn pause(
         &self,
         account: AccountId,
         identifiers: &[Identifier],
+        requester: &Requester,
     ) -> Result<usize, Error> {
         if self.inner.storage.account(account).await?.is_none() {
             return Err(Refusal::NotFound("account").into());
         }
+        let audit = requester.event(
+            AuditKind::AccountPaused,
+            format!("paused by {}", requester.who()),
+        );
         let outcomes = self
             .inner
             .storage
-            .pause_identifiers(account, identifiers, time::Duration::ZERO, self.now())
+            .pause_identifiers(
+                account,
+                identifiers,
+                time::Duration::ZERO,
+                self.now(),
+                &audit,
+            )
             .await?;
         let paused = outcomes
             .iter()
@@ -124,26 +130,36 @@ impl Ra {
 
     /// Unpauses `identifiers` of the account, or, when empty, up to [`MAX_PER_CLICK`] of its
     /// paused pairs. The unpaused pairs' consecutive-failure counts start afresh. Returns the
-    /// pairs unpaused.
+    /// pairs unpaused, recorded as unpaused by `requester`: the account's holder through the
+    /// unpause page, or an operator.
     pub async fn unpause(
         &self,
         account: AccountId,
         identifiers: &[Identifier],
-        by: UnpausedBy,
+        requester: &Requester,
     ) -> Result<Vec<Identifier>, Error> {
         let now = self.now();
         let storage = &self.inner.storage;
+        let how = if requester.is_account() {
+            "unpaused by the account's holder through the unpause page (its signed link)"
+        } else {
+            "unpaused by an operator"
+        };
+        let audit = requester.event(AuditKind::AccountUnpaused, how);
         let done = if identifiers.is_empty() {
-            storage.unpause_account(account, MAX_PER_CLICK, now).await?
+            storage
+                .unpause_account(account, MAX_PER_CLICK, now, &audit)
+                .await?
         } else {
             storage
-                .unpause_identifiers(account, identifiers, now)
+                .unpause_identifiers(account, identifiers, now, &audit)
                 .await?
         };
+        let by = unpause_label(requester);
         reset_consecutive_failures(self.inner.limits.limiter(), account, &done).await;
-        metrics::counter!("certeasy_unpaused_pairs_total", "via" => by.label())
+        metrics::counter!("certeasy_unpaused_pairs_total", "via" => by)
             .increment(done.len() as u64);
-        tracing::info!(account_id = %account, unpaused = done.len(), via = by.label(), "pairs unpaused");
+        tracing::info!(account_id = %account, unpaused = done.len(), via = by, "pairs unpaused");
         Ok(done)
     }
 

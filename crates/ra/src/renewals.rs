@@ -19,6 +19,8 @@ use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
 
 use crate::Ra;
+use crate::audit::AuditKind;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 
@@ -215,19 +217,48 @@ impl Ra {
 
     /// An operator asks for certificates to be renewed early: their ARI window moves into the
     /// past, so ARI clients renew at their next poll. Returns how many were newly marked
-    /// (unexpired, unrevoked, not marked before).
-    pub async fn renew_early(&self, which: &RenewEarlyTarget) -> Result<u64, Error> {
+    /// (unexpired, unrevoked, not marked before). Each marking is recorded as an admin action of
+    /// `requester`, in its transaction.
+    pub async fn renew_early(
+        &self,
+        which: &RenewEarlyTarget,
+        requester: &Requester,
+    ) -> Result<u64, Error> {
         let storage = &self.inner.storage;
         let now = self.now();
+        let record = |serial: Option<&Serial>, account: Option<AccountId>| {
+            let mut event = requester.event(
+                AuditKind::AdminAction,
+                format!(
+                    "certificates marked for early renewal by {} (their ARI window moves into                      the past)",
+                    requester.who()
+                ),
+            );
+            event.serial = serial.cloned();
+            event.account = account;
+            event.detail = serde_json::json!({
+                "action": "renew_early",
+                "target": format!("{which:?}"),
+            });
+            event
+        };
         let marked = match which {
             RenewEarlyTarget::Serial(serial) => {
                 storage
-                    .mark_renew_early(&RenewEarly::Serial(serial.clone()), now)
+                    .mark_renew_early(
+                        &RenewEarly::Serial(serial.clone()),
+                        now,
+                        &record(Some(serial), None),
+                    )
                     .await?
             }
             RenewEarlyTarget::Account(account) => {
                 storage
-                    .mark_renew_early(&RenewEarly::Account(*account), now)
+                    .mark_renew_early(
+                        &RenewEarly::Account(*account),
+                        now,
+                        &record(None, Some(*account)),
+                    )
                     .await?
             }
             // The certificates holding the name, page by page (the names are the orders'), each
@@ -245,8 +276,10 @@ impl Ra {
                         .list_certificates(&filter, Page { before, limit: 500 })
                         .await?;
                     for cert in &page {
+                        let mut event = record(Some(&cert.serial), Some(cert.account_id));
+                        event.names = vec![name.value().to_lowercase()];
                         marked += storage
-                            .mark_renew_early(&RenewEarly::Serial(cert.serial.clone()), now)
+                            .mark_renew_early(&RenewEarly::Serial(cert.serial.clone()), now, &event)
                             .await?;
                     }
                     match page.last() {

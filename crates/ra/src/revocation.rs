@@ -11,7 +11,12 @@ use storage::model::StatusChange;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
+use std::net::IpAddr;
+
 use crate::Ra;
+use crate::audit;
+use crate::audit::AuditEvent;
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::error::StateRefusal;
@@ -27,13 +32,16 @@ pub enum Revoker {
 }
 
 impl Ra {
-    /// Revokes the certificate `der` for `revoker`, with reason `reason` (an RFC 5280 code,
-    /// unspecified when absent). A certificate this CA did not issue is not found.
+    /// Revokes the certificate `der` for `revoker`, whose request came from `client_ip`, with
+    /// reason `reason` (an RFC 5280 code, unspecified when absent). A certificate this CA did
+    /// not issue is not found. Recorded with who revoked it and how that was authorized; a
+    /// refused request records nothing.
     pub async fn revoke(
         &self,
         revoker: Revoker,
         der: &[u8],
         reason: Option<i64>,
+        client_ip: IpAddr,
     ) -> Result<Certificate, Error> {
         let reason = reason_from_code(reason)?;
         let (serial, spki) = {
@@ -63,7 +71,38 @@ impl Ra {
             )
             .into());
         }
-        self.revoke_stored(&cert, reason).await
+        let audit = match &revoker {
+            Revoker::Account(account) => audit::revoked(
+                &Requester::account(*account, client_ip),
+                &cert,
+                reason,
+                "by the account holding it (the request was signed by the account's key)",
+            ),
+            // No account asks: the holder of the certificate's private key, recorded by the
+            // key's thumbprint, is not one of the audit log's actors, so the server records it
+            // on the key holder's behalf.
+            Revoker::CertificateKey(thumbprint) => {
+                let mut event = audit::revoked(
+                    &Requester {
+                        actor: audit::Actor::System,
+                        client_ip: Some(client_ip),
+                    },
+                    &cert,
+                    reason,
+                    &format!(
+                        "by the holder of the certificate's private key (the request was                          signed by it, JWK thumbprint {thumbprint})"
+                    ),
+                );
+                if let Some(detail) = event.detail.as_object_mut() {
+                    detail.insert(
+                        "certificate_key_thumbprint".to_owned(),
+                        thumbprint.clone().into(),
+                    );
+                }
+                event
+            }
+        };
+        self.revoke_recorded(&cert, reason, &audit).await
     }
 
     /// A certificate of this account; other accounts' certificates are indistinguishable from
@@ -79,16 +118,30 @@ impl Ra {
         }
     }
 
-    /// Revokes a stored certificate; the ACME path and an operator's command end here.
+    /// Revokes a stored certificate for `requester`, recorded as revoked by them.
     pub async fn revoke_stored(
         &self,
         cert: &Certificate,
         reason: RevocationReason,
+        requester: &Requester,
+    ) -> Result<Certificate, Error> {
+        let how = format!("by {}", requester.who());
+        let audit = audit::revoked(requester, cert, reason, &how);
+        self.revoke_recorded(cert, reason, &audit).await
+    }
+
+    /// Revokes a stored certificate, recording `audit` with it; the ACME path and an
+    /// operator's command end here.
+    pub(crate) async fn revoke_recorded(
+        &self,
+        cert: &Certificate,
+        reason: RevocationReason,
+        audit: &AuditEvent,
     ) -> Result<Certificate, Error> {
         let revoked = match self
             .inner
             .storage
-            .revoke_certificate(cert.id, reason, self.now())
+            .revoke_certificate(cert.id, reason, self.now(), audit)
             .await?
         {
             StatusChange::Changed(revoked) => revoked,

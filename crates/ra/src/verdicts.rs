@@ -239,6 +239,16 @@ impl ZombieHook {
         if !exhausted {
             return;
         }
+        let audit = crate::audit::Requester::system().event(
+            crate::audit::AuditKind::AccountPaused,
+            format!(
+                "paused by the server: the pair's validations failed {} times in a row",
+                verdict
+                    .binding
+                    .as_ref()
+                    .map_or_else(|| "too many".to_owned(), |b| b.burst.to_string())
+            ),
+        );
         match self
             .storage
             .pause_identifiers(
@@ -246,6 +256,7 @@ impl ZombieHook {
                 std::slice::from_ref(&recorded.identifier),
                 self.grace,
                 now,
+                &audit,
             )
             .await
         {

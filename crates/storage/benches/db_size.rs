@@ -43,6 +43,15 @@ use storage::model::Reserved;
 use time::Duration;
 use time::OffsetDateTime;
 
+/// The audit record each write takes; the size of the log is part of what is measured.
+fn ev() -> storage::audit::AuditEvent {
+    storage::audit::AuditEvent::new(
+        storage::audit::AuditKind::AdminAction,
+        storage::audit::Actor::System,
+        "db_size bench",
+    )
+}
+
 const ISSUANCES_PER_ACCOUNT: u64 = 100;
 /// A P-256 leaf with one SAN is about 700 bytes of DER; the PEM of a P-256 intermediate about
 /// 1,000 characters. Every certificate has the same intermediate, stored once (migration 0012).
@@ -228,6 +237,7 @@ async fn new_account(s: &Storage, i: u64, now: OffsetDateTime) -> AccountId {
             tos_agreed: true,
         },
         now,
+        &ev(),
     )
     .await
     .unwrap()
@@ -379,7 +389,9 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
         .await
         .unwrap();
     assert!(matches!(reserved, Reserved::Reserved(_)));
-    s.complete_order(order.id, cert, now, None).await.unwrap();
+    s.complete_order(order.id, cert, now, None, &ev())
+        .await
+        .unwrap();
 }
 
 /// Claims and completes the job just enqueued, as a worker would once it ran.

@@ -5,6 +5,9 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::Actor;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::error::Error;
 use crate::model::Account;
@@ -17,8 +20,15 @@ use crate::sql;
 
 impl Storage {
     /// Creates an account; `Error::Conflict(existing_id)` when the key is already registered.
-    pub async fn create_account(&self, new: NewAccount, now: OffsetDateTime) -> Result<Account> {
+    /// `audit` is recorded in the same transaction, naming the new account ([`for_new_account`]).
+    pub async fn create_account(
+        &self,
+        new: NewAccount,
+        now: OffsetDateTime,
+        audit: &AuditEvent,
+    ) -> Result<Account> {
         let began = self.accounts.as_ref().map(|cache| cache.generation());
+        let mut tx = self.begin_write().await?;
         // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
         // PostgreSQL transaction, and the existing id is what the caller needs anyway.
         let row = sql::query(concat!(
@@ -31,21 +41,26 @@ impl Storage {
         .bind(codec::encode_list(&new.contacts))
         .bind(i64::from(new.tos_agreed))
         .bind(codec::unix(now))
-        .fetch_optional(&self.db)
+        .fetch_optional(&mut *tx)
         .await?;
         match row {
             Some(row) => {
                 let account = rows::account(&row)?;
+                audit::append_in(&mut tx, &for_new_account(audit, account.id), now).await?;
+                tx.commit().await?;
                 // The requests that follow a new account are its own.
                 if let (Some(cache), Some(began)) = (&self.accounts, began) {
                     cache.keep(began, &account);
                 }
                 Ok(account)
             }
-            None => match holder_of(self, &new.thumbprint).await? {
-                Some(existing) => Err(Error::Conflict(existing)),
-                None => Err(Error::NotFound),
-            },
+            None => {
+                tx.rollback().await?;
+                match holder_of(self, &new.thumbprint).await? {
+                    Some(existing) => Err(Error::Conflict(existing)),
+                    None => Err(Error::NotFound),
+                }
+            }
         }
     }
 
@@ -78,32 +93,27 @@ impl Storage {
         row.as_ref().map(rows::account).transpose()
     }
 
+    /// Replaces the account's contacts, recording `audit` in the same transaction.
     pub async fn update_account_contacts(
         &self,
         id: AccountId,
         contacts: Vec<String>,
+        now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Account> {
-        let row = sql::query(concat!(
-            "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
-            account_cols!()
-        ))
-        .bind(id.0)
-        .bind(codec::encode_list(&contacts))
-        .fetch_optional(&self.db)
-        .await;
+        let updated = update_contacts(self, id, contacts, now, audit).await;
         written(self, id);
-        row?.as_ref()
-            .map(rows::account)
-            .transpose()?
-            .ok_or(Error::NotFound)
+        updated
     }
 
     /// Deactivates the account and its pending authorizations; all its pending and ready orders
     /// become invalid. `Unchanged` when the account is not valid.
+    /// `audit` is recorded in the same transaction when the account changes.
     pub async fn deactivate_account(
         &self,
         id: AccountId,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<StatusChange<Account>> {
         let now_s = codec::unix(now);
         let mut tx = self.begin_write().await?;
@@ -136,6 +146,7 @@ impl Storage {
         let account = rows::load_account(&mut tx, id)
             .await?
             .ok_or(Error::NotFound)?;
+        audit::append_in(&mut tx, audit, now).await?;
         let committed = tx.commit().await;
         written(self, id);
         committed?;
@@ -145,32 +156,26 @@ impl Storage {
     /// Replaces the key `old_thumbprint` of account `id` by the new one, if it is still the account's
     /// key: the UPDATE names the old key, so two concurrent rollovers from the same key cannot both
     /// succeed (the second finds the key changed: PostgreSQL re-reads the row once the first commits,
-    /// SQLite runs one writer at a time).
+    /// SQLite runs one writer at a time). `audit` is recorded in the same transaction when the
+    /// key changes.
     pub async fn change_account_key(
         &self,
         id: AccountId,
         old_thumbprint: &str,
         jwk_json: &str,
         thumbprint: &str,
+        now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<KeyChange> {
         if let Some(other) = holder_of(self, thumbprint).await?
             && other != id.0
         {
             return Ok(KeyChange::KeyInUse(AccountId(other)));
         }
-        let updated = sql::query(concat!(
-        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 AND thumbprint = $4 RETURNING ",
-        account_cols!()
-    ))
-    .bind(id.0)
-    .bind(jwk_json)
-    .bind(thumbprint)
-    .bind(old_thumbprint)
-    .fetch_optional(&self.db)
-    .await;
+        let updated = swap_key(self, id, old_thumbprint, jwk_json, thumbprint, now, audit).await;
         written(self, id);
         match updated {
-            Ok(Some(row)) => Ok(KeyChange::Changed(rows::account(&row)?)),
+            Ok(Some(account)) => Ok(KeyChange::Changed(account)),
             // No row: the account's key is no longer the old one, or there is no such account.
             Ok(None) if account_exists(self, id).await? => Ok(KeyChange::OldKeyReplaced),
             Ok(None) => Err(Error::NotFound),
@@ -182,6 +187,75 @@ impl Storage {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `audit` naming the new account `id`, known once its row is written: as the account, and as
+/// the actor when an account is (the holder of the new account's key asked for it).
+pub(crate) fn for_new_account(audit: &AuditEvent, id: AccountId) -> AuditEvent {
+    let mut event = audit.clone();
+    event.account = Some(id);
+    if let Actor::Account(_) = event.actor {
+        event.actor = Actor::Account(id);
+    }
+    event
+}
+
+async fn update_contacts(
+    s: &Storage,
+    id: AccountId,
+    contacts: Vec<String>,
+    now: OffsetDateTime,
+    audit: &AuditEvent,
+) -> Result<Account> {
+    let mut tx = s.begin_write().await?;
+    let row = sql::query(concat!(
+        "UPDATE accounts SET contacts = $2 WHERE id = $1 RETURNING ",
+        account_cols!()
+    ))
+    .bind(id.0)
+    .bind(codec::encode_list(&contacts))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let account = row
+        .as_ref()
+        .map(rows::account)
+        .transpose()?
+        .ok_or(Error::NotFound)?;
+    audit::append_in(&mut tx, audit, now).await?;
+    tx.commit().await?;
+    Ok(account)
+}
+
+/// The key-change UPDATE and its record, in one transaction; `None` when the account's key is
+/// no longer `old_thumbprint` (or there is no such account), which records nothing.
+async fn swap_key(
+    s: &Storage,
+    id: AccountId,
+    old_thumbprint: &str,
+    jwk_json: &str,
+    thumbprint: &str,
+    now: OffsetDateTime,
+    audit: &AuditEvent,
+) -> Result<Option<Account>> {
+    let mut tx = s.begin_write().await?;
+    let row = sql::query(concat!(
+        "UPDATE accounts SET jwk = $2, thumbprint = $3 WHERE id = $1 AND thumbprint = $4 RETURNING ",
+        account_cols!()
+    ))
+    .bind(id.0)
+    .bind(jwk_json)
+    .bind(thumbprint)
+    .bind(old_thumbprint)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
+    let account = rows::account(&row)?;
+    audit::append_in(&mut tx, audit, now).await?;
+    tx.commit().await?;
+    Ok(Some(account))
 }
 
 async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {

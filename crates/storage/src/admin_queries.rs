@@ -17,6 +17,8 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::crls;
 use crate::error::Error;
@@ -269,13 +271,23 @@ impl Storage {
     }
 
     /// Revokes those of `ids` that are not revoked yet, in one statement, and returns them
-    /// (highest id first); one already revoked keeps its first revocation.
+    /// (highest id first); one already revoked keeps its first revocation. `audits[i]` records
+    /// the revocation of `ids[i]`, in the same transaction, for each certificate this call
+    /// revokes.
     pub async fn revoke_certificates(
         &self,
         ids: &[CertificateId],
         reason: RevocationReason,
         now: OffsetDateTime,
+        audits: &[AuditEvent],
     ) -> Result<Vec<CertificateId>> {
+        if audits.len() != ids.len() {
+            return Err(Error::Corrupt(format!(
+                "{} revocation records for {} certificates",
+                audits.len(),
+                ids.len()
+            )));
+        }
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -299,6 +311,17 @@ impl Storage {
         for row in &rows {
             // In the same transaction: a committed revocation always makes its CRL shard stale.
             crls::count_revocation(&mut tx, row.try_get::<i64, _>("id")?).await?;
+        }
+        // The records last, in the order of `ids`, so the chain's order does not depend on the
+        // order the statement returned its rows in.
+        let done: std::collections::HashSet<i64> = rows
+            .iter()
+            .map(|r| r.try_get::<i64, _>("id"))
+            .collect::<Result<_>>()?;
+        for (id, event) in ids.iter().zip(audits) {
+            if done.contains(&id.0) {
+                audit::append_in(&mut tx, event, now).await?;
+            }
         }
         tx.commit().await?;
         let mut revoked = rows

@@ -5,6 +5,8 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::error::Error;
 use crate::sql;
@@ -34,39 +36,56 @@ fn blocked_key(row: &Row) -> Result<BlockedKey> {
 }
 
 impl Storage {
-    /// Blocks a key. `None` when the key is already blocked: the first reason stays.
+    /// Blocks a key, recording `audit` in the same transaction. `None` when the key is already
+    /// blocked: the first reason stays, and nothing is recorded.
     pub async fn block_key(
         &self,
         spki_sha256: &[u8; 32],
         reason: &str,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Option<BlockedKey>> {
+        let mut tx = self.begin_write().await?;
         let inserted = sql::query(
             "INSERT INTO blocked_keys (spki_sha256, reason, created_at) VALUES ($1, $2, $3)",
         )
         .bind(hex::encode(spki_sha256))
         .bind(reason)
         .bind(codec::unix(now))
-        .execute(&self.db)
+        .execute(&mut *tx)
         .await;
         match inserted {
-            Ok(_) => Ok(Some(BlockedKey {
-                spki_sha256: *spki_sha256,
-                reason: reason.to_owned(),
-                created_at: codec::time_from_unix(codec::unix(now))?,
-            })),
-            Err(e) if e.is_unique_violation() => Ok(None),
-            Err(e) => Err(e),
+            Ok(_) => {}
+            Err(e) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e),
         }
+        audit::append_in(&mut tx, audit, now).await?;
+        tx.commit().await?;
+        Ok(Some(BlockedKey {
+            spki_sha256: *spki_sha256,
+            reason: reason.to_owned(),
+            created_at: codec::time_from_unix(codec::unix(now))?,
+        }))
     }
 
-    /// Lifts the block on a key; `false` when it was not blocked.
-    pub async fn unblock_key(&self, spki_sha256: &[u8; 32]) -> Result<bool> {
+    /// Lifts the block on a key, recording `audit` in the same transaction; `false` when it
+    /// was not blocked (nothing recorded).
+    pub async fn unblock_key(
+        &self,
+        spki_sha256: &[u8; 32],
+        now: OffsetDateTime,
+        audit: &AuditEvent,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
         let deleted = sql::query("DELETE FROM blocked_keys WHERE spki_sha256 = $1")
             .bind(hex::encode(spki_sha256))
-            .execute(&self.db)
+            .execute(&mut *tx)
             .await?
             .rows_affected();
+        if deleted > 0 {
+            audit::append_in(&mut tx, audit, now).await?;
+        }
+        tx.commit().await?;
         Ok(deleted > 0)
     }
 

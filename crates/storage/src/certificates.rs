@@ -7,6 +7,8 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::crls;
 use crate::error::Error;
@@ -27,11 +29,13 @@ impl Storage {
     }
 
     /// Marks a certificate revoked; `Unchanged` if it was, the first revocation standing.
+    /// `audit` is recorded in the same transaction when this call revokes it.
     pub async fn revoke_certificate(
         &self,
         id: CertificateId,
         reason: RevocationReason,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<StatusChange<Certificate>> {
         let mut tx = self.db.begin_write().await?;
         // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
@@ -52,6 +56,9 @@ impl Storage {
         let cert = rows::load_certificate(&mut tx, id)
             .await?
             .ok_or(Error::NotFound)?;
+        if revoked {
+            audit::append_in(&mut tx, audit, now).await?;
+        }
         tx.commit().await?;
         Ok(if revoked {
             StatusChange::Changed(cert)

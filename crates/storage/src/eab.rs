@@ -17,6 +17,9 @@ use time::OffsetDateTime;
 use crate::Backend;
 use crate::Result;
 use crate::Storage;
+use crate::accounts;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::error::Error;
 use crate::model::BindOutcome;
@@ -63,11 +66,13 @@ fn key(row: &Row) -> Result<EabKey> {
 }
 
 impl Storage {
-    /// Stores a new EAB key; `None` when the kid is taken.
+    /// Stores a new EAB key, recording `audit` in the same transaction; `None` when the kid
+    /// is taken (nothing recorded).
     pub async fn create_eab_key(
         &self,
         new: NewEabKey,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Option<EabKey>> {
         let cidrs: Vec<String> = new
             .policy
@@ -75,6 +80,7 @@ impl Storage {
             .iter()
             .map(ToString::to_string)
             .collect();
+        let mut tx = self.begin_write().await?;
         let inserted = sql::query(
         "INSERT INTO eab_keys (kid, hmac_key, allowed_domains, allowed_cidrs, allowed_profiles, \
          max_validity_secs, expires_at, reusable, created_at) \
@@ -89,13 +95,15 @@ impl Storage {
     .bind(new.expires_at.map(codec::unix))
     .bind(i64::from(new.reusable))
     .bind(codec::unix(now))
-    .execute(&self.db)
+    .execute(&mut *tx)
     .await;
         match inserted {
             Ok(_) => {}
             Err(e) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(e),
         }
+        audit::append_in(&mut tx, audit, now).await?;
+        tx.commit().await?;
         self.eab_key(&new.kid)
             .await?
             .ok_or(Error::NotFound)
@@ -128,19 +136,26 @@ impl Storage {
     }
 
     /// Revokes a key: it binds no new account. `Error::NotFound` for an unknown kid,
-    /// `Unchanged` when it was already revoked.
+    /// `Unchanged` when it was already revoked. `audit` is recorded in the same transaction
+    /// when the key is revoked.
     pub async fn revoke_eab_key(
         &self,
         kid: &EabKid,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<StatusChange<EabKey>> {
+        let mut tx = self.begin_write().await?;
         let changed =
             sql::query("UPDATE eab_keys SET revoked_at = $2 WHERE kid = $1 AND revoked_at IS NULL")
                 .bind(&kid.0)
                 .bind(codec::unix(now))
-                .execute(&self.db)
+                .execute(&mut *tx)
                 .await?
                 .rows_affected();
+        if changed > 0 {
+            audit::append_in(&mut tx, audit, now).await?;
+        }
+        tx.commit().await?;
         let current = self.eab_key(kid).await?.ok_or(Error::NotFound)?;
         Ok(if changed == 0 {
             StatusChange::Unchanged(current)
@@ -163,12 +178,16 @@ impl Storage {
 
     /// Creates the account bound to the key, in one transaction that first checks, under a lock
     /// on the key, that the key exists, is neither revoked nor expired and, when single-use,
-    /// binds no account yet. The MAC must have been verified by the caller.
+    /// binds no account yet. The MAC must have been verified by the caller. The account's
+    /// creation (`creation`) and the key's binding (`binding`) are recorded in the same
+    /// transaction, each with the new account's id.
     pub async fn bind_eab_and_create_account(
         &self,
         kid: &EabKid,
         new: NewAccount,
         now: OffsetDateTime,
+        creation: &AuditEvent,
+        binding: &AuditEvent,
     ) -> Result<BindOutcome> {
         let now_s = codec::unix(now);
         let mut tx = self.begin_write().await?;
@@ -230,6 +249,9 @@ impl Storage {
                 .bind(ERASED.as_slice())
                 .execute(&mut *tx)
                 .await?;
+        }
+        for event in [creation, binding] {
+            audit::append_in(&mut tx, &accounts::for_new_account(event, account.id), now).await?;
         }
         tx.commit().await?;
         Ok(BindOutcome::Created(account))

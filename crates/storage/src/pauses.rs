@@ -21,6 +21,8 @@ use time::OffsetDateTime;
 use crate::Backend;
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::model::PauseOutcome;
 use crate::model::PausedPair;
@@ -42,13 +44,15 @@ impl Storage {
     /// Pauses each distinct identifier for the account, in one transaction: a new pair is paused,
     /// a paused one stays as it is, one unpaused less than `grace` ago is left alone (the
     /// subscriber's unpause is recent), and one unpaused longer ago is paused again from `now`.
-    /// Outcomes come in input order.
+    /// Outcomes come in input order. `audit` is recorded in the same transaction when a pair
+    /// is paused (or paused again), naming those pairs.
     pub async fn pause_identifiers(
         &self,
         account: AccountId,
         identifiers: &[Identifier],
         grace: Duration,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Vec<(Identifier, PauseOutcome)>> {
         let wanted = distinct(identifiers);
         let now_s = codec::unix(now);
@@ -83,6 +87,10 @@ impl Storage {
         }
         for (kind, chunk) in chunks_by_kind(&again) {
             repause(self, &mut tx, account, kind, &chunk, now_s).await?;
+        }
+        if !fresh.is_empty() || !again.is_empty() {
+            let paused = fresh.iter().chain(&again).copied();
+            audit::append_in(&mut tx, &naming(audit, account, paused), now).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
@@ -149,17 +157,20 @@ impl Storage {
 
     /// Lifts up to `max` current pauses of the account in batched UPDATEs and returns the
     /// identifiers it unpaused, so the caller can reset their failure counts. Fewer than `max`
-    /// means nothing is left paused.
+    /// means nothing is left paused. Each batch records `audit`, naming its pairs, in its own
+    /// transaction.
     pub async fn unpause_account(
         &self,
         account: AccountId,
         max: u32,
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Vec<Identifier>> {
         let now_s = codec::unix(now);
         let mut unpaused = Vec::new();
         let mut left = max;
-        // Each batch is its own statement and commits alone, as the pause rows are independent: a
+        // Each batch is its own transaction (the UPDATE and its record) and commits alone, as the
+        // pause rows are independent: a
         // failure half-way leaves some pairs unpaused, and clicking again finishes the job. The batch
         // is picked by physical row id, which both backends look up directly whatever their table
         // statistics say: joining on the key let PostgreSQL, with a fresh table's estimates, rescan
@@ -182,15 +193,19 @@ impl Storage {
                  RETURNING identifier_type, identifier_value",
                 ),
             };
+            let mut tx = self.begin_write().await?;
             let rows = query
                 .bind(account.0)
                 .bind(now_s)
                 .bind(i64::from(batch))
-                .fetch_all(&self.db)
+                .fetch_all(&mut *tx)
                 .await?;
-            for row in &rows {
-                unpaused.push(identifier_of(row)?);
+            let done = rows.iter().map(identifier_of).collect::<Result<Vec<_>>>()?;
+            if !done.is_empty() {
+                audit::append_in(&mut tx, &naming(audit, account, done.iter()), now).await?;
             }
+            tx.commit().await?;
+            unpaused.extend(done);
             if rows.len() < batch as usize {
                 break;
             }
@@ -200,11 +215,13 @@ impl Storage {
     }
 
     /// Lifts the pauses of the given identifiers of the account; returns those that were paused.
+    /// `audit` is recorded in the same transaction when any was, naming them.
     pub async fn unpause_identifiers(
         &self,
         account: AccountId,
         identifiers: &[Identifier],
         now: OffsetDateTime,
+        audit: &AuditEvent,
     ) -> Result<Vec<Identifier>> {
         let wanted = distinct(identifiers);
         let now_s = codec::unix(now);
@@ -230,6 +247,14 @@ impl Storage {
                 query = query.bind(id.value());
             }
             query.execute(&mut *tx).await?;
+        }
+        if !paused.is_empty() {
+            audit::append_in(
+                &mut tx,
+                &naming(audit, account, paused.iter().copied()),
+                now,
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(paused.into_iter().cloned().collect())
@@ -290,6 +315,18 @@ impl Storage {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// `audit` for `account`, naming the pairs a pause or an unpause changed (known only here).
+fn naming<'a>(
+    audit: &AuditEvent,
+    account: AccountId,
+    changed: impl Iterator<Item = &'a Identifier>,
+) -> AuditEvent {
+    let mut event = audit.clone();
+    event.account = Some(account);
+    event.names = changed.map(|id| id.value().to_owned()).collect();
+    event
 }
 
 /// The first occurrence of each identifier, in input order.

@@ -6,6 +6,8 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::model::RenewEarly;
 use crate::sql;
@@ -31,9 +33,15 @@ impl Storage {
     }
 
     /// Marks the unexpired, unrevoked certificates `which` names for early renewal at `now` (a mark
-    /// already set stays as it was). Returns how many were newly marked.
-    pub async fn mark_renew_early(&self, which: &RenewEarly, now: OffsetDateTime) -> Result<u64> {
-        let mut conn = self.db.acquire().await?;
+    /// already set stays as it was). Returns how many were newly marked. `audit` is recorded in
+    /// the same transaction when any was, with the count in its detail (`"marked"`).
+    pub async fn mark_renew_early(
+        &self,
+        which: &RenewEarly,
+        now: OffsetDateTime,
+        audit: &AuditEvent,
+    ) -> Result<u64> {
+        let mut conn = self.begin_write().await?;
         let now_s = codec::unix(now);
         let done = match which {
             RenewEarly::Serial(serial) => {
@@ -43,7 +51,7 @@ impl Storage {
                 )
                 .bind(now_s)
                 .bind(serial.to_hex())
-                .execute(&mut conn)
+                .execute(&mut *conn)
                 .await?
             }
             RenewEarly::Account(account) => {
@@ -53,10 +61,19 @@ impl Storage {
                 )
                 .bind(now_s)
                 .bind(account.0)
-                .execute(&mut conn)
+                .execute(&mut *conn)
                 .await?
             }
         };
-        Ok(done.rows_affected())
+        let marked = done.rows_affected();
+        if marked > 0 {
+            let mut event = audit.clone();
+            if let Some(detail) = event.detail.as_object_mut() {
+                detail.insert("marked".to_owned(), marked.into());
+            }
+            audit::append_in(&mut conn, &event, now).await?;
+        }
+        conn.commit().await?;
+        Ok(marked)
     }
 }

@@ -282,9 +282,10 @@ async fn sign_reserved(
         Ok(cert) => cert,
         Err(problem) => return fail(cx, job, order.id, problem, cx.clock.now()).await,
     };
+    let audit = ra::audit::certificate_issued(order, &cert);
     let stored = cx
         .storage
-        .complete_order(order.id, cert, cx.clock.now(), Some(job))
+        .complete_order(order.id, cert, cx.clock.now(), Some(job), &audit)
         .await?;
     issued(order, &stored);
     Ok(JobAfter::Settled)

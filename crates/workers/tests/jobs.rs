@@ -23,6 +23,7 @@ use acme_core::status::ChallengeStatus;
 use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use common::csr;
+use common::ev;
 use common::storage_on;
 use issuance::Ca;
 use issuance::CaSettings;
@@ -166,6 +167,7 @@ async fn order_with(
                     tos_agreed: true,
                 },
                 now,
+                &ev(),
             )
             .await
             .unwrap(),
@@ -585,7 +587,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
         .unwrap()
         .unwrap();
     env.storage
-        .deactivate_account(account.id, now)
+        .deactivate_account(account.id, now, &ev())
         .await
         .unwrap();
 

@@ -16,6 +16,7 @@ use acme_core::status::AccountStatus;
 use acme_core::status::OrderStatus;
 use common::Silent;
 use common::csr;
+use common::ev;
 use common::ready_order;
 use common::reserve_sign_and_stop;
 use common::storage_on;
@@ -152,7 +153,7 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
     let name = "deactivated.sign-last.test";
     let order = ready_order(&env.storage, name).await;
     env.storage
-        .deactivate_account(order.account_id, OffsetDateTime::now_utc())
+        .deactivate_account(order.account_id, OffsetDateTime::now_utc(), &ev())
         .await
         .unwrap();
     let refused = finalize_at_once(&env, order.clone(), csr(name)).await;

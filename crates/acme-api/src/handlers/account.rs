@@ -17,6 +17,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use ra::accounts::AccountUpdate;
 use ra::accounts::Registered;
+use ra::audit::Requester;
 use serde::Deserialize;
 use serde_json::json;
 use storage::model::Account;
@@ -89,6 +90,7 @@ pub(crate) async fn new_account(
 
 pub(crate) async fn account(
     State(state): State<ApiState>,
+    Extension(ClientIp(ip)): Extension<ClientIp>,
     Path(id): Path<String>,
     KidRequest(req): KidRequest,
 ) -> ApiResult {
@@ -103,7 +105,7 @@ pub(crate) async fn account(
     };
     let updated = state
         .ra()
-        .update_account(account, update)
+        .update_account(account, update, &Requester::account(account.id, ip))
         .await
         .map_err(|e| refused(&state, e))?;
     Ok(Resource::ok(account_json(state.urls(), &updated)).into_response())
@@ -143,6 +145,7 @@ pub(crate) async fn orders(
 
 pub(crate) async fn key_change(
     State(state): State<ApiState>,
+    Extension(ClientIp(ip)): Extension<ClientIp>,
     KidRequest(req): KidRequest,
 ) -> ApiResult {
     let account = req.account()?.clone();
@@ -188,7 +191,7 @@ pub(crate) async fn key_change(
     }
     let updated = state
         .ra()
-        .change_key(&account, new_key)
+        .change_key(&account, new_key, &Requester::account(account.id, ip))
         .await
         .map_err(|e| refused(&state, e))?;
     Ok(Resource::ok(account_json(state.urls(), &updated)).into_response())

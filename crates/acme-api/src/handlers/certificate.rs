@@ -6,6 +6,7 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::HeaderValue;
+use axum::Extension;
 use axum::http::Uri;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -22,6 +23,7 @@ use crate::refusal::refused;
 use crate::state::ApiState;
 use crate::wire::RevokeRequest;
 
+use crate::limits::ClientIp;
 type ApiResult = Result<Response, ApiError>;
 
 pub(crate) async fn certificate(
@@ -62,8 +64,9 @@ pub(crate) async fn revoke(
     };
     state
         .ra()
-        .revoke(revoker, &der, payload.reason)
+        .revoke(revoker, &der, payload.reason, ip)
         .await
         .map_err(|e| refused(&state, e))?;
     Ok(axum::http::StatusCode::OK.into_response())
 }
+    Extension(ClientIp(ip)): Extension<ClientIp>,

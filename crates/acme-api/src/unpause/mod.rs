@@ -10,8 +10,13 @@ pub mod link;
 mod pages;
 pub mod token;
 
+use std::net::IpAddr;
+use std::net::SocketAddr;
+
+use axum::Extension;
 use axum::Form;
 use axum::Router;
+use axum::extract::ConnectInfo;
 use axum::extract::Query;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -21,7 +26,7 @@ use axum::response::Html;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::get;
-use ra::pausing::UnpausedBy;
+use ra::audit::Requester;
 use serde::Deserialize;
 
 pub use self::link::UnpauseSettings;
@@ -142,6 +147,7 @@ pub(crate) fn same_origin(headers: &HeaderMap, base_url: &str) -> bool {
 
 async fn unpause(
     State(state): State<ApiState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<TokenParam>,
 ) -> Response {
@@ -158,9 +164,12 @@ async fn unpause(
         Ok(c) => c,
         Err((status, kind)) => return page(status, pages::error(kind)),
     };
+    // Outside the limiter layer, so the address is worked out here as that layer does.
+    let peer = peer.map_or(IpAddr::from([127, 0, 0, 1]), |Extension(ConnectInfo(a))| a.ip());
+    let ip = crate::client_ip::client_ip(peer, &headers, &state.inner.trusted_proxies);
     let unpaused = match state
         .ra()
-        .unpause(claims.account, &[], UnpausedBy::Subscriber)
+        .unpause(claims.account, &[], &Requester::account(claims.account, ip))
         .await
     {
         Ok(u) => u,

@@ -25,6 +25,10 @@ pub struct AdminOptions {
     /// <data-dir>/admin.token.
     #[arg(long, global = true, env = "CERTEASY_ADMIN_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Your name, recorded with every change in the audit log; defaults to $SUDO_USER, then
+    /// $USER. Taken as given: the token is what the server authenticates.
+    #[arg(long, global = true, env = "CERTEASY_OPERATOR")]
+    pub operator: Option<String>,
     /// Print the server's JSON document instead of text or a table (commands that show
     /// records; reload, ratelimit, pauses, pause and unpause print text only).
     #[arg(long, global = true)]

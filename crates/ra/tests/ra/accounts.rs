@@ -11,6 +11,7 @@ use crate::harness::harness;
 use crate::harness::key;
 use crate::harness::problem_kind;
 use crate::harness::refusal;
+use crate::harness::who;
 
 #[tokio::test]
 async fn a_new_key_gets_a_new_valid_account_with_its_contacts() {
@@ -135,7 +136,7 @@ async fn more_contacts_than_allowed_are_invalid_contact() {
 async fn a_deactivated_accounts_key_is_refused_as_account_not_valid() {
     let h = harness().build().await;
     let (account, key) = h.account().await;
-    let deactivated = h.ra.deactivate_account(account.id).await.unwrap();
+    let deactivated = h.ra.deactivate_account(account.id, &who()).await.unwrap();
     assert_eq!(deactivated.status, AccountStatus::Deactivated);
     match refusal(h.ra.new_account(account_request(key.public_jwk())).await) {
         Refusal::AccountNotValid(status) => assert_eq!(status, AccountStatus::Deactivated),
@@ -154,6 +155,7 @@ async fn an_update_replaces_the_contacts() {
                 status: None,
                 contacts: Some(vec!["mailto:new@example.com".to_owned()]),
             },
+            &who(),
         )
         .await
         .unwrap();
@@ -171,6 +173,7 @@ async fn an_update_with_bad_contacts_is_refused_and_keeps_the_old_ones() {
                 status: None,
                 contacts: Some(vec!["https://example.com".to_owned()]),
             },
+            &who(),
         )
         .await;
     assert_eq!(problem_kind(outcome), ProblemType::UnsupportedContact);
@@ -189,6 +192,7 @@ async fn an_update_to_a_status_other_than_deactivated_is_malformed() {
                 status: Some("valid".to_owned()),
                 contacts: None,
             },
+            &who(),
         )
         .await;
     assert_eq!(problem_kind(outcome), ProblemType::Malformed);
@@ -206,6 +210,7 @@ async fn an_update_to_deactivated_deactivates_the_account_and_its_pending_author
                 status: Some("deactivated".to_owned()),
                 contacts: None,
             },
+            &who(),
         )
         .await
         .unwrap();
@@ -225,7 +230,7 @@ async fn a_key_change_to_a_fresh_key_moves_the_account_to_it() {
     let (account, _) = h.account().await;
     let new_key = key();
     let changed =
-        h.ra.change_key(&account, &new_key.public_jwk())
+        h.ra.change_key(&account, &new_key.public_jwk(), &who())
             .await
             .unwrap();
     assert_eq!(changed.id, account.id);
@@ -244,7 +249,7 @@ async fn a_key_change_to_the_same_key_is_malformed() {
     let h = harness().build().await;
     let (account, key) = h.account().await;
     assert_eq!(
-        problem_kind(h.ra.change_key(&account, &key.public_jwk()).await),
+        problem_kind(h.ra.change_key(&account, &key.public_jwk(), &who()).await),
         ProblemType::Malformed
     );
 }
@@ -254,7 +259,10 @@ async fn a_key_change_to_another_accounts_key_is_key_in_use_naming_that_account(
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let (other, other_key) = h.account().await;
-    match refusal(h.ra.change_key(&account, &other_key.public_jwk()).await) {
+    match refusal(
+        h.ra.change_key(&account, &other_key.public_jwk(), &who())
+            .await,
+    ) {
         Refusal::KeyInUse(holder) => assert_eq!(holder, other.id),
         refused => panic!("expected KeyInUse, got {refused:?}"),
     }
@@ -265,10 +273,10 @@ async fn a_key_change_from_a_key_another_change_replaced_is_a_conflict() {
     let h = harness().build().await;
     let (account, _) = h.account().await;
     // Both requests were authenticated with the old key; the first one wins.
-    h.ra.change_key(&account, &key().public_jwk())
+    h.ra.change_key(&account, &key().public_jwk(), &who())
         .await
         .unwrap();
-    let late = h.ra.change_key(&account, &key().public_jwk()).await;
+    let late = h.ra.change_key(&account, &key().public_jwk(), &who()).await;
     assert!(
         matches!(refusal(late), Refusal::Conflict(_)),
         "the losing key change is a conflict"
@@ -279,9 +287,9 @@ async fn a_key_change_from_a_key_another_change_replaced_is_a_conflict() {
 async fn deactivating_an_account_twice_is_refused_with_its_state() {
     let h = harness().build().await;
     let (account, _) = h.account().await;
-    h.ra.deactivate_account(account.id).await.unwrap();
+    h.ra.deactivate_account(account.id, &who()).await.unwrap();
     assert!(matches!(
-        refusal(h.ra.deactivate_account(account.id).await),
+        refusal(h.ra.deactivate_account(account.id, &who()).await),
         Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
 }
@@ -291,7 +299,7 @@ async fn an_order_of_an_account_deactivated_since_the_request_was_authenticated_
     let h = harness().build().await;
     let (account, _) = h.account().await;
     // `account` is the request's view, read before the deactivation committed.
-    h.ra.deactivate_account(account.id).await.unwrap();
+    h.ra.deactivate_account(account.id, &who()).await.unwrap();
     assert!(matches!(
         refusal(h.order(&account, &["a.example.com"]).await),
         Refusal::AccountNotValid(AccountStatus::Deactivated)
@@ -302,7 +310,7 @@ async fn an_order_of_an_account_deactivated_since_the_request_was_authenticated_
 async fn only_return_existing_for_a_deactivated_accounts_key_is_account_not_valid() {
     let h = harness().build().await;
     let (account, key) = h.account().await;
-    h.ra.deactivate_account(account.id).await.unwrap();
+    h.ra.deactivate_account(account.id, &who()).await.unwrap();
     let mut request = account_request(key.public_jwk());
     request.only_return_existing = true;
     assert!(matches!(

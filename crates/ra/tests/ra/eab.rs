@@ -22,6 +22,7 @@ use crate::harness::harness;
 use crate::harness::key;
 use crate::harness::problem_kind;
 use crate::harness::refusal;
+use crate::harness::who;
 
 const NEW_ACCOUNT_URL: &str = "https://ca.example/acme/new-account";
 
@@ -37,7 +38,7 @@ fn bound_request(key: &SigningKey, kid: &str, hmac_key: &[u8]) -> AccountRequest
 }
 
 async fn eab_key(h: &Harness, request: KeyRequest) -> (EabKey, Vec<u8>) {
-    let (key, hmac) = h.ra.create_eab_key(request).await.unwrap();
+    let (key, hmac) = h.ra.create_eab_key(request, &who()).await.unwrap();
     (key, URL_SAFE_NO_PAD.decode(hmac).unwrap())
 }
 
@@ -157,7 +158,7 @@ async fn a_reusable_key_binds_several_accounts() {
 async fn a_revoked_key_binds_no_new_account() {
     let h = harness().build().await;
     let (eab, hmac) = eab_key(&h, single_use(EabPolicy::default())).await;
-    let revoked = h.ra.revoke_eab_key(&eab.kid, false).await.unwrap();
+    let revoked = h.ra.revoke_eab_key(&eab.kid, false, &who()).await.unwrap();
     assert_eq!(revoked.key.revoked_at, Some(h.now()));
     let detail = unauthorized_detail(refusal(
         h.ra.new_account(bound_request(&key(), &eab.kid.0, &hmac))
@@ -191,7 +192,7 @@ async fn revoking_an_unknown_key_is_not_found() {
     let h = harness().build().await;
     assert!(matches!(
         refusal(
-            h.ra.revoke_eab_key(&acme_core::ids::EabKid("nosuch".to_owned()), false)
+            h.ra.revoke_eab_key(&acme_core::ids::EabKid("nosuch".to_owned()), false, &who())
                 .await
         ),
         Refusal::NotFound("external account key")
@@ -202,9 +203,9 @@ async fn revoking_an_unknown_key_is_not_found() {
 async fn revoking_a_key_twice_is_a_conflict() {
     let h = harness().build().await;
     let (eab, _) = eab_key(&h, single_use(EabPolicy::default())).await;
-    h.ra.revoke_eab_key(&eab.kid, false).await.unwrap();
+    h.ra.revoke_eab_key(&eab.kid, false, &who()).await.unwrap();
     assert!(matches!(
-        refusal(h.ra.revoke_eab_key(&eab.kid, false).await),
+        refusal(h.ra.revoke_eab_key(&eab.kid, false, &who()).await),
         Refusal::Conflict(_)
     ));
 }
@@ -223,8 +224,8 @@ async fn revoking_a_key_with_its_accounts_deactivates_them_even_when_revoked_bef
     let first = h.register(bound_request(&key(), &eab.kid.0, &hmac)).await;
     let second = h.register(bound_request(&key(), &eab.kid.0, &hmac)).await;
     let (unbound, _) = h.account().await;
-    h.ra.revoke_eab_key(&eab.kid, false).await.unwrap();
-    let revocation = h.ra.revoke_eab_key(&eab.kid, true).await.unwrap();
+    h.ra.revoke_eab_key(&eab.kid, false, &who()).await.unwrap();
+    let revocation = h.ra.revoke_eab_key(&eab.kid, true, &who()).await.unwrap();
     assert_eq!(revocation.deactivated_accounts, 2);
     for id in [first.id, second.id] {
         let account = h.storage.account(id).await.unwrap().unwrap();

@@ -33,6 +33,7 @@ use ra::Ra;
 use ra::Refusal;
 use ra::accounts::AccountRequest;
 use ra::accounts::Registered;
+use ra::audit::Requester;
 use ra::in_flight::Held;
 use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
@@ -561,21 +562,18 @@ impl Harness {
             .ca
             .issue(&checked, &processing.identifiers, profile, &intent)
             .unwrap();
+        let new = NewCertificate {
+            serial: issued.serial,
+            der: issued.der,
+            issuer_chain_pem: issued.issuer_chain_pem.to_string(),
+            not_before: issued.not_before,
+            not_after: issued.not_after,
+            crl_shard: issued.crl_shard,
+        };
+        let audit = ra::audit::certificate_issued(&processing, &new);
         let cert = self
             .storage
-            .complete_order(
-                processing.id,
-                NewCertificate {
-                    serial: issued.serial,
-                    der: issued.der,
-                    issuer_chain_pem: issued.issuer_chain_pem.to_string(),
-                    not_before: issued.not_before,
-                    not_after: issued.not_after,
-                    crl_shard: issued.crl_shard,
-                },
-                now,
-                None,
-            )
+            .complete_order(processing.id, new, now, None, &audit)
             .await
             .unwrap();
         (cert, key)
@@ -601,4 +599,23 @@ impl Harness {
             URL_SAFE_NO_PAD.encode(cert.serial.as_bytes())
         )
     }
+}
+
+/// The address the tests' ACME requests come from (TEST-NET-1).
+pub(crate) fn client_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7))
+}
+
+/// Who asks, where a test does not look at the audit record: an operator through the admin API.
+pub(crate) fn who() -> Requester {
+    Requester::admin(
+        "sha256:0123456789abcdef".to_owned(),
+        Some("alice".to_owned()),
+        Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    )
+}
+
+/// The holder of account `id`, asking from [`client_ip`].
+pub(crate) fn subscriber(id: acme_core::ids::AccountId) -> Requester {
+    Requester::account(id, client_ip())
 }

@@ -18,6 +18,7 @@ use crate::harness::csr_with;
 use crate::harness::harness;
 use crate::harness::key;
 use crate::harness::refusal;
+use crate::harness::who;
 
 /// An RSA key with public exponent 3: weak (Boulder's goodkey refuses it too).
 fn exponent_three_key() -> Jwk {
@@ -97,7 +98,7 @@ async fn a_key_blocked_by_the_operator_gets_no_account() {
     let h = harness().build().await;
     let key = key();
     let blocked =
-        h.ra.block_key(SpkiHash::of(&key.public_jwk()), "compromised")
+        h.ra.block_key(SpkiHash::of(&key.public_jwk()), "compromised", &who())
             .await
             .unwrap();
     assert_eq!(blocked.created_at, h.now());
@@ -136,11 +137,12 @@ async fn a_key_change_to_a_blocked_key_is_refused_and_the_old_key_stays() {
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let new_key = key();
-    h.ra.block_key(SpkiHash::of(&new_key.public_jwk()), "compromised")
+    h.ra.block_key(SpkiHash::of(&new_key.public_jwk()), "compromised", &who())
         .await
         .unwrap();
     let (used, _) = bad_key(refusal(
-        h.ra.change_key(&account, &new_key.public_jwk()).await,
+        h.ra.change_key(&account, &new_key.public_jwk(), &who())
+            .await,
     ));
     assert_eq!(used, KeyUse::Account);
     let stored = h.storage.account(account.id).await.unwrap().unwrap();
@@ -153,7 +155,8 @@ async fn a_key_change_to_a_weak_key_is_refused() {
     let (account, _) = h.account().await;
     assert_eq!(
         bad_key(refusal(
-            h.ra.change_key(&account, &exponent_three_key()).await
+            h.ra.change_key(&account, &exponent_three_key(), &who())
+                .await
         ))
         .0,
         KeyUse::Account
@@ -164,7 +167,7 @@ async fn a_key_change_to_a_weak_key_is_refused() {
 async fn an_account_whose_key_is_blocked_later_keeps_its_account() {
     let h = harness().build().await;
     let (account, key) = h.account().await;
-    h.ra.block_key(SpkiHash::of(&key.public_jwk()), "compromised")
+    h.ra.block_key(SpkiHash::of(&key.public_jwk()), "compromised", &who())
         .await
         .unwrap();
     // Only keys being registered are judged; the existing account can still order.
@@ -178,7 +181,7 @@ async fn a_csr_with_a_blocked_key_is_refused_as_a_bad_certificate_key_and_the_or
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let csr_key = rcgen::KeyPair::generate().unwrap();
     let hash = SpkiHash::of_spki_der(&csr_key.subject_public_key_info()).unwrap();
-    h.ra.block_key(hash, "compromised").await.unwrap();
+    h.ra.block_key(hash, "compromised", &who()).await.unwrap();
     let csr = csr_with(&csr_key, &["a.example.com"]);
     let (used, detail) = bad_key(refusal(
         h.ra.finalize(&account, order.clone(), &b64(&csr)).await,
@@ -195,9 +198,9 @@ async fn a_csr_with_a_blocked_key_is_refused_as_a_bad_certificate_key_and_the_or
 async fn blocking_a_key_twice_is_a_conflict() {
     let h = harness().build().await;
     let hash = SpkiHash::of(&key().public_jwk());
-    h.ra.block_key(hash, "first").await.unwrap();
+    h.ra.block_key(hash, "first", &who()).await.unwrap();
     assert!(matches!(
-        refusal(h.ra.block_key(hash, "second").await),
+        refusal(h.ra.block_key(hash, "second", &who()).await),
         Refusal::Conflict(_)
     ));
 }
@@ -207,9 +210,9 @@ async fn an_unblocked_key_may_become_an_account_key_again() {
     let h = harness().build().await;
     let key = key();
     let hash = SpkiHash::of(&key.public_jwk());
-    h.ra.block_key(hash, "by mistake").await.unwrap();
+    h.ra.block_key(hash, "by mistake", &who()).await.unwrap();
     assert_eq!(h.ra.blocked_keys().await.unwrap().len(), 1);
-    h.ra.unblock_key(hash).await.unwrap();
+    h.ra.unblock_key(hash, &who()).await.unwrap();
     assert!(h.ra.blocked_keys().await.unwrap().is_empty());
     h.register(account_request(key.public_jwk())).await;
 }
@@ -218,7 +221,10 @@ async fn an_unblocked_key_may_become_an_account_key_again() {
 async fn unblocking_a_key_that_is_not_blocked_is_not_found() {
     let h = harness().build().await;
     assert!(matches!(
-        refusal(h.ra.unblock_key(SpkiHash::of(&key().public_jwk())).await),
+        refusal(
+            h.ra.unblock_key(SpkiHash::of(&key().public_jwk()), &who())
+                .await
+        ),
         Refusal::NotFound("blocked key")
     ));
 }

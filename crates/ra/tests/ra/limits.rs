@@ -29,6 +29,7 @@ use storage::model::ValidationRecorded;
 
 use crate::harness::CLIENT;
 use crate::harness::account_request;
+use crate::harness::client_ip;
 use crate::harness::dns;
 use crate::harness::harness;
 use crate::harness::key;
@@ -868,6 +869,7 @@ async fn revoking_a_certificate_frees_its_duplicate_certificate_slot() {
         ra::revocation::Revoker::Account(account.id),
         &cert.der,
         None,
+        client_ip(),
     )
     .await
     .unwrap();

@@ -13,16 +13,18 @@ use storage::model::AccountFilter;
 use storage::model::CertificateFilter;
 use storage::model::Page;
 
+use crate::harness::client_ip;
 use crate::harness::dns;
 use crate::harness::harness;
 use crate::harness::refusal;
+use crate::harness::who;
 
 #[tokio::test]
 async fn an_operator_deactivates_a_valid_account_and_it_can_no_longer_register_its_key() {
     let h = harness().build().await;
     let (account, key) = h.account().await;
     let order = h.order(&account, &["a.example.com"]).await.unwrap().order;
-    let deactivated = h.ra.operator_deactivates(account.id).await.unwrap();
+    let deactivated = h.ra.operator_deactivates(account.id, &who()).await.unwrap();
     assert_eq!(deactivated.status, AccountStatus::Deactivated);
     let order = h.stored_order(&order).await;
     assert_eq!(order.status, acme_core::status::OrderStatus::Invalid);
@@ -40,21 +42,21 @@ async fn deactivating_an_account_twice_is_account_not_valid_for_the_operator_and
 {
     let h = harness().build().await;
     let (account, _) = h.account().await;
-    h.ra.operator_deactivates(account.id).await.unwrap();
+    h.ra.operator_deactivates(account.id, &who()).await.unwrap();
     assert!(matches!(
-        refusal(h.ra.operator_deactivates(account.id).await),
+        refusal(h.ra.operator_deactivates(account.id, &who()).await),
         Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
     // The holder's request, authenticated before the operator's deactivation committed.
     assert!(matches!(
-        refusal(h.ra.deactivate_account(account.id).await),
+        refusal(h.ra.deactivate_account(account.id, &who()).await),
         Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
     // And the other way round.
     let (other, _) = h.account().await;
-    h.ra.deactivate_account(other.id).await.unwrap();
+    h.ra.deactivate_account(other.id, &who()).await.unwrap();
     assert!(matches!(
-        refusal(h.ra.operator_deactivates(other.id).await),
+        refusal(h.ra.operator_deactivates(other.id, &who()).await),
         Refusal::AccountNotValid(AccountStatus::Deactivated)
     ));
 }
@@ -63,7 +65,7 @@ async fn deactivating_an_account_twice_is_account_not_valid_for_the_operator_and
 async fn deactivating_an_account_that_does_not_exist_is_not_found() {
     let h = harness().build().await;
     assert!(matches!(
-        refusal(h.ra.operator_deactivates(AccountId(4242)).await),
+        refusal(h.ra.operator_deactivates(AccountId(4242), &who()).await),
         Refusal::NotFound("account")
     ));
     assert!(matches!(
@@ -78,7 +80,7 @@ async fn an_account_is_shown_with_what_it_holds() {
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     h.issue(&account, &["b.example.com"]).await;
-    h.ra.revoke_stored(&cert, RevocationReason::Superseded)
+    h.ra.revoke_stored(&cert, RevocationReason::Superseded, &who())
         .await
         .unwrap();
     let detail = h.ra.show_account(account.id).await.unwrap();
@@ -94,7 +96,7 @@ async fn accounts_are_listed_by_status_newest_first() {
     let (first, _) = h.account().await;
     let (second, _) = h.account().await;
     let (third, _) = h.account().await;
-    h.ra.operator_deactivates(second.id).await.unwrap();
+    h.ra.operator_deactivates(second.id, &who()).await.unwrap();
     let valid =
         h.ra.list_accounts(
             &AccountFilter {
@@ -138,13 +140,13 @@ async fn an_operator_revokes_by_serial_with_any_reason_once() {
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     let revoked =
-        h.ra.revoke_by_serial(&cert.serial, RevocationReason::CessationOfOperation)
+        h.ra.revoke_by_serial(&cert.serial, RevocationReason::CessationOfOperation, &who())
             .await
             .unwrap();
     assert_eq!(revoked.revoked_at, Some(h.now()));
     assert!(matches!(
         refusal(
-            h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise)
+            h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise, &who())
                 .await
         ),
         Refusal::State(ra::error::StateRefusal::AlreadyRevoked)
@@ -153,7 +155,8 @@ async fn an_operator_revokes_by_serial_with_any_reason_once() {
         refusal(
             h.ra.revoke_by_serial(
                 &Serial::from_bytes(vec![9, 9, 9]),
-                RevocationReason::Unspecified
+                RevocationReason::Unspecified,
+                &who()
             )
             .await
         ),
@@ -166,7 +169,7 @@ async fn a_certificate_the_operator_revoked_is_already_revoked_for_its_holder() 
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
-    h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise)
+    h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise, &who())
         .await
         .unwrap();
     assert!(matches!(
@@ -174,7 +177,8 @@ async fn a_certificate_the_operator_revoked_is_already_revoked_for_its_holder() 
             h.ra.revoke(
                 ra::revocation::Revoker::Account(account.id),
                 &cert.der,
-                None
+                None,
+                client_ip()
             )
             .await
         ),
@@ -191,12 +195,13 @@ async fn a_certificate_its_holder_revoked_is_already_revoked_for_the_operator() 
         ra::revocation::Revoker::Account(account.id),
         &cert.der,
         None,
+        client_ip(),
     )
     .await
     .unwrap();
     assert!(matches!(
         refusal(
-            h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise)
+            h.ra.revoke_by_serial(&cert.serial, RevocationReason::KeyCompromise, &who())
                 .await
         ),
         Refusal::State(ra::error::StateRefusal::AlreadyRevoked)
@@ -248,7 +253,7 @@ async fn a_bulk_revocation_revokes_the_selection_batch_by_batch_and_skips_the_re
     h.issue(&account, &["b.example.com"]).await;
     h.issue(&account, &["c.example.com"]).await;
     let (untouched, _) = h.issue(&other, &["a.example.com"]).await;
-    h.ra.revoke_stored(&already, RevocationReason::Superseded)
+    h.ra.revoke_stored(&already, RevocationReason::Superseded, &who())
         .await
         .unwrap();
     let filter = CertificateFilter {
@@ -257,20 +262,32 @@ async fn a_bulk_revocation_revokes_the_selection_batch_by_batch_and_skips_the_re
     };
     assert_eq!(h.ra.count_revocable(&filter).await.unwrap(), 2);
     let first =
-        h.ra.revoke_batch(&filter, None, 1, RevocationReason::KeyCompromise)
+        h.ra.revoke_batch(&filter, None, 1, RevocationReason::KeyCompromise, &who())
             .await
             .unwrap();
     assert_eq!(first.revoked.len(), 1);
     assert!(first.next.is_some());
     let second =
-        h.ra.revoke_batch(&filter, first.next, 1, RevocationReason::KeyCompromise)
-            .await
-            .unwrap();
+        h.ra.revoke_batch(
+            &filter,
+            first.next,
+            1,
+            RevocationReason::KeyCompromise,
+            &who(),
+        )
+        .await
+        .unwrap();
     assert_eq!(second.revoked.len(), 1);
     let last =
-        h.ra.revoke_batch(&filter, second.next, 1, RevocationReason::KeyCompromise)
-            .await
-            .unwrap();
+        h.ra.revoke_batch(
+            &filter,
+            second.next,
+            1,
+            RevocationReason::KeyCompromise,
+            &who(),
+        )
+        .await
+        .unwrap();
     assert!(last.revoked.is_empty());
     assert_eq!(last.next, None);
     assert_eq!(h.ra.count_revocable(&filter).await.unwrap(), 0);

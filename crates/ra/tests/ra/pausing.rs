@@ -8,7 +8,6 @@ use acme_core::status::ChallengeStatus;
 use ra::Refusal;
 use ra::pausing::PAUSE_RETRY_AFTER_SECS;
 use ra::pausing::SHOWN;
-use ra::pausing::UnpausedBy;
 use ra::verdicts::ValidationHook;
 use ra::verdicts::ZombieHook;
 use storage::model::ValidationRecorded;
@@ -17,6 +16,8 @@ use crate::harness::Harness;
 use crate::harness::dns;
 use crate::harness::harness;
 use crate::harness::refusal;
+use crate::harness::subscriber;
+use crate::harness::who;
 
 /// The limits with zombie pausing on: `max` consecutive failures pause a pair.
 async fn zombie_harness(max: u64) -> Harness {
@@ -54,7 +55,7 @@ async fn an_order_naming_a_paused_identifier_is_refused_as_paused_with_the_names
     let h = zombie_harness(10).await;
     let (account, _) = h.account().await;
     assert_eq!(
-        h.ra.pause(account.id, &[dns("a.example.com")])
+        h.ra.pause(account.id, &[dns("a.example.com")], &who())
             .await
             .unwrap(),
         1
@@ -93,7 +94,10 @@ async fn a_refusal_shows_at_most_fifteen_paused_names_and_says_there_are_more() 
         .map(|i| format!("n{i:02}.example.com"))
         .collect();
     let ids: Vec<_> = names.iter().map(|n| dns(n)).collect();
-    assert_eq!(h.ra.pause(account.id, &ids).await.unwrap(), names.len());
+    assert_eq!(
+        h.ra.pause(account.id, &ids, &who()).await.unwrap(),
+        names.len()
+    );
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     match refusal(h.order(&account, &refs).await) {
         Refusal::Paused { shown, more, .. } => {
@@ -109,13 +113,13 @@ async fn pausing_a_pair_twice_counts_it_once() {
     let h = zombie_harness(10).await;
     let (account, _) = h.account().await;
     assert_eq!(
-        h.ra.pause(account.id, &[dns("a.example.com")])
+        h.ra.pause(account.id, &[dns("a.example.com")], &who())
             .await
             .unwrap(),
         1
     );
     assert_eq!(
-        h.ra.pause(account.id, &[dns("a.example.com")])
+        h.ra.pause(account.id, &[dns("a.example.com")], &who())
             .await
             .unwrap(),
         0
@@ -126,7 +130,10 @@ async fn pausing_a_pair_twice_counts_it_once() {
 async fn pausing_for_an_account_that_does_not_exist_is_not_found() {
     let h = zombie_harness(10).await;
     assert!(matches!(
-        refusal(h.ra.pause(AccountId(4242), &[dns("a.example.com")]).await),
+        refusal(
+            h.ra.pause(AccountId(4242), &[dns("a.example.com")], &who())
+                .await
+        ),
         Refusal::NotFound("account")
     ));
 }
@@ -135,11 +142,15 @@ async fn pausing_for_an_account_that_does_not_exist_is_not_found() {
 async fn an_unpaused_pair_may_order_again() {
     let h = zombie_harness(10).await;
     let (account, _) = h.account().await;
-    h.ra.pause(account.id, &[dns("a.example.com"), dns("b.example.com")])
-        .await
-        .unwrap();
+    h.ra.pause(
+        account.id,
+        &[dns("a.example.com"), dns("b.example.com")],
+        &who(),
+    )
+    .await
+    .unwrap();
     let unpaused =
-        h.ra.unpause(account.id, &[dns("a.example.com")], UnpausedBy::Subscriber)
+        h.ra.unpause(account.id, &[dns("a.example.com")], &subscriber(account.id))
             .await
             .unwrap();
     assert_eq!(unpaused, vec![dns("a.example.com")]);
@@ -154,13 +165,14 @@ async fn an_unpaused_pair_may_order_again() {
 async fn unpausing_without_names_unpauses_every_pair_of_the_account() {
     let h = zombie_harness(10).await;
     let (account, _) = h.account().await;
-    h.ra.pause(account.id, &[dns("a.example.com"), dns("b.example.com")])
-        .await
-        .unwrap();
-    let mut unpaused =
-        h.ra.unpause(account.id, &[], UnpausedBy::Operator)
-            .await
-            .unwrap();
+    h.ra.pause(
+        account.id,
+        &[dns("a.example.com"), dns("b.example.com")],
+        &who(),
+    )
+    .await
+    .unwrap();
+    let mut unpaused = h.ra.unpause(account.id, &[], &who()).await.unwrap();
     unpaused.sort();
     assert_eq!(unpaused, vec![dns("a.example.com"), dns("b.example.com")]);
     assert!(
@@ -212,7 +224,7 @@ async fn failures_within_the_repause_grace_after_an_unpause_are_not_counted() {
         refusal(h.order(&account, &["a.example.com"]).await),
         Refusal::Paused { .. }
     ));
-    h.ra.unpause(account.id, &[dns("a.example.com")], UnpausedBy::Subscriber)
+    h.ra.unpause(account.id, &[dns("a.example.com")], &subscriber(account.id))
         .await
         .unwrap();
     h.advance(time::Duration::minutes(59));
@@ -231,11 +243,11 @@ async fn failures_within_the_repause_grace_after_an_unpause_are_not_counted() {
 async fn unpausing_a_pair_that_is_not_paused_unpauses_nothing() {
     let h = zombie_harness(10).await;
     let (account, _) = h.account().await;
-    h.ra.pause(account.id, &[dns("a.example.com")])
+    h.ra.pause(account.id, &[dns("a.example.com")], &who())
         .await
         .unwrap();
     let unpaused =
-        h.ra.unpause(account.id, &[dns("b.example.com")], UnpausedBy::Subscriber)
+        h.ra.unpause(account.id, &[dns("b.example.com")], &subscriber(account.id))
             .await
             .unwrap();
     assert!(unpaused.is_empty());

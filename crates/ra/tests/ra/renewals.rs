@@ -9,11 +9,13 @@ use ra::revocation::Revoker;
 use storage::model::Certificate;
 
 use crate::harness::Harness;
+use crate::harness::client_ip;
 use crate::harness::harness;
 use crate::harness::order_request;
 use crate::harness::problem_kind;
 use crate::harness::rate_limited;
 use crate::harness::refusal;
+use crate::harness::who;
 
 fn replacing(h: &Harness, cert: &Certificate, names: &[&str]) -> ra::orders::OrderRequest {
     let mut request = order_request(names);
@@ -46,7 +48,7 @@ async fn a_revoked_certificates_window_is_in_the_past() {
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     h.advance(time::Duration::days(2));
-    h.ra.revoke_stored(&cert, RevocationReason::KeyCompromise)
+    h.ra.revoke_stored(&cert, RevocationReason::KeyCompromise, &who())
         .await
         .unwrap();
     h.advance(time::Duration::hours(3));
@@ -63,14 +65,14 @@ async fn a_certificate_marked_for_early_renewal_gets_a_window_in_the_past() {
     let (unmarked, _) = h.issue(&account, &["b.example.com"]).await;
     h.advance(time::Duration::days(1));
     assert_eq!(
-        h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()))
+        h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()), &who())
             .await
             .unwrap(),
         1
     );
     // Marked once only.
     assert_eq!(
-        h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()))
+        h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()), &who())
             .await
             .unwrap(),
         0
@@ -90,15 +92,16 @@ async fn early_renewal_by_account_or_name_marks_every_matching_certificate() {
     h.issue(&account, &["b.example.com"]).await;
     h.issue(&other, &["a.example.com"]).await;
     assert_eq!(
-        h.ra.renew_early(&RenewEarlyTarget::Name(crate::harness::dns(
-            "a.example.com"
-        )))
+        h.ra.renew_early(
+            &RenewEarlyTarget::Name(crate::harness::dns("a.example.com")),
+            &who()
+        )
         .await
         .unwrap(),
         2
     );
     assert_eq!(
-        h.ra.renew_early(&RenewEarlyTarget::Account(account.id))
+        h.ra.renew_early(&RenewEarlyTarget::Account(account.id), &who())
             .await
             .unwrap(),
         1,
@@ -294,7 +297,7 @@ async fn the_renewal_of_a_revoked_certificate_is_held_to_the_order_creation_limi
     let h = one_order_an_hour().await;
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
-    h.ra.revoke(Revoker::Account(account.id), &cert.der, None)
+    h.ra.revoke(Revoker::Account(account.id), &cert.der, None, client_ip())
         .await
         .unwrap();
     h.advance(time::Duration::hours(1));
@@ -321,7 +324,7 @@ async fn a_due_renewal_is_still_held_to_the_duplicate_certificate_limit() {
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     let window = h.ra.renewal_info(&h.cert_id(&cert)).await.unwrap();
-    h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()))
+    h.ra.renew_early(&RenewEarlyTarget::Serial(cert.serial.clone()), &who())
         .await
         .unwrap();
     assert!(window.start > h.now());

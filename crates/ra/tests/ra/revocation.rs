@@ -10,6 +10,7 @@ use ra::revocation::reason_from_code;
 
 use rcgen::PublicKeyData;
 
+use crate::harness::client_ip;
 use crate::harness::harness;
 use crate::harness::problem_kind;
 use crate::harness::refusal;
@@ -21,9 +22,14 @@ async fn the_account_holding_a_certificate_may_revoke_it_with_a_reason() {
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     h.advance(time::Duration::hours(1));
     let revoked =
-        h.ra.revoke(Revoker::Account(account.id), &cert.der, Some(4))
-            .await
-            .unwrap();
+        h.ra.revoke(
+            Revoker::Account(account.id),
+            &cert.der,
+            Some(4),
+            client_ip(),
+        )
+        .await
+        .unwrap();
     assert_eq!(revoked.id, cert.id);
     assert_eq!(revoked.revoked_at, Some(h.now()));
     assert_eq!(
@@ -41,9 +47,14 @@ async fn the_holder_of_the_certificates_key_may_revoke_it_without_an_account() {
         .unwrap()
         .thumbprint();
     let revoked =
-        h.ra.revoke(Revoker::CertificateKey(thumbprint), &cert.der, Some(1))
-            .await
-            .unwrap();
+        h.ra.revoke(
+            Revoker::CertificateKey(thumbprint),
+            &cert.der,
+            Some(1),
+            client_ip(),
+        )
+        .await
+        .unwrap();
     assert_eq!(
         revoked.revocation_reason,
         Some(RevocationReason::KeyCompromise)
@@ -58,7 +69,7 @@ async fn another_account_may_not_revoke_a_certificate_it_does_not_hold() {
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
     assert_eq!(
         problem_kind(
-            h.ra.revoke(Revoker::Account(other.id), &cert.der, None)
+            h.ra.revoke(Revoker::Account(other.id), &cert.der, None, client_ip())
                 .await
         ),
         ProblemType::Unauthorized
@@ -75,7 +86,7 @@ async fn another_key_than_the_certificates_may_not_revoke_it() {
     // The account's key is not the certificate's key.
     let revoker = Revoker::CertificateKey(account_key.public_jwk().thumbprint());
     assert_eq!(
-        problem_kind(h.ra.revoke(revoker, &cert.der, None).await),
+        problem_kind(h.ra.revoke(revoker, &cert.der, None, client_ip()).await),
         ProblemType::Unauthorized
     );
 }
@@ -85,14 +96,24 @@ async fn a_certificate_is_revoked_once_and_a_second_revocation_is_already_revoke
     let h = harness().build().await;
     let (account, _) = h.account().await;
     let (cert, _) = h.issue(&account, &["a.example.com"]).await;
-    h.ra.revoke(Revoker::Account(account.id), &cert.der, Some(1))
-        .await
-        .unwrap();
+    h.ra.revoke(
+        Revoker::Account(account.id),
+        &cert.der,
+        Some(1),
+        client_ip(),
+    )
+    .await
+    .unwrap();
     h.advance(time::Duration::hours(1));
     assert!(matches!(
         refusal(
-            h.ra.revoke(Revoker::Account(account.id), &cert.der, Some(4))
-                .await
+            h.ra.revoke(
+                Revoker::Account(account.id),
+                &cert.der,
+                Some(4),
+                client_ip()
+            )
+            .await
         ),
         Refusal::State(StateRefusal::AlreadyRevoked)
     ));
@@ -113,8 +134,13 @@ async fn a_reason_code_clients_may_not_use_is_bad_revocation_reason() {
     for code in [2, 6, 7, 8, 9, 10, 11, -1] {
         assert_eq!(
             problem_kind(
-                h.ra.revoke(Revoker::Account(account.id), &cert.der, Some(code))
-                    .await
+                h.ra.revoke(
+                    Revoker::Account(account.id),
+                    &cert.der,
+                    Some(code),
+                    client_ip()
+                )
+                .await
             ),
             ProblemType::BadRevocationReason,
             "reason {code}"
@@ -132,7 +158,7 @@ async fn bytes_that_are_not_a_certificate_are_malformed() {
     let (account, _) = h.account().await;
     assert_eq!(
         problem_kind(
-            h.ra.revoke(Revoker::Account(account.id), b"not DER", None)
+            h.ra.revoke(Revoker::Account(account.id), b"not DER", None, client_ip())
                 .await
         ),
         ProblemType::Malformed
@@ -150,8 +176,13 @@ async fn a_certificate_this_ca_did_not_issue_is_not_found() {
     let (foreign, _) = other.issue(&other_account, &["a.example.com"]).await;
     assert!(matches!(
         refusal(
-            h.ra.revoke(Revoker::Account(account.id), &foreign.der, None)
-                .await
+            h.ra.revoke(
+                Revoker::Account(account.id),
+                &foreign.der,
+                None,
+                client_ip()
+            )
+            .await
         ),
         Refusal::NotFound(_)
     ));

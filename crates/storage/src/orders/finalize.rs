@@ -15,6 +15,8 @@ use time::OffsetDateTime;
 use crate::Backend;
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::error::Error;
 use crate::evidence;
@@ -63,15 +65,19 @@ impl Storage {
     /// certificate is kept. Idempotent: an order that is already valid returns its
     /// certificate. `settle` as for [`Storage::record_validation`]. `Error::Corrupt` when the
     /// serial is not the order's open reservation or the order is neither processing nor
-    /// valid: only the holder of its `Finalize` job stores its certificate.
+    /// valid: only the holder of its `Finalize` job stores its certificate. `audit` (the
+    /// issuance) is recorded in the same transaction when this call stores the certificate, with
+    /// `evidence_sha256` (`evidence::digest` of the evidence kept with it) added to its detail;
+    /// a repeat records nothing.
     pub async fn complete_order(
         &self,
         id: OrderId,
         cert: NewCertificate,
         now: OffsetDateTime,
         settle: Option<&Job>,
+        audit: &AuditEvent,
     ) -> Result<Certificate> {
-        complete(self, id, cert, now, settle).await
+        complete(self, id, cert, now, settle, audit).await
     }
 
     /// processing → invalid with the problem; `settle` as for [`Storage::record_validation`].
@@ -221,8 +227,9 @@ async fn store_certificate(
     } = stored;
     let row = sql::query(concat!(
         "INSERT INTO certificates (account_id, order_id, serial, der, chain_pem, issuer_chain_id, \
-         set_hash, not_before, not_after, issued_at, crl_shard) \
-         VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10) RETURNING ",
+         set_hash, not_before, not_after, issued_at, crl_shard, issuer) \
+         VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8, $9, $10, (SELECT r.issuer FROM \
+         serial_reservations r WHERE r.serial = $3 AND r.state = 'reserved')) RETURNING ",
         rows::certificate_cols!()
     ))
     .bind(account_id)
@@ -260,11 +267,12 @@ async fn complete(
     cert: NewCertificate,
     now: OffsetDateTime,
     settle: Option<&Job>,
+    audit: &AuditEvent,
 ) -> Result<Certificate> {
     let now_s = codec::unix(now);
     let chain_id = issuer_chains::id_of(s, &cert.issuer_chain_pem).await?;
     if s.backend == Backend::Postgres {
-        return complete_pg(s, id, cert, chain_id, now_s, settle).await;
+        return complete_pg(s, id, cert, chain_id, now, settle, audit).await;
     }
     let mut tx = s.begin_write().await?;
     let read = match s.backend {
@@ -281,6 +289,7 @@ async fn complete(
         .await?
         .ok_or(Error::NotFound)?;
     let status: OrderStatus = codec::parse(&row.try_get::<String, _>("status")?)?;
+    let mut issued = None;
     let certificate = match status {
         OrderStatus::Valid => {
             let existing: Option<i64> = row.try_get("certificate_id")?;
@@ -321,6 +330,8 @@ async fn complete(
             let certificate = store_certificate(&mut tx, id, stored, cert).await?;
             reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
             evidence::copy_in(&mut tx, id, certificate.id, &serial, now_s, kept_until).await?;
+            let digest = evidence_digest(&mut tx, id, now_s, kept_until).await?;
+            issued = Some(with_evidence(audit, &digest));
             certificate
         }
         other => return Err(not_processing(id, other.as_str())),
@@ -328,22 +339,85 @@ async fn complete(
     if let Some(job) = settle {
         state::settle_job(&mut tx, job).await?;
     }
+    if let Some(event) = &issued {
+        audit::append_in(&mut tx, event, now).await?;
+    }
     tx.commit().await?;
     Ok(certificate)
 }
 
+/// `audit` with the digest of the certificate's evidence in its detail.
+fn with_evidence(audit: &AuditEvent, digest: &str) -> AuditEvent {
+    let mut event = audit.clone();
+    if !event.detail.is_object() {
+        event.detail = serde_json::json!({});
+    }
+    if let Some(detail) = event.detail.as_object_mut() {
+        detail.insert("evidence_sha256".to_owned(), digest.into());
+    }
+    event
+}
+
+/// [`evidence::digest`] of the records the certificate of order `id`, stored at `now_s`, keeps
+/// (or is about to keep): the same rows, in the same order, as [`evidence::copy_in`] copies
+/// (and `certeasy_complete_reserved`'s statement on PostgreSQL), read from the challenges they
+/// are copied from. Their evidence does not change once valid, so the digest read before the
+/// copy (PostgreSQL, where the copy and the record are one statement) is the copy's.
+async fn evidence_digest(
+    conn: &mut Conn,
+    id: OrderId,
+    now_s: i64,
+    kept_until: i64,
+) -> Result<String> {
+    let rows = sql::query(
+        "SELECT a.identifier_value, c.type, COALESCE(c.validated_at, $2) AS validated_at,          COALESCE(c.evidence, $3) AS evidence          FROM order_authorizations oa JOIN authorizations a ON a.id = oa.authz_id          JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid'          WHERE oa.order_id = $1 ORDER BY oa.position",
+    )
+    .bind(id.0)
+    .bind(now_s)
+    .bind(evidence::NONE_RECORDED)
+    .fetch_all(&mut *conn)
+    .await?;
+    let kept_until = codec::time_from_unix(kept_until)?;
+    let records = rows
+        .iter()
+        .map(|row| {
+            let seen: evidence::Evidence =
+                serde_json::from_str(&row.try_get::<String, _>("evidence")?)
+                    .map_err(|e| Error::Corrupt(format!("evidence of order {id}: {e}")))?;
+            Ok(evidence::EvidenceRecord {
+                identifier: row.try_get("identifier_value")?,
+                method: row.try_get("type")?,
+                validated_at: codec::time_from_unix(row.try_get("validated_at")?)?,
+                addresses: seen.addresses,
+                observed: seen.observed,
+                caa: seen.caa,
+                kept_until,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(evidence::digest(&records))
+}
+
 /// [`complete`] on PostgreSQL: the same transaction, lock for lock, as the function
 /// `certeasy_complete_reserved` (migration 0014), in one round trip; a repeat (the order already
-/// valid) reads its certificate after it.
+/// valid) reads its certificate after it. The issuance's audit record is appended by the same
+/// statement (the CTEs `h` and `l`, `audit::append_pg`'s two, `$13` to `$25`), only when the
+/// function stored the certificate; the evidence digest it carries is read just before.
 async fn complete_pg(
     s: &Storage,
     id: OrderId,
     cert: NewCertificate,
     chain_id: i64,
-    now_s: i64,
+    now: OffsetDateTime,
     settle: Option<&Job>,
+    audit: &AuditEvent,
 ) -> Result<Certificate> {
+    let now_s = codec::unix(now);
     let kept_until = s.evidence_kept_until(now_s, cert.not_after);
+    let digest = {
+        let mut conn = s.db.acquire().await?;
+        evidence_digest(&mut conn, id, now_s, kept_until).await?
+    };
     // The evidence is copied in the same statement (so the same transaction) as the function
     // stores the certificate, as `evidence::copy_in` does on SQLite: `$11` stands for missing
     // evidence, `$12` is `kept_until`. The function changes no row the copy reads.
@@ -356,7 +430,15 @@ async fn complete_pg(
              FROM r JOIN order_authorizations oa ON oa.order_id = r.order_id \
              JOIN authorizations a ON a.id = oa.authz_id \
              JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
-             WHERE r.outcome = 'issued' ORDER BY oa.position) \
+             WHERE r.outcome = 'issued' ORDER BY oa.position), \
+         h AS (UPDATE audit_head SET seq = seq + 1, prev_hash = hash, \
+             hash = encode(sha256(decode(hash, 'hex') || int8send(seq + 1) || $13), 'hex') \
+             WHERE id = 1 AND EXISTS (SELECT 1 FROM r WHERE r.outcome = 'issued') \
+             RETURNING seq, prev_hash, hash), \
+         l AS (INSERT INTO audit_log (seq, format, at_ms, kind, actor_kind, actor, operator, \
+             client_ip, account_id, serial, names, reason, detail, prev_hash, hash) \
+             SELECT seq, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, prev_hash, hash \
+             FROM h) \
          SELECT * FROM r",
     )
     .bind(id.0)
@@ -370,10 +452,11 @@ async fn complete_pg(
     .bind(settle.map(|job| job.id.0))
     .bind(settle.map(|job| i64::from(job.attempts)))
     .bind(evidence::NONE_RECORDED)
-    .bind(kept_until)
-    .fetch_optional(&s.db)
-    .await?
-    .ok_or(Error::NotFound)?;
+    .bind(kept_until);
+    let row = audit::bind_pg_append(row, &with_evidence(audit, &digest), now)?
+        .fetch_optional(&s.db)
+        .await?
+        .ok_or(Error::NotFound)?;
     match row.try_get::<String, _>("outcome")?.as_str() {
         "issued" => rows::certificate_stored(&row, Some(&cert.issuer_chain_pem)),
         "valid" => {

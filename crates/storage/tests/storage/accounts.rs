@@ -14,6 +14,7 @@ use storage::model::StatusChange;
 use crate::harness;
 use crate::harness::Changed;
 use crate::harness::Created;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -34,7 +35,7 @@ async fn create_lookup_and_conflict(s: &Storage) {
         ],
         tos_agreed: true,
     };
-    let created = s.create_account(new.clone(), t0()).await.unwrap();
+    let created = s.create_account(new.clone(), t0(), &ev()).await.unwrap();
     assert_eq!(created.status, AccountStatus::Valid);
     assert_eq!(created.thumbprint, "tp-1");
     assert_eq!(created.jwk_json, r#"{"kty":"EC"}"#);
@@ -53,7 +54,7 @@ async fn create_lookup_and_conflict(s: &Storage) {
         None
     );
 
-    match s.create_account(new, t0()).await {
+    match s.create_account(new, t0(), &ev()).await {
         Err(Error::Conflict(id)) => assert_eq!(id, created.id.0),
         other => panic!("expected conflict, got {other:?}"),
     }
@@ -67,6 +68,7 @@ async fn create_lookup_and_conflict(s: &Storage) {
                 tos_agreed: false,
             },
             t0(),
+            &ev(),
         )
         .await
         .unwrap();
@@ -84,25 +86,43 @@ async fn contacts_and_key_change(s: &Storage) {
         "mailto:back\\slash@example.com".to_owned(),
     ];
     let updated = s
-        .update_account_contacts(a.id, awkward.clone())
+        .update_account_contacts(
+            a.id,
+            awkward.clone(),
+            time::OffsetDateTime::now_utc(),
+            &ev(),
+        )
         .await
         .unwrap();
     assert_eq!(updated.contacts, awkward);
     assert_eq!(s.account(a.id).await.unwrap().unwrap().contacts, awkward);
     assert_eq!(
-        s.update_account_contacts(a.id, vec![])
+        s.update_account_contacts(a.id, vec![], time::OffsetDateTime::now_utc(), &ev())
             .await
             .unwrap()
             .contacts,
         Vec::<String>::new()
     );
     assert!(matches!(
-        s.update_account_contacts(AccountId(999_999), vec![]).await,
+        s.update_account_contacts(
+            AccountId(999_999),
+            vec![],
+            time::OffsetDateTime::now_utc(),
+            &ev()
+        )
+        .await,
         Err(Error::NotFound)
     ));
 
     match s
-        .change_account_key(a.id, &a.thumbprint, "{}", &b.thumbprint)
+        .change_account_key(
+            a.id,
+            &a.thumbprint,
+            "{}",
+            &b.thumbprint,
+            time::OffsetDateTime::now_utc(),
+            &ev(),
+        )
         .await
         .unwrap()
     {
@@ -110,7 +130,14 @@ async fn contacts_and_key_change(s: &Storage) {
         other => panic!("expected the key in use, got {other:?}"),
     }
     let KeyChange::Changed(rolled) = s
-        .change_account_key(a.id, &a.thumbprint, r#"{"kty":"OKP"}"#, "tp-new")
+        .change_account_key(
+            a.id,
+            &a.thumbprint,
+            r#"{"kty":"OKP"}"#,
+            "tp-new",
+            time::OffsetDateTime::now_utc(),
+            &ev(),
+        )
         .await
         .unwrap()
     else {
@@ -125,9 +152,16 @@ async fn contacts_and_key_change(s: &Storage) {
     assert_eq!(s.account_by_thumbprint(&a.thumbprint).await.unwrap(), None);
     // A change from the key the account no longer has changes nothing.
     assert_eq!(
-        s.change_account_key(a.id, &a.thumbprint, "{}", "tp-other")
-            .await
-            .unwrap(),
+        s.change_account_key(
+            a.id,
+            &a.thumbprint,
+            "{}",
+            "tp-other",
+            time::OffsetDateTime::now_utc(),
+            &ev()
+        )
+        .await
+        .unwrap(),
         KeyChange::OldKeyReplaced
     );
     assert_eq!(s.account(a.id).await.unwrap().unwrap().thumbprint, "tp-new");
@@ -142,20 +176,28 @@ async fn contacts_and_key_change(s: &Storage) {
                 tos_agreed: true,
             },
             t0(),
+            &ev(),
         )
         .await
         .unwrap();
     assert_ne!(c.id, a.id);
     // Rolling to the key the account already has is not a conflict.
     assert!(matches!(
-        s.change_account_key(a.id, "tp-new", "{}", "tp-new")
+        s.change_account_key(a.id, "tp-new", "{}", "tp-new", time::OffsetDateTime::now_utc(), &ev())
             .await
             .unwrap(),
         KeyChange::Changed(account) if account.id == a.id
     ));
     assert!(matches!(
-        s.change_account_key(AccountId(999_999), "tp-x", "{}", "tp-y")
-            .await,
+        s.change_account_key(
+            AccountId(999_999),
+            "tp-x",
+            "{}",
+            "tp-y",
+            time::OffsetDateTime::now_utc(),
+            &ev()
+        )
+        .await,
         Err(Error::NotFound)
     ));
 }
@@ -173,7 +215,14 @@ async fn concurrent_key_changes_from_one_key_let_exactly_one_win(s: &Storage) {
             let new = format!("tp-race-{}-{round}-{racer}", a.id.0);
             tasks.push(tokio::spawn(async move {
                 let outcome = s
-                    .change_account_key(a.id, &old, &format!(r#"{{"n":"{new}"}}"#), &new)
+                    .change_account_key(
+                        a.id,
+                        &old,
+                        &format!(r#"{{"n":"{new}"}}"#),
+                        &new,
+                        time::OffsetDateTime::now_utc(),
+                        &ev(),
+                    )
                     .await
                     .unwrap();
                 (new, outcome)
@@ -220,7 +269,11 @@ async fn deactivation_cascades(s: &Storage) {
         .unwrap()
         .created();
 
-    let deactivated = s.deactivate_account(acct.id, t0()).await.unwrap().changed();
+    let deactivated = s
+        .deactivate_account(acct.id, t0(), &ev())
+        .await
+        .unwrap()
+        .changed();
     assert_eq!(deactivated.status, AccountStatus::Deactivated);
     assert_eq!(
         s.account(acct.id).await.unwrap().unwrap().status,
@@ -255,14 +308,14 @@ async fn deactivation_cascades(s: &Storage) {
     );
 
     assert!(matches!(
-        s.deactivate_account(acct.id, t0()).await,
+        s.deactivate_account(acct.id, t0(), &ev()).await,
         Ok(StatusChange::Unchanged(Account {
             status: AccountStatus::Deactivated,
             ..
         }))
     ));
     assert!(matches!(
-        s.deactivate_account(AccountId(999_999), t0()).await,
+        s.deactivate_account(AccountId(999_999), t0(), &ev()).await,
         Err(Error::NotFound)
     ));
     let refused = s

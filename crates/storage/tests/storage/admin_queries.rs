@@ -13,6 +13,7 @@ use time::Duration;
 use crate::harness;
 use crate::harness::Changed;
 use crate::harness::dns;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(certificate_filters_and_pages, accounts_filters_and_counts);
@@ -119,17 +120,22 @@ async fn certificate_filters_and_pages(s: &Storage) {
 
     // Revocation of a batch: only the unrevoked ones change, and the first revocation stands.
     let at = now + Duration::days(40);
-    s.revoke_certificate(c3.id, RevocationReason::Superseded, at)
+    s.revoke_certificate(c3.id, RevocationReason::Superseded, at, &ev())
         .await
         .unwrap()
         .changed();
     let revoked = s
-        .revoke_certificates(&[c1.id, c3.id], RevocationReason::KeyCompromise, at)
+        .revoke_certificates(
+            &[c1.id, c3.id],
+            RevocationReason::KeyCompromise,
+            at,
+            &[ev(), ev()],
+        )
         .await
         .unwrap();
     assert_eq!(revoked, vec![c1.id]);
     assert_eq!(
-        s.revoke_certificates(&[c1.id], RevocationReason::Unspecified, at)
+        s.revoke_certificates(&[c1.id], RevocationReason::Unspecified, at, &[ev()])
             .await
             .unwrap(),
         Vec::<CertificateId>::new()
@@ -217,6 +223,7 @@ async fn accounts_filters_and_counts(s: &Storage) {
                 tos_agreed: true,
             },
             now,
+            &ev(),
         )
         .await
         .unwrap();
@@ -249,7 +256,10 @@ async fn accounts_filters_and_counts(s: &Storage) {
     };
     assert_eq!(list(wildcard, None, 10).await, vec![b.id]);
 
-    s.deactivate_account(c.id, now).await.unwrap().changed();
+    s.deactivate_account(c.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     let deactivated = AccountFilter {
         status: Some(AccountStatus::Deactivated),
         ..Default::default()
@@ -264,7 +274,7 @@ async fn accounts_filters_and_counts(s: &Storage) {
     let first = harness::issue(s, a.id, &["one.example.com"], 1, now).await;
     harness::issue(s, a.id, &["two.example.com"], 2, now).await;
     harness::pending_order(s, a.id, &["three.example.com"], now).await;
-    s.revoke_certificate(first.id, RevocationReason::Unspecified, now)
+    s.revoke_certificate(first.id, RevocationReason::Unspecified, now, &ev())
         .await
         .unwrap()
         .changed();

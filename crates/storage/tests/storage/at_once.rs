@@ -30,6 +30,7 @@ use crate::harness;
 use crate::harness::Begun;
 use crate::harness::Changed;
 use crate::harness::Started;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -93,7 +94,7 @@ async fn issue_ready(
             assert_eq!(job.kind, JobKind::Finalize(id));
             assert_eq!(reservation.serial, cert.serial);
             assert_eq!(reservation.state, ReservationState::Reserved);
-            let certificate = s.complete_order(id, cert, now, Some(&job)).await?;
+            let certificate = s.complete_order(id, cert, now, Some(&job), &ev()).await?;
             let order = s.order(id, now).await?.ok_or(Error::NotFound)?;
             Ok(IssuedAtOnce::Issued {
                 order: Box::new(order),
@@ -754,7 +755,10 @@ async fn a_deactivated_account_is_refused_before_anything_is_stored(s: &Storage)
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = ready_at_once(s, acct.id, &["gone.example.com"], now).await;
-    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    s.deactivate_account(acct.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     // Deactivating the account already ended its unfinished orders; the call must change
     // nothing of what the deactivation left.
     let before = s.order(order.id, now).await.unwrap().unwrap();

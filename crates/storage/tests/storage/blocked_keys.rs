@@ -2,6 +2,7 @@
 
 use storage::Storage;
 
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(blocked_keys_round_trip);
@@ -13,13 +14,13 @@ async fn blocked_keys_round_trip(s: &Storage) {
     assert!(s.blocked_keys().await.unwrap().is_empty());
 
     let blocked = s
-        .block_key(&a, "key compromise", t0())
+        .block_key(&a, "key compromise", t0(), &ev())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(blocked.spki_sha256, a);
     assert_eq!(blocked.reason, "key compromise");
-    s.block_key(&b, "", t0() + time::Duration::seconds(1))
+    s.block_key(&b, "", t0() + time::Duration::seconds(1), &ev())
         .await
         .unwrap()
         .unwrap();
@@ -27,15 +28,27 @@ async fn blocked_keys_round_trip(s: &Storage) {
     assert!(s.is_key_blocked(&b).await.unwrap());
 
     // A second block keeps the first reason.
-    assert!(matches!(s.block_key(&a, "again", t0()).await, Ok(None)));
+    assert!(matches!(
+        s.block_key(&a, "again", t0(), &ev()).await,
+        Ok(None)
+    ));
     let listed = s.blocked_keys().await.unwrap();
     assert_eq!(listed.len(), 2);
     assert_eq!(listed[0], blocked);
     assert_eq!(listed[1].spki_sha256, b);
     assert_eq!(listed[1].created_at, t0() + time::Duration::seconds(1));
 
-    assert!(s.unblock_key(&a).await.unwrap());
-    assert!(!s.unblock_key(&a).await.unwrap(), "already unblocked");
+    assert!(
+        s.unblock_key(&a, time::OffsetDateTime::now_utc(), &ev())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.unblock_key(&a, time::OffsetDateTime::now_utc(), &ev())
+            .await
+            .unwrap(),
+        "already unblocked"
+    );
     assert!(!s.is_key_blocked(&a).await.unwrap());
     assert!(s.is_key_blocked(&b).await.unwrap());
 }

@@ -8,6 +8,7 @@ use time::Duration;
 
 use crate::harness;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(revocation);
@@ -18,7 +19,7 @@ async fn revocation(s: &Storage) {
     let cert = harness::issue(s, acct.id, &["a.example.com"], 7, now).await;
     let at = now + Duration::days(1);
     let revoked = s
-        .revoke_certificate(cert.id, RevocationReason::KeyCompromise, at)
+        .revoke_certificate(cert.id, RevocationReason::KeyCompromise, at, &ev())
         .await
         .unwrap()
         .changed();
@@ -39,6 +40,7 @@ async fn revocation(s: &Storage) {
             cert.id,
             RevocationReason::Superseded,
             at + Duration::days(1),
+            &ev(),
         )
         .await;
     assert!(
@@ -52,6 +54,7 @@ async fn revocation(s: &Storage) {
             CertificateId(cert.id.0 + 1000),
             RevocationReason::Unspecified,
             at,
+            &ev(),
         )
         .await;
     assert!(matches!(missing, Err(Error::NotFound)), "{missing:?}");

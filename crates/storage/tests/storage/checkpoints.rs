@@ -8,6 +8,7 @@ use metrics_util::debugging::DebuggingRecorder;
 use storage::model::NewAccount;
 
 use crate::harness;
+use crate::harness::ev;
 use crate::harness::t0;
 
 /// 1,000 pages, SQLite's interval and ours, of 1 KiB each with their 24-byte frame headers.
@@ -55,6 +56,7 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
                 tos_agreed: true,
             },
             t0(),
+            &ev(),
         )
         .await
         .unwrap();

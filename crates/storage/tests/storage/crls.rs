@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use crate::harness;
 use crate::harness::Begun;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -66,7 +67,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
     );
 
     let at = now + Duration::hours(1);
-    s.revoke_certificate(sharded.id, RevocationReason::KeyCompromise, at)
+    s.revoke_certificate(sharded.id, RevocationReason::KeyCompromise, at, &ev())
         .await
         .unwrap()
         .changed();
@@ -90,7 +91,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
 
     // Bulk revocation (the admin path) counts too; a certificate without a shard is in shard 0.
     let revoked = s
-        .revoke_certificates(&[legacy.id], RevocationReason::Superseded, at)
+        .revoke_certificates(&[legacy.id], RevocationReason::Superseded, at, &[ev()])
         .await
         .unwrap();
     assert_eq!(revoked, vec![legacy.id]);

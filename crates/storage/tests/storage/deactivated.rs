@@ -10,6 +10,7 @@ use storage::model::Reserved;
 use crate::harness;
 use crate::harness::Begun;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -27,7 +28,10 @@ async fn a_reservation_is_refused_once_the_account_is_deactivated(s: &Storage) {
         .unwrap()
         .begun();
     // The account is deactivated while the job waits in the queue.
-    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    s.deactivate_account(acct.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     let processing = s.order(order.id, now).await.unwrap().unwrap();
     assert_eq!(processing.status, OrderStatus::Processing);
 
@@ -50,7 +54,7 @@ async fn a_reservation_is_refused_once_the_account_is_deactivated(s: &Storage) {
     assert_eq!(after.certificate_id, None);
     // Without a reservation there is nothing to store a certificate against.
     assert!(
-        s.complete_order(order.id, cert.clone(), now, None)
+        s.complete_order(order.id, cert.clone(), now, None, &ev())
             .await
             .is_err()
     );
@@ -73,9 +77,12 @@ async fn a_certificate_reserved_before_the_deactivation_is_stored(s: &Storage) {
     assert!(matches!(reserved, Reserved::Reserved(_)), "{reserved:?}");
     // Deactivated while the worker signs: the issuance was decided before, and what the key
     // signed must be recorded.
-    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    s.deactivate_account(acct.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     let stored = s
-        .complete_order(order.id, cert.clone(), now, None)
+        .complete_order(order.id, cert.clone(), now, None, &ev())
         .await
         .unwrap();
     assert_eq!(stored.serial, cert.serial);
@@ -93,12 +100,15 @@ async fn completion_before_deactivation_stands(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let cert = harness::issue(s, acct.id, &["kept.example.com"], 8, now).await;
-    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    s.deactivate_account(acct.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     // A repeated completion (a job that runs twice) still finds the certificate it stored.
     let order = s.order(cert.order_id, now).await.unwrap().unwrap();
     assert_eq!(order.status, OrderStatus::Valid);
     assert_eq!(
-        s.complete_order(order.id, harness::new_cert(8, now), now, None)
+        s.complete_order(order.id, harness::new_cert(8, now), now, None, &ev())
             .await
             .unwrap(),
         cert

@@ -13,6 +13,7 @@ use time::Duration;
 
 use crate::harness;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -51,7 +52,7 @@ fn new_account(tag: &str) -> NewAccount {
 
 async fn keys_round_trip_and_revoke(s: &Storage) {
     let created = s
-        .create_eab_key(new_key("kid-a", false), t0())
+        .create_eab_key(new_key("kid-a", false), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
@@ -65,10 +66,10 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
     // The Debug form never shows the HMAC key.
     assert!(!format!("{created:?}").contains("7, 7"));
     assert!(matches!(
-        s.create_eab_key(new_key("kid-a", true), t0()).await,
+        s.create_eab_key(new_key("kid-a", true), t0(), &ev()).await,
         Ok(None)
     ));
-    s.create_eab_key(new_key("kid-b", true), t0() + Duration::seconds(1))
+    s.create_eab_key(new_key("kid-b", true), t0() + Duration::seconds(1), &ev())
         .await
         .unwrap()
         .unwrap();
@@ -80,29 +81,29 @@ async fn keys_round_trip_and_revoke(s: &Storage) {
     assert_eq!(s.eab_key(&EabKid("nope".into())).await.unwrap(), None);
 
     let revoked = s
-        .revoke_eab_key(&EabKid("kid-a".into()), t0() + Duration::hours(1))
+        .revoke_eab_key(&EabKid("kid-a".into()), t0() + Duration::hours(1), &ev())
         .await
         .unwrap()
         .changed();
     assert_eq!(revoked.revoked_at, Some(t0() + Duration::hours(1)));
     assert!(matches!(
-        s.revoke_eab_key(&EabKid("kid-a".into()), t0()).await,
+        s.revoke_eab_key(&EabKid("kid-a".into()), t0(), &ev()).await,
         Ok(StatusChange::Unchanged(key)) if key.revoked_at == Some(t0() + Duration::hours(1))
     ));
     assert!(matches!(
-        s.revoke_eab_key(&EabKid("nope".into()), t0()).await,
+        s.revoke_eab_key(&EabKid("nope".into()), t0(), &ev()).await,
         Err(Error::NotFound)
     ));
 }
 
 async fn single_use_key_binds_one_account(s: &Storage) {
     let kid = EabKid("single".into());
-    s.create_eab_key(new_key("single", false), t0())
+    s.create_eab_key(new_key("single", false), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
     let first = match s
-        .bind_eab_and_create_account(&kid, new_account("a"), t0())
+        .bind_eab_and_create_account(&kid, new_account("a"), t0(), &ev(), &ev())
         .await
         .unwrap()
     {
@@ -117,7 +118,7 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     assert_eq!(spent.hmac_key, None);
     assert_eq!(spent.policy, new_key("single", false).policy);
     assert_eq!(
-        s.bind_eab_and_create_account(&kid, new_account("b"), t0())
+        s.bind_eab_and_create_account(&kid, new_account("b"), t0(), &ev(), &ev())
             .await
             .unwrap(),
         BindOutcome::AlreadyBound(first.id)
@@ -125,7 +126,7 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     // An account key already registered is reported, and nothing new is bound.
     let plain = harness::account(s, t0()).await;
     assert_eq!(plain.eab_kid, None);
-    s.create_eab_key(new_key("fresh", false), t0())
+    s.create_eab_key(new_key("fresh", false), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
@@ -136,7 +137,7 @@ async fn single_use_key_binds_one_account(s: &Storage) {
         tos_agreed: true,
     };
     assert_eq!(
-        s.bind_eab_and_create_account(&EabKid("fresh".into()), taken, t0())
+        s.bind_eab_and_create_account(&EabKid("fresh".into()), taken, t0(), &ev(), &ev())
             .await
             .unwrap(),
         BindOutcome::KeyRegistered(plain.id)
@@ -146,22 +147,28 @@ async fn single_use_key_binds_one_account(s: &Storage) {
     // Nothing was bound, so the key keeps its HMAC key.
     assert_eq!(fresh.hmac_key, Some(vec![7_u8; 32]));
     assert_eq!(
-        s.bind_eab_and_create_account(&EabKid("unknown".into()), new_account("c"), t0())
-            .await
-            .unwrap(),
+        s.bind_eab_and_create_account(
+            &EabKid("unknown".into()),
+            new_account("c"),
+            t0(),
+            &ev(),
+            &ev()
+        )
+        .await
+        .unwrap(),
         BindOutcome::UnknownKey
     );
 }
 
 async fn reusable_expired_and_revoked_keys(s: &Storage) {
     let kid = EabKid("multi".into());
-    s.create_eab_key(new_key("multi", true), t0())
+    s.create_eab_key(new_key("multi", true), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
     for tag in ["a", "b", "c"] {
         assert!(matches!(
-            s.bind_eab_and_create_account(&kid, new_account(tag), t0())
+            s.bind_eab_and_create_account(&kid, new_account(tag), t0(), &ev(), &ev())
                 .await
                 .unwrap(),
             BindOutcome::Created(_)
@@ -174,15 +181,18 @@ async fn reusable_expired_and_revoked_keys(s: &Storage) {
     // Expired a day after t0.
     let expiry = t0() + Duration::days(1);
     assert_eq!(
-        s.bind_eab_and_create_account(&kid, new_account("d"), expiry)
+        s.bind_eab_and_create_account(&kid, new_account("d"), expiry, &ev(), &ev())
             .await
             .unwrap(),
         BindOutcome::Expired(expiry)
     );
     let revoked_at = t0() + Duration::minutes(5);
-    s.revoke_eab_key(&kid, revoked_at).await.unwrap().changed();
+    s.revoke_eab_key(&kid, revoked_at, &ev())
+        .await
+        .unwrap()
+        .changed();
     assert_eq!(
-        s.bind_eab_and_create_account(&kid, new_account("e"), t0())
+        s.bind_eab_and_create_account(&kid, new_account("e"), t0(), &ev(), &ev())
             .await
             .unwrap(),
         BindOutcome::Revoked(revoked_at)
@@ -192,7 +202,7 @@ async fn reusable_expired_and_revoked_keys(s: &Storage) {
 
 async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
     let kid = EabKid("race".into());
-    s.create_eab_key(new_key("race", false), t0())
+    s.create_eab_key(new_key("race", false), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
@@ -202,9 +212,15 @@ async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
             let s = Arc::clone(&s);
             let kid = kid.clone();
             tokio::spawn(async move {
-                s.bind_eab_and_create_account(&kid, new_account(&format!("r{i}")), t0())
-                    .await
-                    .unwrap()
+                s.bind_eab_and_create_account(
+                    &kid,
+                    new_account(&format!("r{i}")),
+                    t0(),
+                    &ev(),
+                    &ev(),
+                )
+                .await
+                .unwrap()
             })
         })
         .collect();
@@ -226,14 +242,14 @@ async fn concurrent_binds_of_a_single_use_key(s: &Storage) {
 /// The accounts a key bound that are still valid, for `eab revoke --deactivate-accounts`.
 async fn valid_accounts_bound_with_a_key(s: &Storage) {
     let kid = EabKid("team".into());
-    s.create_eab_key(new_key("team", true), t0())
+    s.create_eab_key(new_key("team", true), t0(), &ev())
         .await
         .unwrap()
         .unwrap();
     let mut bound = Vec::new();
     for tag in ["a", "b", "c"] {
         match s
-            .bind_eab_and_create_account(&kid, new_account(tag), t0())
+            .bind_eab_and_create_account(&kid, new_account(tag), t0(), &ev(), &ev())
             .await
             .unwrap()
         {
@@ -246,7 +262,7 @@ async fn valid_accounts_bound_with_a_key(s: &Storage) {
         s.valid_accounts_bound_to_eab_key(&kid).await.unwrap(),
         bound
     );
-    s.deactivate_account(bound[1], t0())
+    s.deactivate_account(bound[1], t0(), &ev())
         .await
         .unwrap()
         .changed();

@@ -13,6 +13,7 @@ use time::Duration;
 
 use crate::harness;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 /// Every write to an account is seen by the next read, however often the account was read
@@ -32,7 +33,12 @@ async fn a_kept_account_follows_every_write() {
 
     let contacts = vec!["mailto:new@example.com".to_owned()];
     let updated = s
-        .update_account_contacts(account.id, contacts.clone())
+        .update_account_contacts(
+            account.id,
+            contacts.clone(),
+            time::OffsetDateTime::now_utc(),
+            &ev(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -44,9 +50,16 @@ async fn a_kept_account_follows_every_write() {
     let new_key = harness::account(&s, now).await;
     let jwk = "{\"kty\":\"EC\",\"rolled\":true}";
     assert!(matches!(
-        s.change_account_key(account.id, &account.thumbprint, jwk, "rolled-thumbprint")
-            .await
-            .unwrap(),
+        s.change_account_key(
+            account.id,
+            &account.thumbprint,
+            jwk,
+            "rolled-thumbprint",
+            time::OffsetDateTime::now_utc(),
+            &ev()
+        )
+        .await
+        .unwrap(),
         KeyChange::Changed(_)
     ));
     let read = s.account(account.id).await.unwrap().unwrap();
@@ -61,13 +74,15 @@ async fn a_kept_account_follows_every_write() {
             "rolled-thumbprint",
             &new_key.jwk_json,
             &new_key.thumbprint,
+            time::OffsetDateTime::now_utc(),
+            &ev(),
         )
         .await
         .unwrap();
     assert_eq!(refused, KeyChange::KeyInUse(new_key.id));
     assert_eq!(s.account(account.id).await.unwrap().unwrap().jwk_json, jwk);
 
-    s.deactivate_account(account.id, now + Duration::seconds(1))
+    s.deactivate_account(account.id, now + Duration::seconds(1), &ev())
         .await
         .unwrap()
         .changed();
@@ -97,7 +112,7 @@ async fn reads_racing_a_deactivation_never_bring_the_old_account_back() {
                 })
             })
             .collect();
-        s.deactivate_account(account.id, now)
+        s.deactivate_account(account.id, now, &ev())
             .await
             .unwrap()
             .changed();

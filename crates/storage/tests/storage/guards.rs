@@ -12,6 +12,7 @@ use time::Duration;
 use crate::harness;
 use crate::harness::Changed;
 use crate::harness::Created;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -254,6 +255,7 @@ async fn duplicate_certificate_cap(s: &Storage) {
         first.id,
         acme_core::status::RevocationReason::Superseded,
         at,
+        &ev(),
     )
     .await
     .unwrap()
@@ -370,7 +372,10 @@ async fn an_exceeded_limit_not_to_refuse_on_is_reported_with_the_order(s: &Stora
 async fn an_order_of_an_account_no_longer_valid_is_not_created(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
-    s.deactivate_account(acct.id, now).await.unwrap().changed();
+    s.deactivate_account(acct.id, now, &ev())
+        .await
+        .unwrap()
+        .changed();
     for guards in [
         OrderGuards::default(),
         OrderGuards {

@@ -12,6 +12,7 @@ use storage::model::ReservedAtOnce;
 
 use crate::harness;
 use crate::harness::Begun;
+use crate::harness::ev;
 use crate::harness::t0;
 
 const OTHER_CHAIN: &str =
@@ -74,7 +75,7 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         panic!("expected a reservation, got {at_once:?}");
     };
     let certificate = s
-        .complete_order(order.id, cert, now, Some(&job))
+        .complete_order(order.id, cert, now, Some(&job), &ev())
         .await
         .unwrap();
     issued.push((certificate, shared_chain.clone()));

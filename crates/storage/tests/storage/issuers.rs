@@ -11,6 +11,7 @@ use time::Duration;
 
 use crate::harness;
 use crate::harness::Begun;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -45,7 +46,10 @@ async fn issue_under(
         panic!("not reserved: {reserved:?}");
     };
     assert_eq!(reserved.issuer, issuer, "the reservation names its issuer");
-    let stored = s.complete_order(order.id, cert, now, None).await.unwrap();
+    let stored = s
+        .complete_order(order.id, cert, now, None, &ev())
+        .await
+        .unwrap();
     let reservations = s.serial_reservations(order.id).await.unwrap();
     assert_eq!(reservations[0].issuer, issuer);
     stored
@@ -82,7 +86,7 @@ async fn certificates_are_listed_only_on_their_own_issuers_crl(s: &Storage) {
     let new = issue_under(s, ROTATED, &["new.example.com"], new).await;
 
     let at = now + Duration::hours(1);
-    s.revoke_certificate(old.id, RevocationReason::Superseded, at)
+    s.revoke_certificate(old.id, RevocationReason::Superseded, at, &ev())
         .await
         .unwrap();
     let stale: Vec<(String, bool)> = s
@@ -100,7 +104,7 @@ async fn certificates_are_listed_only_on_their_own_issuers_crl(s: &Storage) {
         ],
         "only the revoked certificate's issuer's shard is stale"
     );
-    s.revoke_certificate(new.id, RevocationReason::KeyCompromise, at)
+    s.revoke_certificate(new.id, RevocationReason::KeyCompromise, at, &ev())
         .await
         .unwrap();
     let listed = |issuer: &'static str, chain: String| async move {

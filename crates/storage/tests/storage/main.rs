@@ -10,6 +10,7 @@ mod accounts;
 mod admin_queries;
 mod at_once;
 mod audit;
+mod audit_atomic;
 mod authz_lifetimes;
 mod blocked_keys;
 mod certificates;

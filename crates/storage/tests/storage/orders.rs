@@ -26,6 +26,7 @@ use crate::harness::Changed;
 use crate::harness::Created;
 use crate::harness::Started;
 use crate::harness::dns;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -245,7 +246,7 @@ async fn valid_path_to_certificate(s: &Storage) {
     assert_eq!(valid.certificate_id, Some(cert.id));
     // A repeated completion (a retried job) returns the stored certificate.
     assert_eq!(
-        s.complete_order(order.id, harness::new_cert(2, later), later, None)
+        s.complete_order(order.id, harness::new_cert(2, later), later, None, &ev())
             .await
             .unwrap(),
         cert
@@ -692,7 +693,7 @@ async fn fail_order_and_account_listing(s: &Storage) {
         }))
     ));
     assert!(matches!(
-        s.complete_order(order.id, harness::new_cert(9, now), now, None)
+        s.complete_order(order.id, harness::new_cert(9, now), now, None, &ev())
             .await,
         Err(Error::Corrupt(_))
     ));

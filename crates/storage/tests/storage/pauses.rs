@@ -8,6 +8,7 @@ use time::Duration;
 
 use crate::harness;
 use crate::harness::dns;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -29,7 +30,13 @@ async fn pause_outcomes_and_times(s: &Storage) {
 
     // New pairs are paused, duplicates in the input are reported once, in input order.
     let first = s
-        .pause_identifiers(acct, &[a.clone(), ip.clone(), a.clone()], GRACE, t0())
+        .pause_identifiers(
+            acct,
+            &[a.clone(), ip.clone(), a.clone()],
+            GRACE,
+            t0(),
+            &ev(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -54,7 +61,7 @@ async fn pause_outcomes_and_times(s: &Storage) {
     // Pausing again changes nothing, not even the time.
     let later = t0() + Duration::hours(1);
     let again = s
-        .pause_identifiers(acct, &[a.clone(), b.clone()], GRACE, later)
+        .pause_identifiers(acct, &[a.clone(), b.clone()], GRACE, later, &ev())
         .await
         .unwrap();
     assert_eq!(
@@ -76,7 +83,7 @@ async fn pause_outcomes_and_times(s: &Storage) {
     // Unpaused at t1: within the grace period a new pause is skipped and the row is unchanged.
     let t1 = t0() + Duration::days(1);
     assert_eq!(
-        s.unpause_identifiers(acct, std::slice::from_ref(&a), t1)
+        s.unpause_identifiers(acct, std::slice::from_ref(&a), t1, &ev())
             .await
             .unwrap(),
         vec![a.clone()]
@@ -90,7 +97,7 @@ async fn pause_outcomes_and_times(s: &Storage) {
     assert_eq!(s.pause_state(acct, &a).await.unwrap().unwrap(), unpaused);
     let just_inside = t1 + GRACE - Duration::seconds(1);
     assert_eq!(
-        s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, just_inside)
+        s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, just_inside, &ev())
             .await
             .unwrap(),
         vec![(a.clone(), PauseOutcome::SkippedGrace)]
@@ -100,7 +107,7 @@ async fn pause_outcomes_and_times(s: &Storage) {
     // Once the grace period has passed, the pair is paused again from now.
     let after = t1 + GRACE;
     assert_eq!(
-        s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, after)
+        s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, after, &ev())
             .await
             .unwrap(),
         vec![(a.clone(), PauseOutcome::Repaused)]
@@ -115,7 +122,9 @@ async fn pause_outcomes_and_times(s: &Storage) {
         }
     );
     assert_eq!(
-        s.pause_identifiers(acct, &[], GRACE, after).await.unwrap(),
+        s.pause_identifiers(acct, &[], GRACE, after, &ev())
+            .await
+            .unwrap(),
         vec![]
     );
 }
@@ -124,12 +133,12 @@ async fn paused_among_respects_account_and_limit(s: &Storage) {
     let acct = harness::account(s, t0()).await.id;
     let other = harness::account(s, t0()).await.id;
     let names: Vec<Identifier> = (0..20).map(|i| dns(&format!("n{i:02}.example"))).collect();
-    s.pause_identifiers(acct, &names, GRACE, t0())
+    s.pause_identifiers(acct, &names, GRACE, t0(), &ev())
         .await
         .unwrap();
     // Another account's pause of the same name is invisible to this one, and vice versa.
     let shared = dns("shared.example");
-    s.pause_identifiers(other, std::slice::from_ref(&shared), GRACE, t0())
+    s.pause_identifiers(other, std::slice::from_ref(&shared), GRACE, t0(), &ev())
         .await
         .unwrap();
 
@@ -172,7 +181,7 @@ async fn paused_among_respects_account_and_limit(s: &Storage) {
     );
 
     // An unpaused pair no longer counts.
-    s.unpause_identifiers(acct, &names[..1], t0())
+    s.unpause_identifiers(acct, &names[..1], t0(), &ev())
         .await
         .unwrap();
     assert_eq!(
@@ -192,10 +201,11 @@ async fn paused_for_account_oldest_first(s: &Storage) {
         std::slice::from_ref(&late),
         GRACE,
         t0() + Duration::hours(2),
+        &ev(),
     )
     .await
     .unwrap();
-    s.pause_identifiers(acct, std::slice::from_ref(&early), GRACE, t0())
+    s.pause_identifiers(acct, std::slice::from_ref(&early), GRACE, t0(), &ev())
         .await
         .unwrap();
     s.pause_identifiers(
@@ -203,10 +213,11 @@ async fn paused_for_account_oldest_first(s: &Storage) {
         std::slice::from_ref(&middle),
         GRACE,
         t0() + Duration::hours(1),
+        &ev(),
     )
     .await
     .unwrap();
-    s.pause_identifiers(other, &[dns("elsewhere.example")], GRACE, t0())
+    s.pause_identifiers(other, &[dns("elsewhere.example")], GRACE, t0(), &ev())
         .await
         .unwrap();
     assert_eq!(
@@ -221,6 +232,7 @@ async fn paused_for_account_oldest_first(s: &Storage) {
         acct,
         std::slice::from_ref(&early),
         t0() + Duration::hours(3),
+        &ev(),
     )
     .await
     .unwrap();
@@ -242,7 +254,7 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
 
     let started = Instant::now();
     let outcomes = s
-        .pause_identifiers(acct, &names, GRACE, t0())
+        .pause_identifiers(acct, &names, GRACE, t0(), &ev())
         .await
         .unwrap();
     let pause_took = started.elapsed();
@@ -255,7 +267,7 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
 
     let now = t0() + Duration::days(1);
     let started = Instant::now();
-    let first = s.unpause_account(acct, 50_000, now).await.unwrap();
+    let first = s.unpause_account(acct, 50_000, now, &ev()).await.unwrap();
     let unpause_took = started.elapsed();
     assert_eq!(first.len(), 50_000);
     let mut distinct = first.clone();
@@ -263,10 +275,13 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
     distinct.dedup();
     assert_eq!(distinct.len(), 50_000, "no identifier is reported twice");
 
-    let second = s.unpause_account(acct, 50_000, now).await.unwrap();
+    let second = s.unpause_account(acct, 50_000, now, &ev()).await.unwrap();
     assert_eq!(second.len(), 1);
     assert!(!first.contains(&second[0]));
-    assert_eq!(s.unpause_account(acct, 50_000, now).await.unwrap(), vec![]);
+    assert_eq!(
+        s.unpause_account(acct, 50_000, now, &ev()).await.unwrap(),
+        vec![]
+    );
     assert_eq!(
         s.pause_state(acct, &second[0])
             .await
@@ -280,25 +295,34 @@ async fn unpause_account_is_capped_per_call(s: &Storage) {
 
     // A small cap is honoured exactly, across the batch boundary too.
     let again_at = now + GRACE;
-    s.pause_identifiers(acct, &names[..25_000], GRACE, again_at)
+    s.pause_identifiers(acct, &names[..25_000], GRACE, again_at, &ev())
         .await
         .unwrap();
     assert_eq!(
-        s.unpause_account(acct, 10_001, again_at)
+        s.unpause_account(acct, 10_001, again_at, &ev())
             .await
             .unwrap()
             .len(),
         10_001
     );
-    assert_eq!(s.unpause_account(acct, 3, again_at).await.unwrap().len(), 3);
     assert_eq!(
-        s.unpause_account(acct, 50_000, again_at)
+        s.unpause_account(acct, 3, again_at, &ev())
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        s.unpause_account(acct, 50_000, again_at, &ev())
             .await
             .unwrap()
             .len(),
         25_000 - 10_004
     );
-    assert_eq!(s.unpause_account(acct, 0, again_at).await.unwrap(), vec![]);
+    assert_eq!(
+        s.unpause_account(acct, 0, again_at, &ev()).await.unwrap(),
+        vec![]
+    );
 
     assert!(
         pause_took.as_secs() < 10 && unpause_took.as_secs() < 5,
@@ -312,24 +336,29 @@ async fn unpause_identifiers_returns_only_paused(s: &Storage) {
     let a = dns("a.example");
     let b = dns("b.example");
     let never = dns("never.example");
-    s.pause_identifiers(acct, &[a.clone(), b.clone()], GRACE, t0())
+    s.pause_identifiers(acct, &[a.clone(), b.clone()], GRACE, t0(), &ev())
         .await
         .unwrap();
-    s.pause_identifiers(other, std::slice::from_ref(&a), GRACE, t0())
+    s.pause_identifiers(other, std::slice::from_ref(&a), GRACE, t0(), &ev())
         .await
         .unwrap();
     let now = t0() + Duration::minutes(5);
     let mut unpaused = s
-        .unpause_identifiers(acct, &[never.clone(), a.clone(), b.clone()], now)
+        .unpause_identifiers(acct, &[never.clone(), a.clone(), b.clone()], now, &ev())
         .await
         .unwrap();
     unpaused.sort();
     assert_eq!(unpaused, vec![a.clone(), b.clone()]);
     // Already unpaused: nothing to report, and the first unpause time stays.
     assert_eq!(
-        s.unpause_identifiers(acct, std::slice::from_ref(&a), now + Duration::hours(1))
-            .await
-            .unwrap(),
+        s.unpause_identifiers(
+            acct,
+            std::slice::from_ref(&a),
+            now + Duration::hours(1),
+            &ev()
+        )
+        .await
+        .unwrap(),
         vec![]
     );
     assert_eq!(
@@ -350,7 +379,7 @@ async fn list_pauses_filters(s: &Storage) {
     let a = dns("a.example");
     let b = dns("b.example");
     let c = dns("c.example");
-    s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, t0())
+    s.pause_identifiers(acct, std::slice::from_ref(&a), GRACE, t0(), &ev())
         .await
         .unwrap();
     s.pause_identifiers(
@@ -358,6 +387,7 @@ async fn list_pauses_filters(s: &Storage) {
         std::slice::from_ref(&b),
         GRACE,
         t0() + Duration::hours(1),
+        &ev(),
     )
     .await
     .unwrap();
@@ -366,11 +396,12 @@ async fn list_pauses_filters(s: &Storage) {
         std::slice::from_ref(&c),
         GRACE,
         t0() + Duration::hours(2),
+        &ev(),
     )
     .await
     .unwrap();
     let unpaused_at = t0() + Duration::hours(3);
-    s.unpause_identifiers(acct, std::slice::from_ref(&a), unpaused_at)
+    s.unpause_identifiers(acct, std::slice::from_ref(&a), unpaused_at, &ev())
         .await
         .unwrap();
 

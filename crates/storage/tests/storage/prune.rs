@@ -12,6 +12,7 @@ use crate::harness;
 use crate::harness::Begun;
 use crate::harness::Changed;
 use crate::harness::Created;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -55,6 +56,7 @@ async fn only_finished_transient_rows_go(s: &Storage) {
             cert.id,
             RevocationReason::KeyCompromise,
             now + Duration::days(1),
+            &ev(),
         )
         .await
         .unwrap()

@@ -18,6 +18,7 @@ use time::Duration;
 use crate::harness;
 use crate::harness::Begun;
 use crate::harness::Changed;
+use crate::harness::ev;
 use crate::harness::t0;
 
 crate::both_backends!(
@@ -104,7 +105,7 @@ async fn a_reservation_at_once_is_committed_before_signing_and_resumed_after_a_c
     assert_eq!(s.serial_reservations(order.id).await.unwrap().len(), 1);
 
     let stored = s
-        .complete_order(order.id, cert.clone(), later, Some(&resumed_job))
+        .complete_order(order.id, cert.clone(), later, Some(&resumed_job), &ev())
         .await
         .unwrap();
     assert_eq!(stored.serial, cert.serial);
@@ -163,10 +164,13 @@ async fn a_resumed_reservation_of_another_issuer_is_abandoned_and_both_are_kept(
 
     // The abandoned serial's certificate can no longer be stored; the second one can.
     assert!(matches!(
-        s.complete_order(order.id, first, now, None).await,
+        s.complete_order(order.id, first, now, None, &ev()).await,
         Err(Error::Corrupt(_))
     ));
-    let stored = s.complete_order(order.id, second, now, None).await.unwrap();
+    let stored = s
+        .complete_order(order.id, second, now, None, &ev())
+        .await
+        .unwrap();
     assert_eq!(stored.serial, reserved.serial);
 }
 
@@ -191,7 +195,11 @@ async fn a_failed_order_abandons_its_open_reservation(s: &Storage) {
     assert_eq!(reservations.len(), 1, "the serial stays recorded");
     assert_eq!(reservations[0].state, ReservationState::Abandoned);
     assert_eq!(s.open_reservations(now + LEASE, 10).await.unwrap(), []);
-    assert!(s.complete_order(order.id, cert, now, None).await.is_err());
+    assert!(
+        s.complete_order(order.id, cert, now, None, &ev())
+            .await
+            .is_err()
+    );
 }
 
 async fn only_the_reserved_certificate_is_stored(s: &Storage) {
@@ -209,7 +217,7 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
 
     // Another serial than the reserved one.
     assert!(matches!(
-        s.complete_order(order.id, harness::new_cert(2, now), now, None)
+        s.complete_order(order.id, harness::new_cert(2, now), now, None, &ev())
             .await,
         Err(Error::Corrupt(_))
     ));
@@ -234,7 +242,8 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
     ] {
         assert!(
             matches!(
-                s.complete_order(order.id, changed.clone(), now, None).await,
+                s.complete_order(order.id, changed.clone(), now, None, &ev())
+                    .await,
                 Err(Error::Corrupt(_))
             ),
             "{changed:?}"
@@ -246,7 +255,7 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
         "nothing stored"
     );
     let stored = s
-        .complete_order(order.id, cert.clone(), now, None)
+        .complete_order(order.id, cert.clone(), now, None, &ev())
         .await
         .unwrap();
     assert_eq!(stored.serial, cert.serial);

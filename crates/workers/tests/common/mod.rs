@@ -31,6 +31,15 @@ use testkit::poll::eventually;
 use testkit::postgres::PgDatabase;
 use time::OffsetDateTime;
 
+/// An audit record for a write whose record these tests do not look at.
+pub(crate) fn ev() -> storage::audit::AuditEvent {
+    storage::audit::AuditEvent::new(
+        storage::audit::AuditKind::AdminAction,
+        storage::audit::Actor::System,
+        "test",
+    )
+}
+
 /// A validation hook that ignores every verdict.
 pub(crate) struct Silent;
 
@@ -115,6 +124,7 @@ pub(crate) async fn ready_order(storage: &Storage, name: &str) -> Order {
                 tos_agreed: true,
             },
             now,
+            &ev(),
         )
         .await
         .unwrap();
