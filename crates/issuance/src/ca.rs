@@ -26,6 +26,8 @@ use rustls_pki_types::PrivatePkcs8KeyDer;
 use time::Duration;
 use time::OffsetDateTime;
 
+use crate::alternate_chains;
+use crate::alternate_chains::AlternateChains;
 use crate::ca_key::CaKey;
 use crate::crl_distribution::CrlDistribution;
 use crate::csr::CheckedCsr;
@@ -69,6 +71,8 @@ pub struct Ca {
     leaves_signed: AtomicU64,
     /// What signs the listener's own certificate, or why nothing can.
     listener: Result<ListenerIssuer, String>,
+    /// Alternate chains (RFC 8555 §7.4.2) per issuing certificate that has any.
+    alternate_chains: Vec<AlternateChains>,
     /// This issuing CA's configured name: "default" for the implicit one (`issuers` module).
     name: IssuerName,
     /// The further issuers (`ca.issuers`) beside the implicit one, each an issuing CA of its
@@ -195,8 +199,11 @@ impl Ca {
                 .parent()
                 .unwrap_or_else(|| Path::new("."));
             let listener = Self::existing_listener(beside, existing.chain.as_deref(), now)?;
+            let alternate_chains =
+                AlternateChains::of_loaded(&loaded, &settings.alternate_chains, now)?;
             return Ok(Self {
                 listener,
+                alternate_chains,
                 ..Self::from_loaded(loaded)
             });
         }
@@ -309,6 +316,7 @@ impl Ca {
             crl: None,
             leaves_signed: AtomicU64::new(0),
             listener: Err("no listener CA was loaded".to_owned()),
+            alternate_chains: Vec::new(),
             name: IssuerName::implicit(),
             others: BTreeMap::new(),
             retired: Vec::new(),
@@ -368,6 +376,22 @@ impl Ca {
     /// a leaf.
     pub fn chain_pem(&self) -> &str {
         &self.chain_pem
+    }
+
+    /// The alternate chains (RFC 8555 §7.4.2) a leaf can be downloaded with besides its own,
+    /// PEM without the root, each to append after the leaf: those configured for the issuing
+    /// certificate whose key signed it under its name, whichever issuer ([`Ca::issuers`]) that
+    /// is. Empty for a leaf of an issuer without alternate chains.
+    pub fn alternate_chains_for(&self, leaf_der: &[u8]) -> &[Arc<str>] {
+        let sets = self.issuers().flat_map(|ca| ca.alternate_chains.iter());
+        alternate_chains::for_leaf(sets, leaf_der)
+    }
+
+    /// Gives this issuing CA the alternate chains `sets` (loaded for its certificate).
+    #[must_use]
+    pub(crate) fn with_alternate_chains(mut self, sets: Vec<AlternateChains>) -> Self {
+        self.alternate_chains = sets;
+        self
     }
 
     /// When the issuing CA certificate expires; no certificate may outlive it.

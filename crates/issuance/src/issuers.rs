@@ -14,6 +14,7 @@ use std::str::FromStr;
 
 use time::OffsetDateTime;
 
+use crate::alternate_chains::AlternateChains;
 use crate::ca::Ca;
 use crate::error::Error;
 use crate::loader;
@@ -85,6 +86,8 @@ pub struct IssuerSettings {
     pub private_key: KeySource,
     /// PEM of the CA certificates above it, up to and including the root.
     pub chain: Option<PathBuf>,
+    /// Its alternate chains (RFC 8555 §7.4.2), as for `ca.existing.alternate-chains`.
+    pub alternate_chains: Vec<PathBuf>,
 }
 
 /// A configured issuer whose certificate had expired when it was loaded.
@@ -128,8 +131,11 @@ pub(crate) fn load(settings: &IssuerSettings, now: OffsetDateTime) -> Result<Loa
         settings.chain.as_deref(),
         now,
     )?;
+    let alternate_chains = AlternateChains::of_loaded(&loaded, &settings.alternate_chains, now)?;
     Ok(LoadedIssuer::Usable(Box::new(
-        Ca::from_loaded(loaded).named(settings.name.clone()),
+        Ca::from_loaded(loaded)
+            .named(settings.name.clone())
+            .with_alternate_chains(alternate_chains),
     )))
 }
 

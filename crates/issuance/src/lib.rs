@@ -7,6 +7,7 @@
 //! the `profile` module): a CSR contributes its public key and nothing else, so a CSR asking for
 //! `cA=true` or extra extensions cannot get them.
 
+mod alternate_chains;
 mod ca;
 pub mod ceremony;
 mod ca_key;
@@ -24,6 +25,7 @@ pub mod profiles;
 mod serial;
 mod settings;
 
+pub use alternate_chains::download_pem;
 pub use ca::Ca;
 pub use ca::Intent;
 pub use ca::IssuedCertificate;

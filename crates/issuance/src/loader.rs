@@ -191,7 +191,7 @@ pub(crate) fn load_key(path: &Path) -> Result<KeyPair, Error> {
     })
 }
 
-fn check_is_ca(cert: &X509Certificate<'_>, path: &Path) -> Result<(), Error> {
+pub(crate) fn check_is_ca(cert: &X509Certificate<'_>, path: &Path) -> Result<(), Error> {
     let subject = cert.subject().to_string();
     let is_ca = cert
         .basic_constraints()

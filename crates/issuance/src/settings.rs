@@ -28,6 +28,11 @@ pub struct CaSettings {
     pub existing: Option<ExistingCa>,
     /// Where the root key goes when a first start generates the CA (never into `dir`).
     pub generated_root_key: GeneratedRootKey,
+    /// Alternate chains of the issuing CA in `existing` (RFC 8555 §7.4.2,
+    /// `ca.existing.alternate-chains`): PEM files, each a certificate of the issuing CA's subject
+    /// and key signed by another issuer, then that issuer's chain (see the `alternate_chains`
+    /// module). Not used for a generated CA.
+    pub alternate_chains: Vec<PathBuf>,
 }
 
 /// What a first start does with the private key of the root it generates. Nothing Certeasy
@@ -79,6 +84,7 @@ impl CaSettings {
             intermediate_common_name: "Certeasy Intermediate CA".to_owned(),
             root_validity: Duration::days(3653),
             intermediate_validity: Duration::days(1826),
+            alternate_chains: Vec::new(),
             existing: None,
         }
     }
