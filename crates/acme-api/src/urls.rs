@@ -78,6 +78,11 @@ impl Urls {
         format!("{}/acme/cert/{id}", self.base)
     }
 
+    /// Alternate chain `n` (from 1) of a certificate (RFC 8555 §7.4.2).
+    pub(crate) fn certificate_alternate(&self, id: CertificateId, n: usize) -> String {
+        format!("{}/acme/cert/{id}/{n}", self.base)
+    }
+
     /// The documentation of one rate limit, linked from its `rateLimited` problem.
     pub(crate) fn rate_limit_doc(&self, limit: &str) -> String {
         format!("{}/docs/rate-limits#{limit}", self.base)
@@ -119,6 +124,10 @@ mod tests {
         assert_eq!(
             urls.certificate(CertificateId(6)),
             "https://acme.internal:14000/acme/cert/6"
+        );
+        assert_eq!(
+            urls.certificate_alternate(CertificateId(6), 2),
+            "https://acme.internal:14000/acme/cert/6/2"
         );
         assert_eq!(
             urls.rate_limit_doc("certificatesPerDomain"),

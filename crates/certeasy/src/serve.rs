@@ -394,6 +394,7 @@ fn load_ca(
         root_validity: c.root_validity.time(),
         intermediate_validity: c.intermediate_validity.time(),
         existing,
+        alternate_chains: c.existing.alternate_chains.clone(),
         // Never in the data directory (issuance::ceremony); test mode's CA is thrown away.
         generated_root_key: if config.test_mode.enabled {
             issuance::GeneratedRootKey::Discard

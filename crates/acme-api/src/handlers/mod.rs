@@ -37,6 +37,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/acme/authz/{id}", post(authz::authz))
         .route("/acme/chall/{id}", post(authz::challenge))
         .route("/acme/cert/{id}", post(certificate::certificate))
+        .route("/acme/cert/{id}/{n}", post(certificate::alternate))
         .route("/acme/revoke-cert", post(certificate::revoke))
         .route(
             "/acme/renewal-info/{cert_id}",

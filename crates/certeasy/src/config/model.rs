@@ -540,6 +540,12 @@ pub struct ExistingCaConfig {
     #[serde(deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]
     pub chain: Option<PathBuf>,
+    /// Alternate chains offered with every certificate download (RFC 8555 §7.4.2), for clients
+    /// that trust another root (`--preferred-chain`): PEM files, each first a certificate with
+    /// exactly the issuing certificate's subject and public key (a cross-signed copy), then its
+    /// issuers up to the root. Needs `existing.certificate`.
+    #[schemars(with = "Vec<schema::Path>")]
+    pub alternate_chains: Vec<PathBuf>,
 }
 
 impl ExistingCaConfig {

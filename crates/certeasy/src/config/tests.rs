@@ -296,6 +296,10 @@ fn semantic_checks_cover_relations_and_formats() {
             "ca.existing.private-key",
         ),
         (
+            "ca:\n  existing:\n    alternate-chains: [/cross.pem]\n",
+            "ca.existing.alternate-chains",
+        ),
+        (
             "acme:\n  terms-of-service: not a url\n",
             "acme.terms-of-service",
         ),

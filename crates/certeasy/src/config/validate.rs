@@ -322,6 +322,12 @@ impl Checker {
                 "is set but ca.existing.certificate is not",
             );
         }
+        if !existing.alternate_chains.is_empty() && existing.certificate.is_none() {
+            self.fail(
+                "ca.existing.alternate-chains",
+                "is set but ca.existing.certificate is not: a generated CA has no cross-signed copies",
+            );
+        }
 
         let issuance = &config.issuance;
         self.positive_duration("issuance.default-validity", issuance.default_validity);
