@@ -82,7 +82,46 @@ pub fn isolated(test: &str) -> Option<SoftHsm> {
             dir: PathBuf::from(dir),
         });
     }
-    let module = module();
+    let dir = fresh_dir();
+    let output = again_in(dir.path())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{test} failed in its SoftHSM2 process ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        output.status
+    );
+    // libtest exits 0 when the filter matches nothing: the child must really have run it.
+    assert!(
+        stdout.contains("1 passed"),
+        "{test} did not run in its SoftHSM2 process (is the name right?):\n{stdout}\n{stderr}"
+    );
+    None
+}
+
+/// For a benchmark (a `main` of its own): runs this program again with the same arguments in a
+/// child process with a fresh SoftHSM2 directory, and exits with the child's status. In the
+/// child: returns the SoftHSM2 to use.
+pub fn in_own_process() -> SoftHsm {
+    if let Some(dir) = std::env::var_os(DIR_VAR) {
+        return SoftHsm {
+            dir: PathBuf::from(dir),
+        };
+    }
+    let dir = fresh_dir();
+    let status = again_in(dir.path())
+        .args(std::env::args_os().skip(1))
+        .status()
+        .expect("the program runs again");
+    drop(dir);
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+/// A temporary SoftHSM2 directory: its configuration and an empty token directory.
+fn fresh_dir() -> tempfile::TempDir {
     assert!(
         Command::new("softhsm2-util")
             .arg("--version")
@@ -101,27 +140,17 @@ pub fn isolated(test: &str) -> Option<SoftHsm> {
         ),
     )
     .expect("the SoftHSM2 configuration");
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let output = Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(DIR_VAR, dir.path())
-        .env("SOFTHSM2_CONF", conf_path(dir.path()))
-        .env("CERTEASY_TEST_PKCS11_MODULE", &module)
-        .output()
-        .expect("the test binary runs again");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{test} failed in its SoftHSM2 process ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        output.status
-    );
-    // libtest exits 0 when the filter matches nothing: the child must really have run it.
-    assert!(
-        stdout.contains("1 passed"),
-        "{test} did not run in its SoftHSM2 process (is the name right?):\n{stdout}\n{stderr}"
-    );
-    None
+    dir
+}
+
+/// This program again, its environment naming the SoftHSM2 directory `dir`.
+fn again_in(dir: &Path) -> Command {
+    let exe = std::env::current_exe().expect("the program's path");
+    let mut cmd = Command::new(exe);
+    cmd.env(DIR_VAR, dir)
+        .env("SOFTHSM2_CONF", conf_path(dir))
+        .env("CERTEASY_TEST_PKCS11_MODULE", module());
+    cmd
 }
 
 fn conf_path(dir: &Path) -> PathBuf {
