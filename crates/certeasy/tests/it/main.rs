@@ -5,6 +5,7 @@
 
 mod admin_auth;
 mod admin_records;
+mod alternate_chains;
 mod ari;
 mod at_once;
 mod audit;
