@@ -683,6 +683,19 @@ fn scale_config_shares_the_unpause_key_and_admin_token_it_mounts() {
 }
 
 #[test]
+fn evidence_retention_parses_and_defaults_to_two_years() {
+    assert_eq!(
+        Config::default().database.evidence_retention,
+        ConfigDuration::from_secs(730 * 86_400)
+    );
+    let config = from_str("database:\n  evidence-retention: 1095d\n", "certeasy.yaml").unwrap();
+    assert_eq!(
+        config.database.evidence_retention,
+        ConfigDuration::from_secs(1095 * 86_400)
+    );
+}
+
+#[test]
 fn pruning_keys_parse_and_default_to_a_week_a_minute_and_500_rows() {
     let defaults = Config::default().database;
     assert!(defaults.prune);
