@@ -377,13 +377,18 @@ fn load_ca(
     now: time::OffsetDateTime,
 ) -> anyhow::Result<Ca> {
     let c = &config.ca;
-    let existing = match (&c.existing.certificate, &c.existing.private_key) {
-        (Some(certificate), Some(private_key)) => Some(ExistingCa {
+    let existing = match &c.existing.certificate {
+        Some(certificate) => Some(ExistingCa {
             certificate: certificate.clone(),
-            private_key: issuance::KeySource::File(private_key.clone()),
+            private_key: crate::config::pkcs11::key_source(
+                "ca.existing",
+                c.existing.private_key.as_ref(),
+                c.existing.pkcs11.as_ref(),
+            )
+            .map_err(|(path, why)| anyhow::anyhow!("{path} {why}"))?,
             chain: c.existing.chain.clone(),
         }),
-        _ => None,
+        None => None,
     };
     let settings = CaSettings {
         dir: data_dir.join("ca"),

@@ -12,6 +12,7 @@ mod entries;
 mod error;
 mod locations;
 mod model;
+pub mod pkcs11;
 #[cfg(test)]
 mod reference;
 mod schema;

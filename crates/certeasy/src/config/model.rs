@@ -532,10 +532,13 @@ pub struct ExistingCaConfig {
     #[serde(deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]
     pub certificate: Option<PathBuf>,
-    /// Its private key, PEM (PKCS#8).
+    /// Its private key, PEM (PKCS#8). Exactly one of `private-key` and `pkcs11`.
     #[serde(deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]
     pub private_key: Option<PathBuf>,
+    /// Its private key on a PKCS#11 token (an HSM): module, token-label or slot, key-label,
+    /// pin-file. Exactly one of `private-key` and `pkcs11`.
+    pub pkcs11: Option<super::pkcs11::Pkcs11Config>,
     /// Optional PEM file of further CA certificates up to the root. Needs `existing.certificate`.
     #[serde(deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]

@@ -305,16 +305,35 @@ impl Checker {
             );
         }
         let existing = &ca.existing;
-        match (&existing.certificate, &existing.private_key) {
-            (Some(_), None) => self.fail(
+        let has_key = existing.private_key.is_some() || existing.pkcs11.is_some();
+        match (&existing.certificate, has_key) {
+            (Some(_), false) => self.fail(
                 "ca.existing.certificate",
-                "is set but ca.existing.private-key is not: give both or neither",
+                "is set but ca.existing.private-key (or ca.existing.pkcs11) is not: give both or neither",
             ),
-            (None, Some(_)) => self.fail(
-                "ca.existing.private-key",
+            (Some(_), true) => {
+                if let Err((path, message)) = super::pkcs11::key_source(
+                    "ca.existing",
+                    existing.private_key.as_ref(),
+                    existing.pkcs11.as_ref(),
+                ) {
+                    self.fail(path, message);
+                }
+            }
+            (None, true) => self.fail(
+                if existing.private_key.is_some() {
+                    "ca.existing.private-key"
+                } else {
+                    "ca.existing.pkcs11"
+                },
                 "is set but ca.existing.certificate is not: give both or neither",
             ),
-            _ => {}
+            (None, false) => {}
+        }
+        if let Some(block) = &existing.pkcs11 {
+            for (path, message) in block.problems("ca.existing.pkcs11") {
+                self.fail(path, message);
+            }
         }
         if existing.chain.is_some() && existing.certificate.is_none() {
             self.fail(

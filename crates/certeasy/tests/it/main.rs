@@ -26,6 +26,7 @@ mod failure_reports;
 mod flow;
 mod harness;
 mod hostile;
+mod hsm;
 mod key_change;
 mod kill_under_load;
 mod listener;
