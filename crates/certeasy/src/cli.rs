@@ -56,6 +56,12 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::ca_cli::CaCommand,
     },
+    /// The audit log checked on the database itself, with no server (`certeasy admin audit`
+    /// asks a running one).
+    Audit {
+        #[command(subcommand)]
+        command: crate::audit_offline::AuditCommand,
+    },
     /// Administer a running server through its admin listener (server.admin-listen).
     Admin {
         #[command(flatten)]

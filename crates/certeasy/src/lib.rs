@@ -10,6 +10,7 @@ pub mod admin_error;
 pub mod admin_keys;
 pub mod admin_token;
 pub mod admin_wire;
+pub mod audit_offline;
 pub mod ca_cli;
 pub mod cli;
 pub mod config;

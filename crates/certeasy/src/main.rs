@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         },
         Command::Admin { options, command } => certeasy::admin_cli::run(options, command),
         Command::Ca { command } => certeasy::ca_cli::run(command),
+        Command::Audit { command } => certeasy::audit_offline::run(command),
         Command::Serve {
             config: path,
             listeners,

@@ -2,7 +2,8 @@
 //! PostgreSQL: the real CLI binary, through the admin API. Records are appended through the
 //! server's own storage (known content, whatever else the server records), the listings and the
 //! export are checked, then the database is tampered with (sqlite3 on the stopped server's
-//! file, psql beside the running one) and `verify` must fail naming the record.
+//! file, psql beside the running one) and `verify` must fail naming the record, through the
+//! server and offline (`certeasy audit verify --config`).
 
 use std::net::IpAddr;
 use std::process::Command as StdCommand;
@@ -326,4 +327,23 @@ async fn audit_cli(db: Db) {
         broken.stdout
     );
     assert!(broken.stdout.contains("missing"), "{}", broken.stdout);
+
+    // The same finding offline, on the database itself (a running server holds its SQLite
+    // file, so that one is stopped first).
+    if db == Db::Sqlite {
+        env.server.take().unwrap().shutdown().await;
+    }
+    let offline = tokio::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
+        .args(["audit", "verify", "--config"])
+        .arg(&env.config_path)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&offline.stdout);
+    assert_eq!(offline.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("audit chain BROKEN at record {deleted}:")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("head hash: "), "{stdout}");
 }
