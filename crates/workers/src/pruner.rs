@@ -105,6 +105,7 @@ fn count(report: &PruneReport) {
         ("order_authorizations", report.order_links),
         ("authorizations", report.authorizations),
         ("challenges", report.challenges),
+        ("certificate_evidence", report.evidence),
     ];
     for (table, rows) in tables {
         if rows > 0 {
@@ -120,6 +121,7 @@ fn record(report: &PruneReport, took: Duration) {
         order_links = report.order_links,
         authorizations = report.authorizations,
         challenges = report.challenges,
+        certificate_evidence = report.evidence,
         took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
         "pruned expired rows"
     );
