@@ -122,6 +122,8 @@ pub struct AdminContext {
     /// Where `POST /admin/backup` writes its copies (`<data-dir>/backups`), created 0700 by the
     /// first backup, so a server that is never backed up, or runs on PostgreSQL, has none.
     pub backups: PathBuf,
+    /// The issuers and the active one (`certeasy admin ca`).
+    pub issuers: crate::admin_issuers::IssuersAdmin,
 }
 
 #[derive(Clone)]
@@ -143,6 +145,12 @@ impl axum::extract::FromRef<AdminState> for AuditAdmin {
         AuditAdmin {
             storage: state.ctx.storage.clone(),
         }
+    }
+}
+
+impl axum::extract::FromRef<AdminState> for crate::admin_issuers::IssuersAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        state.ctx.issuers.clone()
     }
 }
 
@@ -182,6 +190,11 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/keys/block", post(admin_keys::block))
         .route("/admin/keys/unblock", post(admin_keys::unblock))
         .route("/admin/backup", post(backup))
+        .route("/admin/ca/issuers", get(crate::admin_issuers::list))
+        .route(
+            "/admin/ca/issuers/{name}/activate",
+            post(crate::admin_issuers::activate),
+        )
         .route("/admin/audit", get(admin_audit::list))
         .route("/admin/audit/head", get(admin_audit::head))
         .route("/admin/audit/verify", get(admin_audit::verify))

@@ -7,6 +7,7 @@
 //! 2 the command line or the configuration/token file is wrong.
 
 pub mod audit;
+pub mod ca;
 mod keys;
 mod records;
 
@@ -163,6 +164,7 @@ async fn dispatch(client: &AdminClient, out: Out, command: AdminCommand) -> anyh
         AdminCommand::Eab { command } => keys::eab(client, out, command).await,
         AdminCommand::Keys { command } => keys::keys(client, out, command).await,
         AdminCommand::Audit { command } => audit::audit(client, out, command).await,
+        AdminCommand::Ca { command } => ca::ca(client, out, command).await,
     }
 }
 

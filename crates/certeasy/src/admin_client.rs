@@ -326,6 +326,21 @@ impl AdminClient {
         Self::doc(self.post(&["eab", kid, "revoke"], query, &())?).await
     }
 
+    // ---- issuers (`admin_issuers.rs`) ----
+
+    pub async fn issuers(
+        &self,
+    ) -> anyhow::Result<Reply<Vec<crate::admin_issuers::IssuerDoc>>> {
+        Self::doc(self.get(&["ca", "issuers"], &())?).await
+    }
+
+    pub async fn activate_issuer(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<Reply<crate::admin_issuers::IssuerDoc>> {
+        Self::doc(self.post(&["ca", "issuers", name, "activate"], &(), &())?).await
+    }
+
     // ---- blocked keys ----
 
     pub async fn block_key(&self, body: &KeyBody) -> anyhow::Result<Reply<BlockedKeyDoc>> {

@@ -7,6 +7,7 @@ pub mod admin_cli;
 pub mod admin_client;
 pub mod admin_eab;
 pub mod admin_error;
+pub mod admin_issuers;
 pub mod admin_keys;
 pub mod admin_token;
 pub mod admin_wire;

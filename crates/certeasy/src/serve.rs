@@ -192,12 +192,22 @@ pub async fn start(
         )));
     }
     let hook = Arc::new(HookChain(hooks));
+    // Issuer rotation: the active issuer is the database's, read by every instance before
+    // signing; `ca.active-issuer` until an operator activates another.
+    let active_issuer = Arc::new(ra::issuers::ActiveIssuer::new(
+        storage.clone(),
+        issuance::IssuerName::new(&config.ca.active_issuer).map_err(anyhow::Error::msg)?,
+    ));
+    let longest_validity = ra::issuers::longest_validity(&profiles);
     let workers = Workers::spawn(
         storage.clone(),
         validator,
         Arc::clone(&ca),
         Arc::clone(&clock),
-        worker_settings(config, profiles.clone()),
+        WorkerSettings {
+            active_issuer: Some(Arc::clone(&active_issuer)),
+            ..worker_settings(config, profiles.clone())
+        },
         hook,
     );
 
@@ -318,6 +328,13 @@ pub async fn start(
         reloader: reloader.clone(),
         token: admin_token,
         backups: data_dir.join("backups"),
+        issuers: crate::admin_issuers::IssuersAdmin {
+            storage: storage.clone(),
+            ca: Arc::clone(&ca),
+            active: Arc::clone(&active_issuer),
+            longest_validity,
+            clock: Arc::clone(&clock),
+        },
     });
     if let Some(handle) = crate::admin::prometheus() {
         // Histogram samples wait in the recorder until upkeep folds them into buckets. A scrape
@@ -407,7 +424,10 @@ fn load_ca(
             issuance::GeneratedRootKey::beside(data_dir)
         },
     };
-    Ca::load_or_create(&settings, now).context("loading or creating the CA")
+    let issuers = crate::config::issuers::settings(&c.issuers)?;
+    Ca::load_or_create(&settings, now)
+        .and_then(|ca| ca.with_issuers(&issuers, now))
+        .context("loading or creating the CA")
 }
 
 fn crl_settings(config: &Config) -> workers::crl::CrlSettings {

@@ -12,6 +12,7 @@ pub mod audit;
 mod authz;
 mod backup;
 pub mod blocked_keys;
+pub mod ca_state;
 mod certificates;
 mod codec;
 mod connect;

@@ -88,6 +88,11 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: crate::admin_cli::audit::AuditCommand,
     },
+    /// The issuing CAs: list them, activate one (issuer rotation).
+    Ca {
+        #[command(subcommand)]
+        command: crate::admin_cli::ca::CaCommand,
+    },
     /// List paused (account, identifier) pairs.
     Pauses {
         #[command(subcommand)]
@@ -131,7 +136,8 @@ impl AdminCommand {
             | Self::Certificates { .. }
             | Self::Eab { .. }
             | Self::Keys { .. }
-            | Self::Audit { .. } => None,
+            | Self::Audit { .. }
+            | Self::Ca { .. } => None,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 mod entries;
 mod error;
+pub mod issuers;
 mod locations;
 mod model;
 pub mod pkcs11;

@@ -497,6 +497,13 @@ pub struct CaConfig {
     pub intermediate_validity: ConfigDuration,
     /// An existing CA to load instead of creating one.
     pub existing: ExistingCaConfig,
+    /// Further issuing CAs (issuer rotation), each publishing its own CRLs; see
+    /// docs/operations.md, "Rotating the issuing intermediate".
+    pub issuers: Vec<super::issuers::IssuerConfig>,
+    /// The issuer of new certificates until `certeasy admin ca activate` names another (stored
+    /// in the database, for every instance): `default` (the generated intermediate or
+    /// `ca.existing`) or a name of `ca.issuers`.
+    pub active_issuer: String,
 }
 
 impl Default for CaConfig {
@@ -509,6 +516,8 @@ impl Default for CaConfig {
             root_validity: ConfigDuration::from_secs(3650 * 86_400),
             intermediate_validity: ConfigDuration::from_secs(1825 * 86_400),
             existing: ExistingCaConfig::default(),
+            issuers: Vec::new(),
+            active_issuer: super::issuers::default_active_issuer(),
         }
     }
 }

@@ -38,6 +38,7 @@ mod ratelimit_policies;
 mod raw;
 mod redis_outage;
 mod restart;
+mod rotation;
 mod retries;
 mod rfc_answers;
 mod test_mode;

@@ -24,6 +24,7 @@ mod evidence;
 mod exclusive;
 mod guards;
 mod issuer_chains;
+mod issuers;
 mod jobs;
 mod orders;
 mod pauses;
