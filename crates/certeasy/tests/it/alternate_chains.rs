@@ -251,7 +251,7 @@ async fn the_download_offers_the_chain_under_the_other_root() {
         alternate.header("content-type").as_deref(),
         Some("application/pem-certificate-chain")
     );
-    assert_eq!(alternate_links(&alternate), [cert_url.clone()]);
+    assert_eq!(alternate_links(&alternate), std::slice::from_ref(&cert_url));
     let root_r1 = std::fs::read_to_string(&h.root_r1).unwrap();
     assert_chain(&alternate.text, &root_r1, &[&name]);
     assert_eq!(top_issuer_cn(&alternate.text), ROOT_R1);
