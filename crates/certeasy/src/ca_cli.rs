@@ -250,13 +250,42 @@ fn refuse_inside(what: &str, path: &Path, data_dir: &Path, also: &Path) -> Resul
     Ok(())
 }
 
-fn refuse_token(pkcs11: &Pkcs11Args) -> Result<(), Failure> {
-    if pkcs11.pkcs11_module.is_some() {
-        return Err(Failure::Usage(
-            "--pkcs11-module: this build cannot make keys on a PKCS#11 token yet; make the intermediate's key in a file (leave out the --pkcs11-* options)".to_owned(),
-        ));
+impl Pkcs11Args {
+    /// The key to make on a token, when --pkcs11-module is given (clap requires the rest then).
+    fn key(&self) -> Result<Option<issuance::Pkcs11Key>, Failure> {
+        let Some(module) = &self.pkcs11_module else {
+            return Ok(None);
+        };
+        match (&self.token_label, &self.key_label, &self.pin_file) {
+            (Some(token), Some(key_label), Some(pin_file)) => Ok(Some(issuance::Pkcs11Key {
+                module: module.clone(),
+                token: issuance::TokenSelector::Label(token.clone()),
+                key_label: key_label.clone(),
+                pin_file: pin_file.clone(),
+            })),
+            _ => Err(Failure::Usage(
+                "--pkcs11-module needs --token-label, --key-label and --pin-file".to_owned(),
+            )),
+        }
     }
-    Ok(())
+}
+
+/// The `pkcs11:` block of the configuration (docs/configuration.md) for `key`, indented by
+/// `indent` spaces.
+fn pkcs11_yaml(key: &issuance::Pkcs11Key, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let token = match &key.token {
+        issuance::TokenSelector::Label(label) => {
+            format!("{pad}  token-label: {}\n", yaml_text(label))
+        }
+        issuance::TokenSelector::Slot(slot) => format!("{pad}  slot: {slot}\n"),
+    };
+    format!(
+        "{pad}pkcs11:\n{pad}  module: {}\n{token}{pad}  key-label: {}\n{pad}  pin-file: {}\n",
+        yaml_path(&key.module),
+        yaml_text(&key.key_label),
+        yaml_path(&key.pin_file)
+    )
 }
 
 fn init(args: &InitArgs) -> Result<(), Failure> {
@@ -279,7 +308,7 @@ fn init(args: &InitArgs) -> Result<(), Failure> {
         )?;
     }
     let constraints = name_constraints(&config, args.name_constraints)?;
-    refuse_token(&args.pkcs11)?;
+    let token = args.pkcs11.key()?;
     let settings = ca_settings(&config, ca_dir.clone());
     let request = ceremony::InitRequest {
         settings: &settings,
@@ -287,7 +316,23 @@ fn init(args: &InitArgs) -> Result<(), Failure> {
         name_constraints: constraints.as_ref(),
         root_key_in_ca_dir_allowed: args.allow_root_key_in_data_dir,
     };
-    let made = ceremony::init(&request, OffsetDateTime::now_utc())?;
+    let made = match &token {
+        None => ceremony::init(&request, OffsetDateTime::now_utc())?,
+        Some(key) => {
+            ceremony::check_init(&request)?;
+            let on_token = issuance::generate_key_on_token(key, config.ca.key_algorithm)?;
+            ceremony::init_with_key(&request, &on_token, OffsetDateTime::now_utc())?
+        }
+    };
+    // With the key on a token `serve` loads the CA as an existing one, which names the token.
+    let existing_yaml = token.as_ref().map(|key| {
+        format!(
+            "ca:\n  existing:\n    certificate: {}\n{}    chain: {}\n",
+            yaml_path(&made.intermediate_certificate),
+            pkcs11_yaml(key, 4),
+            yaml_path(&made.root_certificate)
+        )
+    });
     let shown = |p: &Path| absolute(p).display().to_string();
     if args.json {
         let object = serde_json::json!({
@@ -303,9 +348,11 @@ fn init(args: &InitArgs) -> Result<(), Failure> {
                 "certificate": shown(&made.intermediate_certificate),
                 "key": made.intermediate_key.as_deref().map(shown),
                 "not-after": rfc3339(made.intermediate_not_after),
+                "pkcs11-key-label": token.as_ref().map(|k| k.key_label.clone()),
                 "name-constraints": constraints.as_ref().map(NameConstraints::describe),
                 "keep": "on the server",
             },
+            "configuration": existing_yaml,
             "listener": {
                 "certificate": shown(&made.listener_certificate),
                 "key": shown(&made.listener_key),
@@ -362,7 +409,15 @@ fn init(args: &InitArgs) -> Result<(), Failure> {
             println!("  {line}");
         }
     }
-    println!("\nNext: start `certeasy serve` with the same configuration.");
+    match &existing_yaml {
+        None => println!("\nNext: start `certeasy serve` with the same configuration."),
+        Some(yaml) => {
+            println!(
+                "\nNext: add this to the configuration (the issuing key is on the token), then start `certeasy serve`:\n"
+            );
+            print!("{yaml}");
+        }
+    }
     Ok(())
 }
 
@@ -373,7 +428,7 @@ fn new_intermediate(args: &NewIntermediateArgs) -> Result<(), Failure> {
         .clone()
         .unwrap_or_else(|| config.data_dir.join("ca"));
     let constraints = name_constraints(&config, args.name_constraints)?;
-    refuse_token(&args.pkcs11)?;
+    let token = args.pkcs11.key()?;
     let common_name = args
         .common_name
         .clone()
@@ -400,7 +455,19 @@ fn new_intermediate(args: &NewIntermediateArgs) -> Result<(), Failure> {
             ));
         }
     };
-    let made = ceremony::new_intermediate(&request, signer, OffsetDateTime::now_utc())?;
+    let made = match &token {
+        None => ceremony::new_intermediate(&request, signer, OffsetDateTime::now_utc())?,
+        Some(key) => {
+            ceremony::check_new_intermediate(&request, signer, true, OffsetDateTime::now_utc())?;
+            let on_token = issuance::generate_key_on_token(key, config.ca.key_algorithm)?;
+            ceremony::new_intermediate_with_key(
+                &request,
+                signer,
+                &on_token,
+                OffsetDateTime::now_utc(),
+            )?
+        }
+    };
     let certificate = made
         .certificate
         .clone()
@@ -409,6 +476,7 @@ fn new_intermediate(args: &NewIntermediateArgs) -> Result<(), Failure> {
         &args.name,
         &certificate,
         made.key.as_deref(),
+        token.as_ref(),
         made.chain.as_deref(),
     );
     if args.json {
@@ -450,6 +518,12 @@ fn new_intermediate(args: &NewIntermediateArgs) -> Result<(), Failure> {
             absolute(key).display()
         );
     }
+    if let Some(key) = &token {
+        println!(
+            "Its private key is on the token, labelled {:?}: it never leaves it.",
+            key.key_label
+        );
+    }
     if let Some(constraints) = &constraints {
         println!("Name constraints (critical):");
         for line in constraints.describe() {
@@ -469,6 +543,7 @@ fn issuers_entry(
     name: &str,
     certificate: &Path,
     key: Option<&Path>,
+    token: Option<&issuance::Pkcs11Key>,
     chain: Option<&Path>,
 ) -> String {
     let mut yaml = format!(
@@ -477,6 +552,9 @@ fn issuers_entry(
     );
     if let Some(key) = key {
         yaml.push_str(&format!("      private-key: {}\n", yaml_path(key)));
+    }
+    if let Some(token) = token {
+        yaml.push_str(&pkcs11_yaml(token, 6));
     }
     match chain {
         Some(chain) => yaml.push_str(&format!("      chain: {}\n", yaml_path(chain))),
@@ -498,6 +576,19 @@ fn yaml_path(path: &Path) -> String {
         text
     } else {
         serde_json::Value::String(text).to_string()
+    }
+}
+
+/// A text as a YAML scalar: plain when made of ordinary characters, JSON-quoted otherwise.
+fn yaml_text(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        serde_json::Value::String(text.to_owned()).to_string()
     }
 }
 

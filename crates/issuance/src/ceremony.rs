@@ -226,11 +226,9 @@ pub fn init_with_key<K: SigningKey>(
     init_inner(request, Some(intermediate_key), now)
 }
 
-fn init_inner<K: SigningKey>(
-    request: &InitRequest<'_>,
-    intermediate_key: Option<&K>,
-    now: OffsetDateTime,
-) -> Result<InitOutcome, Error> {
+/// The refusals of [`init`], made before anything is created: for a caller that makes the
+/// intermediate's key on a token first, so that a refused ceremony leaves no key there.
+pub fn check_init(request: &InitRequest<'_>) -> Result<(), Error> {
     let settings = request.settings;
     if !request.root_key_in_ca_dir_allowed && is_inside(request.root_key_out, &settings.dir) {
         return Err(Error::InvalidRequest(format!(
@@ -249,6 +247,23 @@ fn init_inner<K: SigningKey>(
             )));
         }
     }
+    if exists(request.root_key_out)? {
+        return Err(Error::InvalidRequest(format!(
+            "{} already exists; it may be the key of an earlier root that clients trust, so it is not overwritten: move it away first",
+            request.root_key_out.display()
+        )));
+    }
+    Ok(())
+}
+
+fn init_inner<K: SigningKey>(
+    request: &InitRequest<'_>,
+    intermediate_key: Option<&K>,
+    now: OffsetDateTime,
+) -> Result<InitOutcome, Error> {
+    check_init(request)?;
+    let settings = request.settings;
+    let paths = CaPaths::in_dir(&settings.dir);
     files::ensure_dir(&settings.dir)?;
     let made = generate::create_hierarchy(
         settings,
@@ -344,12 +359,25 @@ pub fn new_intermediate_with_key<K: SigningKey>(
     new_intermediate_inner(request, signer, Some(key), now)
 }
 
-fn new_intermediate_inner<K: SigningKey>(
+/// The refusals of [`new_intermediate`] (`key_on_token`: of [`new_intermediate_with_key`]),
+/// made before anything is created: for a caller that makes the key on a token first, so that
+/// a refused ceremony leaves no key there.
+pub fn check_new_intermediate(
     request: &IntermediateRequest<'_>,
     signer: IntermediateSigner<'_>,
-    key: Option<&K>,
+    key_on_token: bool,
     now: OffsetDateTime,
-) -> Result<IntermediateOutcome, Error> {
+) -> Result<(), Error> {
+    preflight(request, signer, key_on_token, now).map(|_| ())
+}
+
+/// The checks of a new intermediate, and the offline root loaded when it signs.
+fn preflight(
+    request: &IntermediateRequest<'_>,
+    signer: IntermediateSigner<'_>,
+    key_on_token: bool,
+    now: OffsetDateTime,
+) -> Result<Option<OfflineRoot>, Error> {
     check_issuer_name(request.name)?;
     if !request.validity.is_positive() {
         return Err(Error::InvalidRequest(
@@ -359,7 +387,7 @@ fn new_intermediate_inner<K: SigningKey>(
     let cert_path = request.out_dir.join(format!("{}.pem", request.name));
     let key_path = request.out_dir.join(format!("{}.key", request.name));
     let mut must_not_exist = vec![cert_path.as_path()];
-    if key.is_none() {
+    if !key_on_token {
         must_not_exist.push(&key_path);
     }
     if let IntermediateSigner::Csr(csr) = signer {
@@ -373,13 +401,24 @@ fn new_intermediate_inner<K: SigningKey>(
             )));
         }
     }
-    // Everything that can be refused is checked before a key is generated or written.
-    let root = match signer {
+    match signer {
         IntermediateSigner::Root { certificate, key } => {
-            Some(OfflineRoot::load(certificate, key, now)?)
+            OfflineRoot::load(certificate, key, now).map(Some)
         }
-        IntermediateSigner::Csr(_) => None,
-    };
+        IntermediateSigner::Csr(_) => Ok(None),
+    }
+}
+
+fn new_intermediate_inner<K: SigningKey>(
+    request: &IntermediateRequest<'_>,
+    signer: IntermediateSigner<'_>,
+    key: Option<&K>,
+    now: OffsetDateTime,
+) -> Result<IntermediateOutcome, Error> {
+    // Everything that can be refused is checked before a key is generated or written.
+    let root = preflight(request, signer, key.is_some(), now)?;
+    let cert_path = request.out_dir.join(format!("{}.pem", request.name));
+    let key_path = request.out_dir.join(format!("{}.key", request.name));
     let new_key = match key {
         Some(key) => NewKey::Given(key),
         None => NewKey::Generated(request.key_algorithm.generate()?),

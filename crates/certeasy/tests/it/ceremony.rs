@@ -415,3 +415,89 @@ async fn a_first_start_keeps_the_root_key_out_of_the_data_directory_until_it_is_
     let (verified, output) = openssl_verify(&root_pem, None, &signed);
     assert!(verified, "{output}");
 }
+
+/// `ca init` with the issuing key made on a PKCS#11 token (SoftHSM2): no key file, the
+/// intermediate under the root, and the CA loads with the key on the token (the loader proves
+/// the key matches the certificate and signs a probe there). In a process of its own with its
+/// own SoftHSM2 directory.
+#[test]
+fn init_makes_the_issuing_key_on_a_token() {
+    let Some(hsm) = testkit::softhsm::isolated("ceremony::init_makes_the_issuing_key_on_a_token")
+    else {
+        return;
+    };
+    let token = hsm.init_token("ceremony", "user-pin-5678");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let config = tmp.path().join("certeasy.yaml");
+    std::fs::write(&config, format!("data-dir: \"{}\"\n", data.display())).unwrap();
+    let root_key = tmp.path().join("offline/root.key");
+    let module = hsm.module();
+    let (code, out, err) = ca(&[
+        "init",
+        "--config",
+        s(&config),
+        "--root-key-out",
+        s(&root_key),
+        "--pkcs11-module",
+        s(&module),
+        "--token-label",
+        &token.label,
+        "--key-label",
+        "int-2026",
+        "--pin-file",
+        s(&token.pin_file),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let ca_dir = data.join("ca");
+    assert!(!ca_dir.join("intermediate.key").exists());
+    assert!(
+        out.contains("on the token") && out.contains("existing:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("key-label: int-2026") && out.contains("pkcs11:"),
+        "{out}"
+    );
+    let (verified, output) = openssl_verify(
+        &ca_dir.join("root.pem"),
+        None,
+        &ca_dir.join("intermediate.pem"),
+    );
+    assert!(verified, "{output}");
+    let mut settings = issuance::CaSettings::new(&ca_dir);
+    settings.existing = Some(issuance::ExistingCa {
+        certificate: ca_dir.join("intermediate.pem"),
+        private_key: issuance::KeySource::Pkcs11(issuance::Pkcs11Key {
+            module,
+            token: issuance::TokenSelector::Label(token.label.clone()),
+            key_label: "int-2026".to_owned(),
+            pin_file: token.pin_file.clone(),
+        }),
+        chain: Some(ca_dir.join("root.pem")),
+    });
+    let loaded = issuance::Ca::load_or_create(&settings, time::OffsetDateTime::now_utc()).unwrap();
+    assert_eq!(
+        loaded.root_pem(),
+        std::fs::read_to_string(ca_dir.join("root.pem")).unwrap()
+    );
+    // The same label again is refused: the token keeps one key per label.
+    let (code, _, err) = ca(&[
+        "init",
+        "--config",
+        s(&config),
+        "--ca-dir",
+        s(&tmp.path().join("second")),
+        "--root-key-out",
+        s(&tmp.path().join("offline/second.key")),
+        "--pkcs11-module",
+        s(&hsm.module()),
+        "--token-label",
+        &token.label,
+        "--key-label",
+        "int-2026",
+        "--pin-file",
+        s(&token.pin_file),
+    ]);
+    assert_eq!(code, 1, "{err}");
+}
