@@ -214,23 +214,6 @@ pub fn router(ctx: AdminContext) -> Router {
         .with_state(state)
 }
 
-/// 403 for anything a browser sent, 401 without the right bearer token.
-async fn require_token(
-    State(state): State<AdminState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let headers = request.headers();
-    if from_browser(headers) {
-        return AdminError::FromBrowser.into_response();
-    }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    match presented {
 /// The header in which `certeasy admin` names its operator (`--operator`, or `$SUDO_USER`,
 /// `$USER`). Recorded in the audit log as given: a claim, since the token is what is
 /// authenticated, and every holder of the token can write any name here.
@@ -260,6 +243,23 @@ fn operator_of(headers: &HeaderMap) -> Option<String> {
     (!name.is_empty()).then(|| name.to_owned())
 }
 
+/// 403 for anything a browser sent, 401 without the right bearer token.
+async fn require_token(
+    State(state): State<AdminState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    if from_browser(headers) {
+        return AdminError::FromBrowser.into_response();
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match presented {
         Some(token) if state.ctx.token.matches(token) => {
             let peer = request
                 .extensions()
@@ -361,6 +361,7 @@ async fn show_bucket(
 
 async fn reset_bucket(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Answer<String> {
     let Path((limit, id)) = path?;
@@ -368,20 +369,6 @@ async fn reset_bucket(
     match state.ctx.ra.limits().limiter().reset(name, &bucket).await {
         Ok(()) => {
             tracing::info!(limit = %limit, "rate-limit bucket reset by an operator");
-            Ok("bucket reset: it is full again\n".to_owned())
-        }
-        Err(e) => Err(AdminError::Unavailable(e.to_string())),
-    }
-}
-
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
-async fn list_pauses(
-    State(state): State<AdminState>,
-    query: Result<Query<PauseQuery>, QueryRejection>,
-) -> Answer<String> {
-    let Query(q) = query?;
-    let rows = state
-        .ctx
             // The bucket lives in the limiter's store, not the database: the record follows the
             // reset in a transaction of its own, and a reset whose record fails is reported.
             let mut event = who.event(
@@ -394,12 +381,12 @@ async fn list_pauses(
                 "bucket": bucket.to_string(),
             });
             record(&state.ctx, &event).await?;
-        .storage
-        .list_pauses(q.account.map(AccountId), q.all, q.limit.unwrap_or(10_000))
-        .await
-        .map_err(|e| AdminError::Unavailable(e.to_string()))?;
-    let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
-    for r in rows {
+            Ok("bucket reset: it is full again\n".to_owned())
+        }
+        Err(e) => Err(AdminError::Unavailable(e.to_string())),
+    }
+}
+
 /// Records an admin action that changed nothing in the database (or nothing the database's
 /// transaction could include), in a transaction of its own.
 async fn record(ctx: &AdminContext, event: &ra::audit::AuditEvent) -> Answer<()> {
@@ -410,6 +397,19 @@ async fn record(ctx: &AdminContext, event: &ra::audit::AuditEvent) -> Answer<()>
         .map_err(|e| AdminError::Unavailable(format!("the audit record was not written: {e}")))
 }
 
+async fn list_pauses(
+    State(state): State<AdminState>,
+    query: Result<Query<PauseQuery>, QueryRejection>,
+) -> Answer<String> {
+    let Query(q) = query?;
+    let rows = state
+        .ctx
+        .storage
+        .list_pauses(q.account.map(AccountId), q.all, q.limit.unwrap_or(10_000))
+        .await
+        .map_err(|e| AdminError::Unavailable(e.to_string()))?;
+    let mut out = String::from("account\tidentifier\tpaused_at\tunpaused_at\n");
+    for r in rows {
         let unpaused = r
             .unpaused_at
             .map_or_else(|| "-".to_owned(), |t| t.to_string());
@@ -430,6 +430,7 @@ fn parse_all(raw: &[String]) -> Answer<Vec<Identifier>> {
 
 async fn pause(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<PauseBody>, JsonRejection>,
 ) -> Answer<String> {
     let Json(body) = body?;
@@ -443,10 +444,10 @@ async fn pause(
         Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
 }
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
 
 async fn unpause(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<PauseBody>, JsonRejection>,
 ) -> Answer<String> {
     let Json(body) = body?;
@@ -456,7 +457,6 @@ async fn unpause(
     {
         Ok(done) => Ok(format!("{}\n", done.len())),
         Err(e) => Err(AdminError::Unavailable(e.to_string())),
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
     }
 }
 
@@ -464,6 +464,7 @@ async fn unpause(
 /// were newly marked (unexpired, unrevoked, not marked before).
 async fn renew_early(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     body: Result<Json<RenewEarlyBody>, JsonRejection>,
 ) -> Answer<Json<CountDoc>> {
     let Json(body) = body?;
@@ -477,7 +478,6 @@ async fn renew_early(
         }
         _ => {
             return Err(AdminError::BadRequest(
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
                 "name exactly one of \"serial\", \"account\" and \"name\"".to_owned(),
             ));
         }
@@ -516,6 +516,12 @@ async fn logged_backup(ctx: &AdminContext, who: &Requester) -> Answer<Json<Backu
             metrics::counter!("certeasy_backups_total", "outcome" => "done").increment(1);
             let path = path.display().to_string();
             tracing::info!(path = %path, bytes, seconds, "database backed up");
+            let mut event = who.event(
+                AuditKind::AdminAction,
+                format!("database backed up to {path} by an operator"),
+            );
+            event.detail = serde_json::json!({ "action": "backup", "path": path, "bytes": bytes });
+            record(ctx, &event).await?;
             Ok(Json(BackupDoc {
                 path,
                 bytes,
@@ -529,12 +535,6 @@ async fn logged_backup(ctx: &AdminContext, who: &Requester) -> Answer<Json<Backu
                 other => tracing::error!(error = ?other, seconds, "backup failed"),
             }
             Err(e)
-            let mut event = who.event(
-                AuditKind::AdminAction,
-                format!("database backed up to {path} by an operator"),
-            );
-            event.detail = serde_json::json!({ "action": "backup", "path": path, "bytes": bytes });
-            record(ctx, &event).await?;
         }
     }
 }
@@ -632,6 +632,7 @@ async fn show_account(
 
 async fn deactivate_account(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     id: Result<Path<i64>, PathRejection>,
 ) -> Answer<Json<AccountDoc>> {
     let Path(id) = id?;
@@ -645,7 +646,6 @@ async fn list_certificates(
     query: Result<Query<CertificateQuery>, QueryRejection>,
     page: Result<Query<PageQuery>, QueryRejection>,
 ) -> Answer<Json<CertificateList>> {
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
     let (Query(q), Query(p)) = (query?, page?);
     let filter = q.to_filter().map_err(AdminError::BadRequest)?;
     let limit = operator::list_limit(p.limit);
@@ -684,6 +684,7 @@ async fn show_certificate(
 
 async fn revoke_one(
     State(state): State<AdminState>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     serial: Result<Path<String>, PathRejection>,
     body: Result<Json<RevokeBody>, JsonRejection>,
 ) -> Answer<Json<CertificateDoc>> {
@@ -711,7 +712,7 @@ async fn revoke_batch(
             body.before.map(CertificateId),
             operator::revoke_batch_size(body.batch),
             reason,
-    Extension(AdminCaller(who)): Extension<AdminCaller>,
+            &who,
         )
         .await?;
     Ok(Json(BatchDoc {
@@ -725,7 +726,6 @@ async fn revoke_batch(
 }
 
 #[cfg(test)]
-            &who,
 mod tests {
     use super::backup_stamp;
 

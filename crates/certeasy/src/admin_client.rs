@@ -326,6 +326,20 @@ impl AdminClient {
         Self::doc(self.post(&["eab", kid, "revoke"], query, &())?).await
     }
 
+    // ---- blocked keys ----
+
+    pub async fn block_key(&self, body: &KeyBody) -> anyhow::Result<Reply<BlockedKeyDoc>> {
+        Self::doc(self.post(&["keys", "block"], &(), body)?).await
+    }
+
+    pub async fn unblock_key(&self, body: &KeyBody) -> anyhow::Result<Reply<BlockedKeyDoc>> {
+        Self::doc(self.post(&["keys", "unblock"], &(), body)?).await
+    }
+
+    pub async fn blocked_keys(&self) -> anyhow::Result<Reply<Vec<BlockedKeyDoc>>> {
+        Self::doc(self.get(&["keys"], &())?).await
+    }
+
     // ---- issuers (`admin_issuers.rs`) ----
 
     pub async fn issuers(
@@ -339,20 +353,6 @@ impl AdminClient {
         name: &str,
     ) -> anyhow::Result<Reply<crate::admin_issuers::IssuerDoc>> {
         Self::doc(self.post(&["ca", "issuers", name, "activate"], &(), &())?).await
-    }
-
-    // ---- blocked keys ----
-
-    pub async fn block_key(&self, body: &KeyBody) -> anyhow::Result<Reply<BlockedKeyDoc>> {
-        Self::doc(self.post(&["keys", "block"], &(), body)?).await
-    }
-
-    pub async fn unblock_key(&self, body: &KeyBody) -> anyhow::Result<Reply<BlockedKeyDoc>> {
-        Self::doc(self.post(&["keys", "unblock"], &(), body)?).await
-    }
-
-    pub async fn blocked_keys(&self) -> anyhow::Result<Reply<Vec<BlockedKeyDoc>>> {
-        Self::doc(self.get(&["keys"], &())?).await
     }
 
     // ---- the audit log (`admin_audit.rs`) ----

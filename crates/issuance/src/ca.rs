@@ -661,7 +661,7 @@ impl Ca {
                             ),
                             shards: crl.shards,
                         };
-                        ca = Box::new(ca.with_crl_distribution(own));
+                        *ca = ca.with_crl_distribution(own);
                     }
                     self.others.insert(settings.name.clone(), *ca);
                 }

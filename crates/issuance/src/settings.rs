@@ -69,7 +69,6 @@ impl GeneratedRootKey {
     }
 }
 
-
 impl CaSettings {
     /// Defaults for everything but the directory; the generated root key goes beside the CA
     /// directory ([`GeneratedRootKey::beside`]).

@@ -341,14 +341,14 @@ impl Checker {
                 "is set but ca.existing.certificate is not",
             );
         }
-        for (path, message) in super::issuers::problems(&ca.issuers, &ca.active_issuer) {
-            self.fail(path, message);
-        }
         if !existing.alternate_chains.is_empty() && existing.certificate.is_none() {
             self.fail(
                 "ca.existing.alternate-chains",
                 "is set but ca.existing.certificate is not: a generated CA has no cross-signed copies",
             );
+        }
+        for (path, message) in super::issuers::problems(&ca.issuers, &ca.active_issuer) {
+            self.fail(path, message);
         }
 
         let issuance = &config.issuance;

@@ -141,7 +141,7 @@ async fn issuance_keeps_the_evidence(db: Db) {
     );
     assert!(
         dns.observed
-            .contains(&format!("TXT record with the expected digest")),
+            .contains("TXT record with the expected digest"),
         "{dns:?}"
     );
     assert!(
