@@ -5,9 +5,10 @@
 # them) and PostgreSQL on 127.0.0.1:5432. Benchmarks start their own redis-server processes on
 # free loopback ports and never touch the shared instance on 6379.
 #
-# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster] [testmode]
+# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster] [testmode] [baseline]
 # (default: memory redis redis-memory issuance-inproc issuance; scale and cluster take minutes
-# and run only when named, and so does testmode, the no-stall check of `serve --test-mode`).
+# and run only when named, and so does testmode, the no-stall check of `serve --test-mode`, and
+# baseline, this build against an earlier certeasy binary named by BENCH_BASELINE).
 # Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
 # BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance-inproc); the
 # issuance (Certeasy vs Pebble), scale, cluster and testmode parts are the load generator's
@@ -107,7 +108,7 @@ fi
 # the profile that is shipped and measured (Cargo.toml's `dist`), in separate invocations so that
 # each gets the features it is shipped with; the load generator runs the `certeasy` next to it.
 loadgen_parts=()
-for part in issuance scale cluster testmode; do
+for part in issuance scale cluster testmode baseline; do
   if wants "$part"; then loadgen_parts+=("$part"); fi
 done
 if [ ${#loadgen_parts[@]} -gt 0 ]; then

@@ -113,6 +113,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         BenchPart::Scale => "scale",
         BenchPart::Cluster => "cluster",
         BenchPart::Testmode => "testmode",
+        BenchPart::Baseline | BenchPart::BaselineReport => "baseline",
     };
     let bench = Bench {
         out: target.join(format!("bench-{name}")),
@@ -126,6 +127,8 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         BenchPart::Scale => bench.scale(),
         BenchPart::Cluster => bench.cluster(),
         BenchPart::Testmode => bench.testmode(),
+        BenchPart::Baseline => bench.baseline(),
+        BenchPart::BaselineReport => bench.baseline_report(),
     }
 }
 
@@ -417,6 +420,109 @@ impl Bench {
             ));
         }
         Ok(())
+    }
+
+    // ---- baseline -------------------------------------------------------------------------
+
+    /// This build against `--baseline`, both on the same settings, rounds alternating which
+    /// goes first; the report is `baseline`'s table (ratios are this build over the baseline).
+    fn baseline(&self) -> anyhow::Result<()> {
+        let Some(baseline) = &self.args.baseline else {
+            bail!(
+                "the baseline part needs --baseline (BENCH_BASELINE): an earlier certeasy binary"
+            );
+        };
+        if !baseline.is_file() {
+            bail!("no baseline certeasy binary at {}", baseline.display());
+        }
+        self.prepare(true)?;
+        let scenarios = items(&self.args.baseline_scenarios)?;
+        self.machine(self.settings(
+            self.args.rounds,
+            self.args.duration,
+            &self.args.baseline_scenarios,
+        ))?;
+        let drop_keys: Vec<String> = self
+            .args
+            .baseline_drop_keys
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut shared = Shared::new(&self.args.postgres_url, &self.args.redis_url);
+        for round in 1..=self.args.rounds {
+            let order = if round % 2 == 1 {
+                ["baseline", "certeasy"]
+            } else {
+                ["certeasy", "baseline"]
+            };
+            for &item in &scenarios {
+                for label in order {
+                    let database_url = if self.args.baseline_postgres {
+                        Some(shared.create_database(round)?)
+                    } else {
+                        None
+                    };
+                    let (binary, drop) = if label == "baseline" {
+                        (baseline.as_path(), drop_keys.as_slice())
+                    } else {
+                        (self.certeasy.as_path(), &[][..])
+                    };
+                    let server = servers::start_certeasy_build(
+                        &self.out,
+                        binary,
+                        &self.ports,
+                        label,
+                        database_url,
+                        drop,
+                    )?;
+                    let result = self.measure(server, label, item, round);
+                    shared.release();
+                    result?;
+                }
+            }
+        }
+        self.baseline_report()
+    }
+
+    /// One run of `item` on `server`, which is stopped afterwards.
+    fn measure(&self, server: Started, label: &str, item: Item, round: u32) -> anyhow::Result<()> {
+        log(&format!(
+            "round {round}: {label}, {} x{} (load average {})",
+            item.scenario.name(),
+            item.concurrency,
+            machine::load_now()
+        ));
+        let mut args = self.run_args(&server.directory, &server.root, label)?;
+        args.server_pids = vec![server.process.pid()];
+        args.scenario = item.scenario;
+        args.concurrency = item.concurrency;
+        args.duration = self.args.duration;
+        args.round = round;
+        args.output = Some(self.raw(label, item, round));
+        let result = run::run_blocking(args);
+        let log_tail = servers::tail(&server.log(), LOG_TAIL);
+        let Started { process, dir, .. } = server;
+        process.stop()?;
+        result.map_err(|error| error.context(format!("--- {label} log ---\n{log_tail}")))?;
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    fn baseline_report(&self) -> anyhow::Result<()> {
+        let machine = Machine::read(&self.out)?;
+        let database = if self.args.baseline_postgres {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        };
+        let extra = format!(
+            "{}; this build against the baseline build on {database}; cells are the median \
+             (min–max) over rounds",
+            machine.settings
+        );
+        self.report(&machine, "baseline", "baseline", "certeasy", &extra)
     }
 
     // ---- scale ----------------------------------------------------------------------------

@@ -248,6 +248,11 @@ pub(crate) enum BenchPart {
     Cluster,
     /// `certeasy serve --test-mode` under full issuance: fails when any flow stalls.
     Testmode,
+    /// This build against an earlier Certeasy build (--baseline), rounds alternating which goes
+    /// first: what a change costs, on SQLite or (--baseline-postgres) PostgreSQL.
+    Baseline,
+    /// Render the last `baseline` results again (no run).
+    BaselineReport,
 }
 
 /// Every setting has the environment variable `scripts/bench.sh` documents as its fallback.
@@ -357,6 +362,26 @@ pub(crate) struct BenchArgs {
     /// The `certeasy` binary (default: next to this one, as a `cargo build` leaves it).
     #[arg(long, env = "BENCH_CERTEASY")]
     pub(crate) certeasy: Option<PathBuf>,
+    /// The earlier `certeasy` binary the `baseline` part measures this one against.
+    #[arg(long, env = "BENCH_BASELINE")]
+    pub(crate) baseline: Option<PathBuf>,
+    /// Configuration keys the baseline predates, dotted and comma-separated
+    /// (`database.evidence-retention,ca.issuers`): left out of the baseline's file, so that it
+    /// runs on its own defaults for them.
+    #[arg(long, env = "BENCH_BASELINE_DROP_KEYS", default_value = "")]
+    pub(crate) baseline_drop_keys: String,
+    /// `scenario:concurrency` items of the baseline part.
+    #[arg(
+        long,
+        env = "BENCH_BASELINE_SCENARIOS",
+        default_value = "full:8 full:32"
+    )]
+    pub(crate) baseline_scenarios: String,
+    /// Run both builds of the baseline part on a fresh PostgreSQL database per run instead of
+    /// SQLite.
+    #[arg(long, env = "BENCH_BASELINE_POSTGRES", default_value = "0", action = ArgAction::Set,
+          value_parser = BoolishValueParser::new())]
+    pub(crate) baseline_postgres: bool,
     /// Results go to `<target-dir>/bench-<part>/` (raw JSON per run, the table, the chart,
     /// logs of a failed run).
     #[arg(long, env = "CARGO_TARGET_DIR")]

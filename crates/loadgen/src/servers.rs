@@ -152,6 +152,34 @@ pub(crate) fn write_certeasy_config(dir: &Path, config: &Config) -> anyhow::Resu
     Ok(path)
 }
 
+/// Writes `config` as YAML without the dotted `keys`, for a build that predates them (it is
+/// not read back: this build's model would fill them in again).
+fn write_config_without(dir: &Path, config: &Config, keys: &[String]) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("certeasy-{}.yaml", config.server.listen.port()));
+    let mut value = serde_json::to_value(config).context("serialising Certeasy's configuration")?;
+    for key in keys {
+        let (parents, last) = match key.rsplit_once('.') {
+            Some((parents, last)) => (Some(parents), last),
+            None => (None, key.as_str()),
+        };
+        let mut node = &mut value;
+        for part in parents.into_iter().flat_map(|p| p.split('.')) {
+            node = node.get_mut(part).with_context(|| {
+                format!("--baseline-drop-keys {key}: no {part:?} in the configuration")
+            })?;
+        }
+        node.as_object_mut()
+            .and_then(|map| map.remove(last))
+            .with_context(|| {
+                format!("--baseline-drop-keys {key}: no such key in the configuration")
+            })?;
+    }
+    let yaml =
+        serde_saphyr::to_string(&value).context("serialising the baseline's configuration")?;
+    std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 /// Pebble's configuration file (`pebble -config`).
 #[derive(Debug, Serialize)]
 struct PebbleFile {
@@ -359,17 +387,34 @@ pub(crate) fn start_certeasy(
     ports: &Ports,
     label: &str,
 ) -> anyhow::Result<Started> {
+    start_certeasy_build(out, certeasy, ports, label, None, &[])
+}
+
+/// [`start_certeasy`] with the `certeasy` binary of another build, possibly on PostgreSQL
+/// (`database_url`), its file written without `drop_keys` (keys that build predates).
+pub(crate) fn start_certeasy_build(
+    out: &Path,
+    certeasy: &Path,
+    ports: &Ports,
+    label: &str,
+    database_url: Option<String>,
+    drop_keys: &[String],
+) -> anyhow::Result<Started> {
     let dir = fresh_dir(out, label)?;
     let instance = CerteasyInstance {
         listen: ports.acme,
         admin: ports.admin,
         external: ports.acme,
-        database_url: None,
+        database_url,
         redis: None,
     };
     let config = certeasy_config(&dir, ports, &instance);
     let root = config.data_dir.join("ca/root.pem");
-    let path = write_certeasy_config(&dir, &config)?;
+    let path = if drop_keys.is_empty() {
+        write_certeasy_config(&dir, &config)?
+    } else {
+        write_config_without(&dir, &config, drop_keys)?
+    };
     let mut process = Process::spawn(
         "certeasy",
         Command::new(certeasy)
