@@ -119,7 +119,10 @@ async fn an_instance_serves_the_crl_another_instance_published() {
     let pg = PgDatabase::create("certeasy_crl_").unwrap();
     let publisher = Storage::connect(pg.url()).await.unwrap();
     let server = Storage::connect(pg.url()).await.unwrap();
-    publisher.ensure_crl_shards(DEFAULT_ISSUER, 1).await.unwrap();
+    publisher
+        .ensure_crl_shards(DEFAULT_ISSUER, 1)
+        .await
+        .unwrap();
     assert!(
         publisher
             .publish_crl(DEFAULT_ISSUER, 0, 0, 0, &crl(1, b"one"))

@@ -453,8 +453,7 @@ async fn unpause(
     let Json(body) = body?;
     let ids = parse_all(&body.identifiers)?;
     let account = AccountId(body.account);
-    match state.ctx.ra.unpause(account, &ids, &who).await
-    {
+    match state.ctx.ra.unpause(account, &ids, &who).await {
         Ok(done) => Ok(format!("{}\n", done.len())),
         Err(e) => Err(AdminError::Unavailable(e.to_string())),
     }
@@ -636,7 +635,11 @@ async fn deactivate_account(
     id: Result<Path<i64>, PathRejection>,
 ) -> Answer<Json<AccountDoc>> {
     let Path(id) = id?;
-    state.ctx.ra.operator_deactivates(AccountId(id), &who).await?;
+    state
+        .ctx
+        .ra
+        .operator_deactivates(AccountId(id), &who)
+        .await?;
     let detail = state.ctx.ra.show_account(AccountId(id)).await?;
     Ok(Json(AccountDoc::detailed(&detail)))
 }

@@ -342,9 +342,7 @@ impl AdminClient {
 
     // ---- issuers (`admin_issuers.rs`) ----
 
-    pub async fn issuers(
-        &self,
-    ) -> anyhow::Result<Reply<Vec<crate::admin_issuers::IssuerDoc>>> {
+    pub async fn issuers(&self) -> anyhow::Result<Reply<Vec<crate::admin_issuers::IssuerDoc>>> {
         Self::doc(self.get(&["ca", "issuers"], &())?).await
     }
 
@@ -380,7 +378,11 @@ impl AdminClient {
         &self,
         query: &crate::admin_audit::VerifyQuery,
     ) -> anyhow::Result<Reply<crate::admin_audit::VerifyDoc>> {
-        Self::doc(self.get(&["audit", "verify"], query)?.timeout(BACKUP_TIMEOUT)).await
+        Self::doc(
+            self.get(&["audit", "verify"], query)?
+                .timeout(BACKUP_TIMEOUT),
+        )
+        .await
     }
 
     /// The certificate's validation evidence, as the server stores it.

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
+use axum::Extension;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::State;
@@ -22,6 +23,7 @@ use serde::Serialize;
 use storage::Storage;
 use time::OffsetDateTime;
 
+use crate::admin::AdminCaller;
 use crate::admin_error::AdminError;
 
 /// What the issuer routes need of the admin state.
@@ -85,6 +87,7 @@ pub async fn list(State(ctx): State<IssuersAdmin>) -> Answer<Vec<IssuerDoc>> {
 /// instance; 404 for a name not configured here, 409 for a retired or expiring one.
 pub async fn activate(
     State(ctx): State<IssuersAdmin>,
+    Extension(AdminCaller(who)): Extension<AdminCaller>,
     path: Result<Path<String>, PathRejection>,
 ) -> Answer<IssuerDoc> {
     let Path(name) = path?;
@@ -97,6 +100,7 @@ pub async fn activate(
         &name,
         ctx.longest_validity,
         now,
+        &who,
     )
     .await?;
     let listed = ra::issuers::list(&ctx.storage, &ctx.ca, &ctx.active).await?;

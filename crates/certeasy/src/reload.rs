@@ -182,7 +182,11 @@ impl Reloader {
                 AuditKind::LimitsChanged,
                 format!(
                     "rate limits{} changed by a configuration reload asked by {}",
-                    if overrides_changed { " and overrides" } else { "" },
+                    if overrides_changed {
+                        " and overrides"
+                    } else {
+                        ""
+                    },
                     who.who()
                 ),
             );

@@ -9,8 +9,8 @@
 
 mod alternate_chains;
 mod ca;
-pub mod ceremony;
 mod ca_key;
+pub mod ceremony;
 pub mod crl_distribution;
 mod csr;
 mod error;

@@ -19,9 +19,11 @@ use issuance::Ca;
 use issuance::IssuerName;
 use issuance::Profiles;
 use storage::Storage;
+use storage::audit::AuditKind;
 use time::Duration;
 use time::OffsetDateTime;
 
+use crate::audit::Requester;
 use crate::error::Error;
 use crate::error::Refusal;
 
@@ -153,9 +155,22 @@ pub async fn activate(
     name: &IssuerName,
     longest: Duration,
     now: OffsetDateTime,
+    requester: &Requester,
 ) -> Result<(), Error> {
     may_activate(ca, name, longest, now)?;
-    storage.set_active_issuer(name.as_str(), now).await?;
+    let previous = active.current().await;
+    let mut event = requester.event(
+        AuditKind::IssuerActivated,
+        format!(
+            "{} activated issuer {name}: configured, not retired, and valid until {} (beyond the longest profile's certificates)",
+            requester.who(),
+            ca.issuer(name).map_or_else(|| "?".to_owned(), |issuer| issuer.issuing_not_after().to_string())
+        ),
+    );
+    event.detail = serde_json::json!({ "issuer": name.as_str(), "previous": previous.as_str() });
+    storage
+        .set_active_issuer(name.as_str(), now, &event)
+        .await?;
     active.forget();
     tracing::info!(issuer = %name, "issuer activated: new certificates are signed by it");
     Ok(())

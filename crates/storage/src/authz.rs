@@ -184,8 +184,7 @@ pub(crate) async fn record_valid_at_once(
     let now_s = codec::unix(now);
     let evidence = evidence.map(evidence::encode);
     if s.backend == Backend::Postgres {
-        return record_valid_at_once_pg(s, id, evidence, now_s, codec::unix(now + valid_for))
-            .await;
+        return record_valid_at_once_pg(s, id, evidence, now_s, codec::unix(now + valid_for)).await;
     }
     let mut tx = s.begin_write().await?;
     let answer = try_start(s, &mut tx, id, now_s, ChallengeStatus::Valid).await?;

@@ -6,6 +6,8 @@ use time::OffsetDateTime;
 
 use crate::Result;
 use crate::Storage;
+use crate::audit;
+use crate::audit::AuditEvent;
 use crate::codec;
 use crate::error::Error;
 use crate::sql;
@@ -48,7 +50,13 @@ impl Storage {
 
     /// Makes `name` the issuer of new certificates on every instance (each reads it again within
     /// its refresh interval). Whether it may be is `ra::issuers`' decision.
-    pub async fn set_active_issuer(&self, name: &str, now: OffsetDateTime) -> Result<()> {
+    pub async fn set_active_issuer(
+        &self,
+        name: &str,
+        now: OffsetDateTime,
+        audit: &AuditEvent,
+    ) -> Result<()> {
+        let mut tx = self.begin_write().await?;
         sql::query(
             "INSERT INTO ca_state (id, active_issuer, changed_at) VALUES (1, $1, $2) \
              ON CONFLICT (id) DO UPDATE SET active_issuer = excluded.active_issuer, \
@@ -56,8 +64,10 @@ impl Storage {
         )
         .bind(name)
         .bind(codec::unix(now))
-        .execute(&self.db)
+        .execute(&mut *tx)
         .await?;
+        audit::append_in(&mut tx, audit, now).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -84,7 +84,7 @@ pub(crate) const NONE_RECORDED: &str =
 
 impl Storage {
     /// Sets `database.evidence-retention`: how long the evidence of a certificate is kept after
-    /// issuance (never less than until the certificate expires).
+    /// the certificate expires.
     #[must_use]
     pub fn with_evidence_retention(mut self, retention: Duration) -> Self {
         self.evidence_retention = retention;
@@ -121,11 +121,12 @@ impl Storage {
             .collect()
     }
 
-    /// When the evidence of a certificate issued at `now_s` and expiring at `not_after` may go.
-    pub(crate) fn evidence_kept_until(&self, now_s: i64, not_after: OffsetDateTime) -> i64 {
-        now_s
-            .saturating_add(self.evidence_retention.whole_seconds())
-            .max(codec::unix(not_after))
+    /// When the evidence of a certificate expiring at `not_after` may go: the retention counted
+    /// from the certificate's expiry, as the Baseline Requirements (§5.5.2) count it for the
+    /// records of a public CA, so the evidence of a certificate outlives the certificate by
+    /// the whole retention however long it was valid.
+    pub(crate) fn evidence_kept_until(&self, not_after: OffsetDateTime) -> i64 {
+        codec::unix(not_after).saturating_add(self.evidence_retention.whole_seconds())
     }
 
     /// Deletes at most `limit` evidence rows kept until before `now`; the rows deleted.

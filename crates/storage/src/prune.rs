@@ -112,10 +112,8 @@ impl Storage {
         report.challenges = challenges;
         report.evidence = self.prune_evidence(now, limit).await?;
         let full = u64::from(limit);
-        report.more = taken == full
-            || trimmed == full
-            || taken_authz == full
-            || report.evidence == full;
+        report.more =
+            taken == full || trimmed == full || taken_authz == full || report.evidence == full;
         Ok(report)
     }
 

@@ -184,9 +184,7 @@ async fn reserve_ready_pg(
     let now_s = codec::unix(now);
     let lease_until = codec::lease_end(now, lease);
     let row =
-        sql::query(
-            "SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
+        sql::query("SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
             .bind(id.0)
             .bind(csr_der)
             .bind(now_s)

@@ -49,7 +49,10 @@ struct Env {
 async fn env(backend: Backend) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let (pg, storage) = storage_on(backend, dir.path(), "certeasy_crl_abandoned_").await;
-    storage.ensure_crl_shards(DEFAULT_ISSUER, SHARDS).await.unwrap();
+    storage
+        .ensure_crl_shards(DEFAULT_ISSUER, SHARDS)
+        .await
+        .unwrap();
     Env {
         _pg: pg,
         dir,
@@ -101,7 +104,12 @@ impl Env {
 
     /// The serials of `shard`'s published CRL, which must verify under `ca`'s intermediate.
     async fn listed(&self, ca: &Ca, shard: u16) -> Vec<Vec<u8>> {
-        let published = self.storage.published_crl(DEFAULT_ISSUER, shard).await.unwrap().unwrap();
+        let published = self
+            .storage
+            .published_crl(DEFAULT_ISSUER, shard)
+            .await
+            .unwrap()
+            .unwrap();
         let (rest, crl) = CertificateRevocationList::from_der(&published.der).unwrap();
         assert!(rest.is_empty());
         let (_, pem) = x509_parser::pem::parse_x509_pem(ca.chain_pem().as_bytes()).unwrap();
@@ -191,7 +199,12 @@ async fn a_failed_order_s_signed_serial_is_on_its_shard_s_crl(backend: Backend) 
     for other in (0..SHARDS).filter(|s| *s != shard) {
         assert!(env.listed(&ca, other).await.is_empty(), "shard {other}");
     }
-    let published = env.storage.published_crl(DEFAULT_ISSUER, shard).await.unwrap().unwrap();
+    let published = env
+        .storage
+        .published_crl(DEFAULT_ISSUER, shard)
+        .await
+        .unwrap()
+        .unwrap();
     let (_, crl) = CertificateRevocationList::from_der(&published.der).unwrap();
     let revoked_at = crl
         .iter_revoked_certificates()

@@ -165,7 +165,9 @@ async fn unpause(
         Err((status, kind)) => return page(status, pages::error(kind)),
     };
     // Outside the limiter layer, so the address is worked out here as that layer does.
-    let peer = peer.map_or(IpAddr::from([127, 0, 0, 1]), |Extension(ConnectInfo(a))| a.ip());
+    let peer = peer.map_or(IpAddr::from([127, 0, 0, 1]), |Extension(ConnectInfo(a))| {
+        a.ip()
+    });
     let ip = crate::client_ip::client_ip(peer, &headers, &state.inner.trusted_proxies);
     let unpaused = match state
         .ra()

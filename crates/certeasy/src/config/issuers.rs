@@ -9,12 +9,13 @@ use std::path::PathBuf;
 
 use issuance::IssuerName;
 use issuance::IssuerSettings;
-use issuance::KeySource;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::Serialize;
 
 use super::entries::deserialize_optional_path;
+use super::pkcs11;
+use super::pkcs11::Pkcs11Config;
 use super::schema;
 
 /// One entry of `ca.issuers`.
@@ -27,11 +28,13 @@ pub struct IssuerConfig {
     /// PEM file of the issuing CA certificate.
     #[schemars(with = "schema::Path")]
     pub certificate: PathBuf,
-    /// Its private key, PEM (PKCS#8).
-    // Hook: a `pkcs11:` block (exactly one of the two) once `config/pkcs11.rs` exists.
+    /// Its private key, PEM (PKCS#8); or give `pkcs11` instead, exactly one of the two.
     #[serde(default, deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]
     pub private_key: Option<PathBuf>,
+    /// The key on a PKCS#11 token instead of `private-key`, as `ca.existing.pkcs11`.
+    #[serde(default)]
+    pub pkcs11: Option<Pkcs11Config>,
     /// Optional PEM file of further CA certificates up to the root.
     #[serde(default, deserialize_with = "deserialize_optional_path")]
     #[schemars(with = "Option<schema::Path>")]
@@ -40,6 +43,11 @@ pub struct IssuerConfig {
     #[serde(default)]
     #[schemars(with = "Vec<schema::Path>")]
     pub alternate_chains: Vec<PathBuf>,
+}
+
+/// The key path of entry `index`, for messages.
+fn at_issuer(index: usize) -> String {
+    format!("ca.issuers[{index}]")
 }
 
 /// The default of `ca.active-issuer`: the implicit issuer.
@@ -65,8 +73,15 @@ pub(super) fn problems(issuers: &[IssuerConfig], active: &str) -> Vec<(String, S
             ));
         }
         names.push(issuer.name.as_str());
-        if issuer.private_key.is_none() {
-            found.push((at("private-key"), "is required".to_owned()));
+        if let Err(problem) = pkcs11::key_source(
+            &at_issuer(index),
+            issuer.private_key.as_ref(),
+            issuer.pkcs11.as_ref(),
+        ) {
+            found.push(problem);
+        }
+        if let Some(block) = &issuer.pkcs11 {
+            found.extend(block.problems(&at("pkcs11")));
         }
     }
     if !names.contains(&active) {
@@ -85,16 +100,19 @@ pub(super) fn problems(issuers: &[IssuerConfig], active: &str) -> Vec<(String, S
 pub fn settings(issuers: &[IssuerConfig]) -> anyhow::Result<Vec<IssuerSettings>> {
     issuers
         .iter()
-        .map(|issuer| {
+        .enumerate()
+        .map(|(index, issuer)| {
             let name = IssuerName::new(&issuer.name).map_err(anyhow::Error::msg)?;
-            let private_key = issuer
-                .private_key
-                .clone()
-                .ok_or_else(|| anyhow::anyhow!("ca.issuers: issuer {name} has no private-key"))?;
+            let private_key = pkcs11::key_source(
+                &at_issuer(index),
+                issuer.private_key.as_ref(),
+                issuer.pkcs11.as_ref(),
+            )
+            .map_err(|(key, why)| anyhow::anyhow!("{key} {why}"))?;
             Ok(IssuerSettings {
                 name,
                 certificate: issuer.certificate.clone(),
-                private_key: KeySource::File(private_key),
+                private_key,
                 chain: issuer.chain.clone(),
                 alternate_chains: issuer.alternate_chains.clone(),
             })
@@ -111,6 +129,7 @@ mod tests {
             name: name.to_owned(),
             certificate: PathBuf::from("/ca/int.pem"),
             private_key: Some(PathBuf::from("/ca/int.key")),
+            pkcs11: None,
             chain: None,
             alternate_chains: Vec::new(),
         }
@@ -133,6 +152,46 @@ mod tests {
                 "ca.issuers[3].name",
                 "ca.active-issuer"
             ]
+        );
+    }
+
+    /// An issuer's key is in a file or on a token, exactly one; the token block is checked
+    /// under the entry's own key path, and becomes the issuer's key source.
+    #[test]
+    fn an_issuer_key_is_a_file_or_a_token_block() {
+        let token = Pkcs11Config {
+            module: PathBuf::from("/usr/lib/softhsm/libsofthsm2.so"),
+            token_label: Some("certeasy".to_owned()),
+            slot: None,
+            key_label: "int-2027".to_owned(),
+            pin_file: PathBuf::from("/etc/certeasy/pin"),
+        };
+        let on_token = IssuerConfig {
+            private_key: None,
+            pkcs11: Some(token.clone()),
+            ..issuer("int-2027")
+        };
+        assert!(problems(std::slice::from_ref(&on_token), "default").is_empty());
+        let loaded = settings(std::slice::from_ref(&on_token)).unwrap();
+        assert!(matches!(
+            loaded[0].private_key,
+            issuance::KeySource::Pkcs11(_)
+        ));
+
+        let both = IssuerConfig {
+            pkcs11: Some(token),
+            ..issuer("int-2027")
+        };
+        let neither = IssuerConfig {
+            private_key: None,
+            ..issuer("int-2028")
+        };
+        let found = problems(&[both, neither], "default");
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["ca.issuers[0].pkcs11", "ca.issuers[1].private-key"],
+            "{found:?}"
         );
     }
 }

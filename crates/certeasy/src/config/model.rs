@@ -417,13 +417,13 @@ pub struct DatabaseConfig {
     /// Rows per table per pruning transaction, 1 to 10000. Each batch is one short transaction, so
     /// the SQLite write lock is never held for long.
     pub prune_batch: u32,
-    /// How long the validation evidence of a certificate is kept after issuance: per identifier,
-    /// the method, the time, the addresses the validator reached, what it saw there and the CAA
-    /// records that allowed issuance (`certeasy admin audit show --serial`). Copied when the
-    /// certificate is stored, so it outlives the pruning of authorizations and challenges
-    /// (`prune-after`); never kept for less than the certificate's own life, whatever this says.
-    /// The pruner deletes it only past that time. Two years by default, as the CA/Browser Forum's
-    /// Baseline Requirements keep validation records.
+    /// How long the validation evidence of a certificate is kept after the certificate expires:
+    /// per identifier, the method, the time, the addresses the validator reached, what it saw
+    /// there and the CAA records that allowed issuance (`certeasy admin audit show --serial`).
+    /// Copied when the certificate is stored, so it outlives the pruning of authorizations and
+    /// challenges (`prune-after`); the pruner deletes it only past the certificate's notAfter plus
+    /// this. Two years by default, as the CA/Browser Forum's Baseline Requirements (§5.5.2) keep
+    /// validation records.
     #[schemars(with = "schema::Duration")]
     pub evidence_retention: ConfigDuration,
 }

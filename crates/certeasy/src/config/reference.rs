@@ -245,7 +245,8 @@ impl Model {
                 continue;
             };
             let full = join(path, key);
-            if self.properties(&field).is_some() {
+            // An optional section (absent by default, like `ca.existing.pkcs11`) is one row.
+            if self.properties(&field).is_some() && !matches!(value, Node::Null) {
                 if flatten {
                     self.rows(&field, value, &full, &join(prefix, key), out, true);
                 }
@@ -257,6 +258,7 @@ impl Model {
                     .push(format!("{full}: no doc comment in the model"));
             }
             let default = match value {
+                Node::Null if self.properties(&field).is_some() => "absent".to_owned(),
                 Node::Map(entries) if self.map_entries(&field).is_some() => entries
                     .iter()
                     .map(|(name, _)| format!("`{name}`"))
@@ -461,6 +463,11 @@ impl Model {
                     } else {
                         out.push_str(&self.yaml(field, value, indent + 2, comments));
                     }
+                }
+                // An optional section, absent by default: shown, commented out, so that the
+                // file still loads to the defaults.
+                Node::Null if field.is_some_and(|f| self.properties(f).is_some()) => {
+                    writeln!(out, "{pad}# {key}: (a section, absent unless given)").unwrap();
                 }
                 other => writeln!(out, "{pad}{key}: {}", inline(other)).unwrap(),
             }

@@ -140,8 +140,7 @@ async fn issuance_keeps_the_evidence(db: Db) {
         "{dns:?}"
     );
     assert!(
-        dns.observed
-            .contains("TXT record with the expected digest"),
+        dns.observed.contains("TXT record with the expected digest"),
         "{dns:?}"
     );
     assert!(

@@ -326,7 +326,7 @@ async fn complete(
                 now_s,
             };
             let serial = cert.serial.clone();
-            let kept_until = s.evidence_kept_until(now_s, cert.not_after);
+            let kept_until = s.evidence_kept_until(cert.not_after);
             let certificate = store_certificate(&mut tx, id, stored, cert).await?;
             reservation_rows::mark_issued(&mut tx, &serial, certificate.id, now).await?;
             evidence::copy_in(&mut tx, id, certificate.id, &serial, now_s, kept_until).await?;
@@ -413,7 +413,7 @@ async fn complete_pg(
     audit: &AuditEvent,
 ) -> Result<Certificate> {
     let now_s = codec::unix(now);
-    let kept_until = s.evidence_kept_until(now_s, cert.not_after);
+    let kept_until = s.evidence_kept_until(cert.not_after);
     let digest = {
         let mut conn = s.db.acquire().await?;
         evidence_digest(&mut conn, id, now_s, kept_until).await?

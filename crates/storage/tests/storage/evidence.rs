@@ -99,7 +99,10 @@ async fn evidence_is_kept_with_the_certificate_and_outlives_pruning(s: &Storage)
         assert_eq!(record.addresses, ["127.0.0.1:5002"]);
         assert!(record.observed.contains(name), "{}", record.observed);
         assert_eq!(record.caa, [format!("{name}. CAA 0 issue \"ca.test\"")]);
-        assert_eq!(record.kept_until, now + DEFAULT_EVIDENCE_RETENTION);
+        assert_eq!(
+            record.kept_until,
+            cert.not_after + DEFAULT_EVIDENCE_RETENTION
+        );
     }
     let digest = storage::evidence::digest(&records);
     assert_eq!(digest.len(), 64);
@@ -181,10 +184,16 @@ async fn a_reused_authorization_carries_its_evidence(s: &Storage) {
         "when it was validated, not reused"
     );
     assert_eq!(records[0].observed, evidence_for(name).observed);
-    assert_eq!(records[0].kept_until, later + DEFAULT_EVIDENCE_RETENTION);
+    assert_eq!(
+        records[0].kept_until,
+        second.not_after + DEFAULT_EVIDENCE_RETENTION
+    );
     let of_first = s.certificate_evidence(&first.serial).await.unwrap();
     assert_eq!(of_first[0].observed, records[0].observed);
-    assert_eq!(of_first[0].kept_until, now + DEFAULT_EVIDENCE_RETENTION);
+    assert_eq!(
+        of_first[0].kept_until,
+        first.not_after + DEFAULT_EVIDENCE_RETENTION
+    );
 }
 
 async fn evidence_is_kept_at_least_as_long_as_the_certificate(s: &Storage) {
@@ -197,8 +206,8 @@ async fn evidence_is_kept_at_least_as_long_as_the_certificate(s: &Storage) {
     let cert = finalize(&short, order.id, 44, now).await;
     let records = short.certificate_evidence(&cert.serial).await.unwrap();
     assert_eq!(records.len(), 1);
-    // The retention is a day; the certificate lives 90: it is kept until it expires.
-    assert_eq!(records[0].kept_until, cert.not_after);
+    // The retention is a day, counted from the certificate's expiry, not from its issuance.
+    assert_eq!(records[0].kept_until, cert.not_after + Duration::days(1));
     let pruned = short
         .prune(now + Duration::days(30), DEFAULT_PRUNE_AFTER, 100)
         .await

@@ -118,11 +118,11 @@ async fn certificates_are_listed_only_on_their_own_issuers_crl(s: &Storage) {
     let default_chain = harness::new_cert(0, now).issuer_chain_pem;
     assert_eq!(
         listed(DEFAULT_ISSUER, default_chain).await,
-        [old.serial.clone()]
+        std::slice::from_ref(&old.serial)
     );
     assert_eq!(
         listed(ROTATED, ROTATED_CHAIN.to_owned()).await,
-        [new.serial.clone()]
+        std::slice::from_ref(&new.serial)
     );
 
     // Each issuer's CRL number is its own.
@@ -159,15 +159,21 @@ async fn certificates_are_listed_only_on_their_own_issuers_crl(s: &Storage) {
     assert_eq!(usage[1].last_not_after, Some(new.not_after));
 }
 
-/// No row until the first activation; then the last one stands, with its time.
+/// No row until the first activation; then the last one stands, with its time, and each
+/// activation is one audit record of its own transaction.
 async fn the_active_issuer_is_one_row(s: &Storage) {
     let now = t0();
     assert_eq!(s.active_issuer().await.unwrap(), None);
-    s.set_active_issuer(ROTATED, now).await.unwrap();
+    let (before, _) = s.audit_head().await.unwrap();
+    s.set_active_issuer(ROTATED, now, &ev()).await.unwrap();
+    assert_eq!(s.audit_head().await.unwrap().0, before + 1);
     let active = s.active_issuer().await.unwrap().unwrap();
     assert_eq!((active.name.as_str(), active.changed_at), (ROTATED, now));
     let later = now + Duration::minutes(5);
-    s.set_active_issuer(DEFAULT_ISSUER, later).await.unwrap();
+    s.set_active_issuer(DEFAULT_ISSUER, later, &ev())
+        .await
+        .unwrap();
+    assert_eq!(s.audit_head().await.unwrap().0, before + 2);
     let active = s.active_issuer().await.unwrap().unwrap();
     assert_eq!(
         (active.name.as_str(), active.changed_at),
