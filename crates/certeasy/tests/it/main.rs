@@ -9,6 +9,7 @@ mod alternate_chains;
 mod ari;
 mod at_once;
 mod audit;
+mod audit_cluster;
 mod bounded_work;
 mod browser;
 mod caa;
