@@ -1,6 +1,7 @@
-//! Two instances on one PostgreSQL database, issuing at the same time, write one audit chain:
-//! every record's seq follows the one before with no gap and no fork, every certificate either
-//! instance issued has its `certificate_issued` record, and `verify` finds the chain intact.
+//! Two instances on one PostgreSQL database. Issuing at the same time, they write one audit
+//! chain: every record's seq follows the one before with no gap and no fork, every certificate
+//! either instance issued has its `certificate_issued` record, and `verify` finds the chain
+//! intact. And an issuer activated through one of them is used by the other without a restart.
 
 use std::collections::BTreeSet;
 
@@ -98,4 +99,146 @@ async fn two_instances_issuing_at_once_write_one_audit_chain() {
         .map(|r| r["account"].as_i64().unwrap())
         .collect();
     assert_eq!(accounts.len(), 2 * PER_INSTANCE, "one account per flow");
+}
+
+/// Runs `certeasy ca ...` to its end; its stdout.
+fn ca_command(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
+        .arg("ca")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "certeasy ca {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The common name of the issuer of the first certificate of `chain_pem`.
+fn leaf_issuer_cn(chain_pem: &str) -> String {
+    let der = crate::certcheck::pem_ders(chain_pem).remove(0);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.issuer()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Issuer rotation in a cluster: both instances are configured with a second issuer; an
+/// operator activates it through instance a's admin API, and instance b, never restarted and
+/// never asked, signs its next certificate with it (it re-reads the active issuer from the
+/// database within `ra::issuers::ACTIVE_ISSUER_REFRESH`). The activation is one audit record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_activation_through_one_instance_switches_the_other_without_a_restart() {
+    let mut a = TestEnv::new(Db::Postgres).await;
+    let root_key = a.dir.path().join("offline/root.key");
+    let issuers = a.dir.path().join("issuers");
+    let config = a.config_path.display().to_string();
+    a.write_config_for_test();
+    ca_command(&[
+        "init",
+        "--config",
+        &config,
+        "--root-key-out",
+        &root_key.display().to_string(),
+    ]);
+    let ca = a.dir.path().join("data/ca");
+    let root = ca.join("root.pem");
+    ca_command(&[
+        "new-intermediate",
+        "--config",
+        &config,
+        "--name",
+        "int-2027",
+        "--common-name",
+        "Rotated Intermediate 2027",
+        "--root-cert",
+        &root.display().to_string(),
+        "--root-key",
+        &root_key.display().to_string(),
+        "--out-dir",
+        &issuers.display().to_string(),
+    ]);
+    let second = format!(
+        "  issuers:\n    - name: int-2027\n      certificate: \"{}\"\n      private-key: \"{}\"\n      chain: \"{}\"\n",
+        issuers.join("int-2027.pem").display(),
+        issuers.join("int-2027.key").display(),
+        root.display()
+    );
+    a.section("ca", &second);
+    a.start().await;
+    let mut b = TestEnv::new(Db::Sqlite).await;
+    b.section("database", &format!("  url: \"{}\"\n", a.database_url()));
+    b.section(
+        "ca",
+        &format!(
+            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n{second}",
+            ca.join("intermediate.pem").display(),
+            ca.join("intermediate.key").display(),
+            root.display()
+        ),
+    );
+    b.root_path = a.root_path.clone();
+    b.start().await;
+
+    let account = b.account().await;
+    let before = issue(
+        &b,
+        &account,
+        &[Identifier::Dns(b.name("before"))],
+        ChallengeType::Http01,
+    )
+    .await;
+    let default_cn = leaf_issuer_cn(&before);
+    assert_ne!(default_cn, "Rotated Intermediate 2027");
+
+    let activated = a
+        .admin_cli()
+        .run_async(&["ca", "activate", "int-2027"], CLI_TIMEOUT)
+        .await;
+    assert!(activated.ok, "{activated:?}");
+
+    // b signs with the new issuer once it has read the choice again: within the refresh
+    // interval, which one order takes about as long as here.
+    let deadline = std::time::Instant::now()
+        + ra::issuers::ACTIVE_ISSUER_REFRESH
+        + std::time::Duration::from_secs(10);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let chain = issue(
+            &b,
+            &account,
+            &[Identifier::Dns(b.name(&format!("after{n}")))],
+            ChallengeType::Http01,
+        )
+        .await;
+        if leaf_issuer_cn(&chain) == "Rotated Intermediate 2027" {
+            break;
+        }
+        assert_eq!(leaf_issuer_cn(&chain), default_cn);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "instance b still signs with the old issuer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+
+    let listed = a
+        .admin_cli()
+        .run_async(
+            &["audit", "list", "--json", "--kind", "issuer_activated"],
+            CLI_TIMEOUT,
+        )
+        .await
+        .json();
+    let records = listed.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{listed}");
+    assert_eq!(records[0]["detail"]["issuer"], "int-2027");
+    assert_eq!(records[0]["detail"]["previous"], "default");
+    assert_eq!(records[0]["actor"]["type"], "admin");
 }
