@@ -60,6 +60,7 @@ use storage::model::Page;
 
 use crate::admin_audit;
 use crate::admin_audit::AuditAdmin;
+use crate::admin_caller::AdminCaller;
 use crate::admin_eab;
 use crate::admin_eab::EabAdmin;
 use crate::admin_error::AdminError;
@@ -221,12 +222,6 @@ pub const OPERATOR_HEADER: &str = "x-certeasy-operator";
 
 /// The longest operator name recorded; a longer one is cut.
 const MAX_OPERATOR_LEN: usize = 64;
-
-/// Who calls `/admin/*`, as [`require_token`] found it: the token's identity (never the
-/// token), the operator the caller names, and the peer address. Every route that changes
-/// something records it.
-#[derive(Debug, Clone)]
-pub struct AdminCaller(pub Requester);
 
 /// The operator a request names in [`OPERATOR_HEADER`]: printable characters only (control
 /// characters are dropped so a name cannot forge lines of a log), at most

@@ -35,7 +35,7 @@ pub fn run(options: AdminOptions, command: AdminCommand) -> ExitCode {
         eprintln!("certeasy admin {name} prints the server's text; it has no --json form");
         return ExitCode::from(2);
     }
-    let config = match crate::cli::load_or_default(options.config.as_deref()) {
+    let config = match crate::config::load_or_default(options.config.as_deref()) {
         Ok(c) => c,
         Err(code) => return code,
     };

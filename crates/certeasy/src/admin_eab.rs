@@ -21,7 +21,7 @@ use ra::eab::KeyRequest;
 use storage::model::EabKey;
 use time::format_description::well_known::Rfc3339;
 
-use crate::admin::AdminCaller;
+use crate::admin_caller::AdminCaller;
 use crate::admin_error::AdminError;
 use crate::admin_wire::EabCreateBody;
 use crate::admin_wire::EabKeyDoc;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use storage::Storage;
 use time::OffsetDateTime;
 
-use crate::admin::AdminCaller;
+use crate::admin_caller::AdminCaller;
 use crate::admin_error::AdminError;
 
 /// What the issuer routes need of the admin state.

@@ -14,7 +14,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use ra::Ra;
 
-use crate::admin::AdminCaller;
+use crate::admin_caller::AdminCaller;
 use crate::admin_error::AdminError;
 use crate::admin_wire::BlockedKeyDoc;
 use crate::admin_wire::KeyBody;

@@ -42,7 +42,7 @@ pub fn run(command: AuditCommand) -> ExitCode {
     } = command;
     let url = match database {
         Some(url) => url,
-        None => match crate::cli::load_or_default(config.as_deref()) {
+        None => match crate::config::load_or_default(config.as_deref()) {
             Ok(config) => config.database_url(),
             Err(code) => return code,
         },

@@ -211,7 +211,7 @@ impl From<issuance::Error> for Failure {
 }
 
 fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
-    crate::cli::load_or_default(path).map_err(Failure::Code)
+    crate::config::load_or_default(path).map_err(Failure::Code)
 }
 
 /// The generated-CA settings of `config` for a CA in `dir`.

@@ -212,7 +212,7 @@ pub fn configure(
     listeners: &ListenerArgs,
     test_mode: &TestModeArgs,
 ) -> Result<Config, ExitCode> {
-    let mut config = load_or_default(path)?;
+    let mut config = config::load_or_default(path)?;
     listeners.apply(&mut config);
     test_mode.apply(&mut config.test_mode);
     if let Err(problems) = config::check(&config) {
@@ -222,18 +222,6 @@ pub fn configure(
         return Err(ExitCode::from(2));
     }
     Ok(config)
-}
-
-/// The configuration at `path`, or the built-in defaults without one. A bad file is reported
-/// (file, line, key) and becomes exit code 2, as for `config check`.
-pub fn load_or_default(path: Option<&Path>) -> Result<Config, ExitCode> {
-    match path {
-        Some(p) => config::load(p).map_err(|e| {
-            eprintln!("{e}");
-            ExitCode::from(2)
-        }),
-        None => Ok(Config::default()),
-    }
 }
 
 #[cfg(test)]

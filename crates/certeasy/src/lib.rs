@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod admin_audit;
+pub mod admin_caller;
 pub mod admin_cli;
 pub mod admin_client;
 pub mod admin_eab;

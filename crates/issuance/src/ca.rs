@@ -651,7 +651,13 @@ impl Ca {
                 )));
             }
             match issuers::load(settings, now)? {
-                LoadedIssuer::Usable(mut ca) => {
+                LoadedIssuer::Usable {
+                    loaded,
+                    alternate_chains,
+                } => {
+                    let mut ca = Ca::from_loaded(*loaded)
+                        .named(settings.name.clone())
+                        .with_alternate_chains(alternate_chains);
                     if let Some(crl) = &self.crl {
                         let own = CrlDistribution {
                             base_url: format!(
@@ -661,9 +667,9 @@ impl Ca {
                             ),
                             shards: crl.shards,
                         };
-                        *ca = ca.with_crl_distribution(own);
+                        ca = ca.with_crl_distribution(own);
                     }
-                    self.others.insert(settings.name.clone(), *ca);
+                    self.others.insert(settings.name.clone(), ca);
                 }
                 LoadedIssuer::Retired(retired) => self.retired.push(retired),
             }

@@ -72,3 +72,13 @@ impl From<KeyPair> for CaKey {
         Self::File(key)
     }
 }
+
+/// Generates a key pair on the token `key` names, labelled `key.key_label`, for the CA
+/// ceremony: sensitive and not extractable, so it signs and never leaves the token. Refused if
+/// a private key of that label is already there.
+pub fn generate_key_on_token(
+    key: &crate::settings::Pkcs11Key,
+    algorithm: crate::key_algorithm::KeyAlgorithm,
+) -> Result<CaKey, crate::error::Error> {
+    crate::pkcs11::generate_token_key(key, algorithm).map(CaKey::Token)
+}

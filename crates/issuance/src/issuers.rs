@@ -15,9 +15,9 @@ use std::str::FromStr;
 use time::OffsetDateTime;
 
 use crate::alternate_chains::AlternateChains;
-use crate::ca::Ca;
 use crate::error::Error;
 use crate::loader;
+use crate::loader::LoadedCa;
 use crate::pem;
 use crate::settings::KeySource;
 
@@ -99,10 +99,13 @@ pub struct RetiredIssuer {
 }
 
 /// What loading one configured issuer gave.
-#[derive(Debug)]
 pub(crate) enum LoadedIssuer {
-    /// Ready to sign.
-    Usable(Box<Ca>),
+    /// Ready to sign: the CA as loaded and its alternate chains; `ca.rs` makes the issuer of
+    /// them (this module knows nothing of `Ca`, which knows this one).
+    Usable {
+        loaded: Box<LoadedCa>,
+        alternate_chains: Vec<AlternateChains>,
+    },
     /// Expired: listed, never used.
     Retired(RetiredIssuer),
 }
@@ -132,11 +135,10 @@ pub(crate) fn load(settings: &IssuerSettings, now: OffsetDateTime) -> Result<Loa
         now,
     )?;
     let alternate_chains = AlternateChains::of_loaded(&loaded, &settings.alternate_chains, now)?;
-    Ok(LoadedIssuer::Usable(Box::new(
-        Ca::from_loaded(loaded)
-            .named(settings.name.clone())
-            .with_alternate_chains(alternate_chains),
-    )))
+    Ok(LoadedIssuer::Usable {
+        loaded: Box::new(loaded),
+        alternate_chains,
+    })
 }
 
 /// The notAfter of the first certificate in `path`, read before the key is touched so that an

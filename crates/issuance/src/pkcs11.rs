@@ -3,7 +3,7 @@
 //! An auditor's first question about a CA is where its issuing key is. With a key on a token the
 //! answer is "in the HSM, and nowhere else": this module holds only a handle to the private key
 //! (a PKCS#11 object handle, a number) and asks the token to sign. The key is generated on the
-//! token as sensitive and not extractable ([`generate_key_on_token`]), so no file, memory dump or
+//! token as sensitive and not extractable ([`generate_token_key`]), so no file, memory dump or
 //! backup of the host holds it.
 //!
 //! What is signed is the same as for a file key (rcgen builds the certificate or CRL and hands
@@ -47,7 +47,6 @@ use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
 use rcgen::SignatureAlgorithm;
 
-use crate::ca_key::CaKey;
 use crate::error::Error;
 use crate::files;
 use crate::key_algorithm::KeyAlgorithm;
@@ -294,8 +293,11 @@ fn session_lost(e: &cryptoki::error::Error) -> bool {
 /// Generates a key pair on the token `key` names, labelled `key.key_label`, for the CA
 /// ceremony: the private key is created sensitive and not extractable, so it can sign and never
 /// leave the token. Refused if a private key of that label is already there. Returns the
-/// opened key.
-pub fn generate_key_on_token(key: &Pkcs11Key, algorithm: KeyAlgorithm) -> Result<CaKey, Error> {
+/// opened key (`ca_key::generate_key_on_token` wraps it as a [`crate::CaKey`]).
+pub(crate) fn generate_token_key(
+    key: &Pkcs11Key,
+    algorithm: KeyAlgorithm,
+) -> Result<TokenKey, Error> {
     {
         let (token, _probe) = Token::open(key)?;
         let session = token.session(true).map_err(|e| {
@@ -370,7 +372,7 @@ pub fn generate_key_on_token(key: &Pkcs11Key, algorithm: KeyAlgorithm) -> Result
             })?;
         tracing::info!(token = %token.name, key_label = %key.key_label, key_algorithm = algorithm.as_str(), "generated a key pair on the PKCS#11 token (sensitive, not extractable)");
     }
-    TokenKey::open(key).map(CaKey::Token)
+    TokenKey::open(key)
 }
 
 /// The module at `path`, loaded and initialized once per process.

@@ -13,9 +13,9 @@ use storage::model::NewAccount;
 use storage::model::StatusChange;
 
 use crate::Ra;
-use crate::audit::AuditEvent;
 use crate::audit::AuditKind;
 use crate::audit::Requester;
+use crate::audit::deactivation;
 use crate::eab::Creation;
 use crate::error::Error;
 use crate::error::Refusal;
@@ -296,17 +296,6 @@ impl Ra {
         }
         Ok(contacts)
     }
-}
-
-/// The record of account `account`'s deactivation, `reason` saying by whom and why.
-pub(crate) fn deactivation(
-    requester: &Requester,
-    account: AccountId,
-    reason: String,
-) -> AuditEvent {
-    let mut audit = requester.event(AuditKind::AccountDeactivated, reason);
-    audit.account = Some(account);
-    audit
 }
 
 /// A deliberately plain check: one address, ASCII, no URL header fields, a dotted domain.

@@ -147,3 +147,14 @@ pub(crate) fn rfc3339(t: time::OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }
+
+/// The record of account `account`'s deactivation, `reason` saying by whom and why.
+pub(crate) fn deactivation(
+    requester: &Requester,
+    account: AccountId,
+    reason: String,
+) -> AuditEvent {
+    let mut audit = requester.event(AuditKind::AccountDeactivated, reason);
+    audit.account = Some(account);
+    audit
+}

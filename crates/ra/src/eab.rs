@@ -24,10 +24,10 @@ use storage::model::StatusChange;
 use time::OffsetDateTime;
 
 use crate::Ra;
-use crate::accounts::deactivation;
 use crate::audit::AuditEvent;
 use crate::audit::AuditKind;
 use crate::audit::Requester;
+use crate::audit::deactivation;
 use crate::error::Error;
 use crate::error::Refusal;
 

@@ -20,9 +20,9 @@ use storage::model::CertificateSummary;
 use storage::model::Page;
 
 use crate::Ra;
-use crate::accounts::deactivation;
 use crate::audit;
 use crate::audit::Requester;
+use crate::audit::deactivation;
 use crate::error::Error;
 use crate::error::Refusal;
 use crate::error::StateRefusal;

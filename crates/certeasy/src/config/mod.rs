@@ -257,3 +257,15 @@ fn plain_words(message: &str) -> String {
             text.replace(parser, plain)
         })
 }
+
+/// The configuration at `path`, or the built-in defaults without one, for the commands: a bad
+/// file is reported (file, line, key) and becomes exit code 2, as for `config check`.
+pub fn load_or_default(path: Option<&Path>) -> Result<Config, std::process::ExitCode> {
+    match path {
+        Some(p) => load(p).map_err(|e| {
+            eprintln!("{e}");
+            std::process::ExitCode::from(2)
+        }),
+        None => Ok(Config::default()),
+    }
+}
