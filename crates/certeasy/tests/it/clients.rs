@@ -3,8 +3,15 @@
 //! going through a proxy from the environment (tests reach loopback only).
 
 use std::path::Path;
+use std::time::Duration;
 
 use tokio::process::Command;
+
+use crate::harness::TestEnv;
+use crate::harness::run;
+
+/// How long one lego command may take before [`lego_ok`] gives up on it.
+const LEGO_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `lego --server <directory> --accept-tos --email lego@example.com --path <path>`; the caller
 /// adds the challenge flags and the command.
@@ -41,4 +48,15 @@ fn without_proxies(cmd: &mut Command) -> &mut Command {
         .env_remove("https_proxy")
         .env_remove("HTTP_PROXY")
         .env_remove("http_proxy")
+}
+
+/// Runs a lego command to success; a failure shows lego's output and the server's log, which
+/// is where the reason usually is.
+pub async fn lego_ok(env: &TestEnv, cmd: Command, what: &str) {
+    let (ok, out) = run(cmd, LEGO_TIMEOUT).await;
+    assert!(
+        ok,
+        "lego {what} failed:\n{out}\n--- server log ---\n{}",
+        env.server_log()
+    );
 }

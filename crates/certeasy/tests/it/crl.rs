@@ -4,16 +4,17 @@
 
 use std::path::Path;
 use std::time::Duration;
-use std::time::Instant;
 
 use tokio::process::Command;
-use x509_parser::extensions::DistributionPointName;
-use x509_parser::extensions::GeneralName;
-use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
 
 use crate::certcheck::pem_ders;
+use crate::clients::lego_ok;
+use crate::crlcheck::distribution_point;
+use crate::crlcheck::lists;
+use crate::crlcheck::openssl_verify;
+use crate::crlcheck::serial;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 use crate::harness::free_port;
@@ -27,41 +28,6 @@ fn lego(env: &TestEnv, path: &Path, port: u16) -> Command {
     cmd
 }
 
-async fn lego_ok(env: &TestEnv, cmd: Command, what: &str) {
-    let (ok, out) = run(cmd, TIMEOUT).await;
-    assert!(
-        ok,
-        "lego {what} failed:\n{out}\n--- server log ---\n{}",
-        env.server_log()
-    );
-}
-
-/// The one URL of the certificate's CRL distribution point.
-fn distribution_point(der: &[u8]) -> String {
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
-    let mut urls = Vec::new();
-    for ext in cert.extensions() {
-        if let ParsedExtension::CRLDistributionPoints(points) = ext.parsed_extension() {
-            for point in points.iter() {
-                if let Some(DistributionPointName::FullName(names)) = &point.distribution_point {
-                    for name in names {
-                        if let GeneralName::URI(uri) = name {
-                            urls.push((*uri).to_owned());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    assert_eq!(urls.len(), 1, "exactly one CRL URL: {urls:?}");
-    urls.remove(0)
-}
-
-fn serial(der: &[u8]) -> Vec<u8> {
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
-    cert.raw_serial().to_vec()
-}
-
 fn http() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
@@ -71,76 +37,18 @@ async fn fetch_until(
     url: &str,
     done: impl Fn(&CertificateRevocationList<'_>) -> bool,
 ) -> (Vec<u8>, reqwest::header::HeaderMap) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let response = http().get(url).send().await.unwrap();
-        if response.status() == 200 {
-            let headers = response.headers().clone();
-            let der = response.bytes().await.unwrap().to_vec();
-            let (rest, crl) = CertificateRevocationList::from_der(&der).unwrap();
+    crate::crlcheck::fetch_until(
+        url,
+        |rest, crl| {
             assert!(rest.is_empty());
-            if done(&crl) {
-                return (der, headers);
-            }
-        } else {
+            done(crl)
+        },
+        |status| {
             // Before the first CRL is published (404), or loaded by the server (503).
-            assert!(
-                [404, 503].contains(&response.status().as_u16()),
-                "{}",
-                response.status()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} never reached the expected state"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn lists(crl: &CertificateRevocationList<'_>, serial: &[u8]) -> bool {
-    crl.iter_revoked_certificates()
-        .any(|r| r.raw_serial() == serial)
-}
-
-/// `openssl verify -crl_check` of the first certificate of lego's `crt` (leaf, then the
-/// intermediate) against the root and `crl_der`.
-async fn openssl_verify(
-    dir: &Path,
-    label: &str,
-    crt: &Path,
-    crl_der: &[u8],
-    root: &Path,
-) -> (bool, String) {
-    let leaf_pem = dir.join(format!("{label}-leaf.pem"));
-    let mut leaf = Command::new("openssl");
-    leaf.args(["x509", "-in"])
-        .arg(crt)
-        .arg("-out")
-        .arg(&leaf_pem);
-    let (ok, out) = run(leaf, TIMEOUT).await;
-    assert!(ok, "{out}");
-    let crl_path = dir.join(format!("{label}-crl.der"));
-    let crl_pem = dir.join(format!("{label}-crl.pem"));
-    std::fs::write(&crl_path, crl_der).unwrap();
-    let mut convert = Command::new("openssl");
-    convert
-        .args(["crl", "-inform", "DER", "-in"])
-        .arg(&crl_path)
-        .arg("-out")
-        .arg(&crl_pem);
-    let (ok, out) = run(convert, TIMEOUT).await;
-    assert!(ok, "{out}");
-    let mut verify = Command::new("openssl");
-    verify
-        .args(["verify", "-crl_check", "-CAfile"])
-        .arg(root)
-        .arg("-untrusted")
-        .arg(crt)
-        .arg("-CRLfile")
-        .arg(&crl_pem)
-        .arg(&leaf_pem);
-    run(verify, TIMEOUT).await
+            assert!([404, 503].contains(&status.as_u16()), "{}", status);
+        },
+    )
+    .await
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ mod certcheck;
 mod clients;
 mod cluster;
 mod crl;
+mod crlcheck;
 mod e2e_certbot;
 mod e2e_lego;
 mod eab;

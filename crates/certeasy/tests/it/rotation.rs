@@ -7,16 +7,17 @@
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
-use std::time::Instant;
 
 use tokio::process::Command;
-use x509_parser::extensions::DistributionPointName;
-use x509_parser::extensions::GeneralName;
-use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
 
 use crate::certcheck::pem_ders;
+use crate::clients::lego_ok;
+use crate::crlcheck::distribution_point;
+use crate::crlcheck::lists;
+use crate::crlcheck::openssl_verify;
+use crate::crlcheck::serial;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 use crate::harness::free_port;
@@ -30,15 +31,6 @@ fn lego(env: &TestEnv, path: &Path, port: u16) -> Command {
     let mut cmd = crate::clients::lego(&env.root_path, &env.directory_url(), path);
     cmd.args(["--http", "--http.port", &format!("127.0.0.1:{port}")]);
     cmd
-}
-
-async fn lego_ok(env: &TestEnv, cmd: Command, what: &str) {
-    let (ok, out) = run(cmd, TIMEOUT).await;
-    assert!(
-        ok,
-        "lego {what} failed:\n{out}\n--- server log ---\n{}",
-        env.server_log()
-    );
 }
 
 async fn sh(cmd: &str) {
@@ -94,89 +86,11 @@ fn issuer_cn(der: &[u8]) -> String {
         .to_owned()
 }
 
-/// The one URL of the certificate's CRL distribution point.
-fn distribution_point(der: &[u8]) -> String {
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
-    let mut urls = Vec::new();
-    for ext in cert.extensions() {
-        if let ParsedExtension::CRLDistributionPoints(points) = ext.parsed_extension() {
-            for point in points.iter() {
-                if let Some(DistributionPointName::FullName(names)) = &point.distribution_point {
-                    for name in names {
-                        if let GeneralName::URI(uri) = name {
-                            urls.push((*uri).to_owned());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    assert_eq!(urls.len(), 1, "exactly one CRL URL: {urls:?}");
-    urls.remove(0)
-}
-
-fn serial(der: &[u8]) -> Vec<u8> {
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
-    cert.raw_serial().to_vec()
-}
-
-fn lists(crl: &CertificateRevocationList<'_>, serial: &[u8]) -> bool {
-    crl.iter_revoked_certificates()
-        .any(|r| r.raw_serial() == serial)
-}
-
 /// Fetches `url` until its CRL satisfies `done`; returns the DER.
 async fn fetch_until(url: &str, done: impl Fn(&CertificateRevocationList<'_>) -> bool) -> Vec<u8> {
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let response = http.get(url).send().await.unwrap();
-        if response.status() == 200 {
-            let der = response.bytes().await.unwrap().to_vec();
-            let (_, crl) = CertificateRevocationList::from_der(&der).unwrap();
-            if done(&crl) {
-                return der;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} never reached the expected state"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// `openssl verify -crl_check` of the leaf of lego's `crt` (leaf, then the intermediate)
-/// against `root` and the CRL `crl_der`.
-async fn openssl_verify(
-    dir: &Path,
-    label: &str,
-    crt: &Path,
-    crl_der: &[u8],
-    root: &Path,
-) -> (bool, String) {
-    let leaf = dir.join(format!("{label}-leaf.pem"));
-    let crl = dir.join(format!("{label}-crl.der"));
-    let crl_pem = dir.join(format!("{label}-crl.pem"));
-    std::fs::write(&crl, crl_der).unwrap();
-    sh(&format!(
-        "openssl x509 -in {} -out {} && openssl crl -inform DER -in {} -out {}",
-        crt.display(),
-        leaf.display(),
-        crl.display(),
-        crl_pem.display()
-    ))
-    .await;
-    let mut verify = Command::new("openssl");
-    verify
-        .args(["verify", "-crl_check", "-CAfile"])
-        .arg(root)
-        .arg("-untrusted")
-        .arg(crt)
-        .arg("-CRLfile")
-        .arg(&crl_pem)
-        .arg(&leaf);
-    run(verify, TIMEOUT).await
+    crate::crlcheck::fetch_until(url, |_, crl| done(crl), |_| {})
+        .await
+        .0
 }
 
 #[tokio::test]
