@@ -97,6 +97,7 @@ impl Storage {
 /// ready → processing with the CSR stored, when the order is still ready: of two concurrent
 /// finalizations only one can see `ready`, and an order whose authorization is no longer valid
 /// (expired since it became ready) is not finalized even if its own expiry has not come yet.
+/// The finalize request's `client_ip` is kept with the order for the issuance's audit record.
 /// Returns the order's account and identifier-set hash when it moved.
 pub(crate) async fn take_ready(
     conn: &mut Conn,
@@ -400,9 +401,10 @@ async fn evidence_digest(
 
 /// [`complete`] on PostgreSQL: the same transaction, lock for lock, as the function
 /// `certeasy_complete_reserved` (migration 0014), in one round trip; a repeat (the order already
-/// valid) reads its certificate after it. The issuance's audit record is appended by the same
-/// statement (the CTEs `h` and `l`, `audit::append_pg`'s two, `$13` to `$25`), only when the
-/// function stored the certificate; the evidence digest it carries is read just before.
+/// valid) reads its certificate after it. The issuance's audit record is inserted for the
+/// sealer by the same statement (the CTE `l`, `audit::append_in`'s insert, `$13` to `$24`),
+/// only when the function stored the certificate; the evidence digest it carries is read just
+/// before.
 async fn complete_pg(
     s: &Storage,
     id: OrderId,
@@ -431,14 +433,10 @@ async fn complete_pg(
              JOIN authorizations a ON a.id = oa.authz_id \
              JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
              WHERE r.outcome = 'issued' ORDER BY oa.position), \
-         h AS (UPDATE audit_head SET seq = seq + 1, prev_hash = hash, \
-             hash = encode(sha256(decode(hash, 'hex') || int8send(seq + 1) || $13), 'hex') \
-             WHERE id = 1 AND EXISTS (SELECT 1 FROM r WHERE r.outcome = 'issued') \
-             RETURNING seq, prev_hash, hash), \
-         l AS (INSERT INTO audit_log (seq, format, at_ms, kind, actor_kind, actor, operator, \
-             client_ip, account_id, serial, names, reason, detail, prev_hash, hash) \
-             SELECT seq, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, prev_hash, hash \
-             FROM h) \
+         l AS (INSERT INTO audit_pending (format, at_ms, kind, actor_kind, actor, operator, \
+             client_ip, account_id, serial, names, reason, detail) \
+             SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 \
+             WHERE EXISTS (SELECT 1 FROM r WHERE r.outcome = 'issued')) \
          SELECT * FROM r",
     )
     .bind(id.0)

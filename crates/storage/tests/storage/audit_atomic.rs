@@ -1,5 +1,6 @@
 //! An audited change and its audit record commit together or not at all: with the audit log
-//! refusing every insert (a trigger), the certificate of a reserved order is not stored (on
+//! refusing every insert (a trigger on the log, and on PostgreSQL on the pending records the
+//! sealer chains), the certificate of a reserved order is not stored (on
 //! PostgreSQL through the one-statement path), a key is not blocked and an account is not
 //! deactivated, and the chain does not move.
 
@@ -22,6 +23,8 @@ const REFUSE_SQLITE: &str = "CREATE TRIGGER audit_refused BEFORE INSERT ON audit
 const REFUSE_POSTGRES: &str = "CREATE FUNCTION audit_refused() RETURNS trigger LANGUAGE plpgsql \
      AS $$ BEGIN RAISE EXCEPTION 'the audit log refuses'; END $$; \
      CREATE TRIGGER audit_refused BEFORE INSERT ON audit_log \
+     FOR EACH ROW EXECUTE FUNCTION audit_refused(); \
+     CREATE TRIGGER audit_pending_refused BEFORE INSERT ON audit_pending \
      FOR EACH ROW EXECUTE FUNCTION audit_refused();";
 
 enum Db {

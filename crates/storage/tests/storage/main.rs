@@ -11,6 +11,7 @@ mod admin_queries;
 mod at_once;
 mod audit;
 mod audit_atomic;
+mod audit_sealing;
 mod authz_lifetimes;
 mod blocked_keys;
 mod certificates;

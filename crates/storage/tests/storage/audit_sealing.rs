@@ -1,0 +1,209 @@
+//! The sealer (PostgreSQL): an audited transaction leaves its record pending, taking no lock on
+//! the chain head, and `seal_audit` chains what has committed. Under concurrent audited writes
+//! from two instances with a sealer running in each, the chain is one, with no gap, no fork and
+//! no record twice or lost; records left pending by an instance that stopped are chained by
+//! another; every read of the log seals first. On SQLite records are chained as they are
+//! written and there is nothing to seal.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+
+use sqlx::AnyConnection;
+use sqlx::Connection;
+use storage::Storage;
+use storage::audit::Actor;
+use storage::audit::AuditEvent;
+use storage::audit::AuditFilter;
+use storage::audit::AuditKind;
+use testkit::postgres::PgDatabase;
+
+use crate::harness;
+use crate::harness::t0;
+
+fn blocked(task: u32, i: u32) -> AuditEvent {
+    let mut event = AuditEvent::new(
+        AuditKind::KeyBlocked,
+        Actor::Operator(format!("task{task}")),
+        format!("block {task}/{i}"),
+    );
+    event.detail = serde_json::json!({ "task": task, "i": i });
+    event
+}
+
+/// A distinct key digest per (task, i).
+fn key(task: u32, i: u32) -> [u8; 32] {
+    let mut k = [0_u8; 32];
+    k[..4].copy_from_slice(&task.to_be_bytes());
+    k[4..8].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+async fn count(url: &str, table: &str) -> i64 {
+    let mut conn = AnyConnection::connect(url).await.unwrap();
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    n
+}
+
+/// A committed audited change is pending, not chained, until a sealer runs; reading the log
+/// seals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_records_wait_pending_and_reads_seal_them() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let s = Storage::connect(pg.url()).await.unwrap();
+    s.block_key(&key(0, 0), "compromised", t0(), &blocked(0, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count(pg.url(), "audit_pending").await, 1);
+    assert_eq!(count(pg.url(), "audit_log").await, 0);
+    assert_eq!(s.seal_audit().await.unwrap(), 1);
+    assert_eq!(count(pg.url(), "audit_pending").await, 0);
+    assert_eq!(s.seal_audit().await.unwrap(), 0, "nothing left to seal");
+
+    // A read seals first: the list shows a record committed a moment ago.
+    s.block_key(&key(0, 1), "compromised", t0(), &blocked(0, 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let listed = s.audit_records(&AuditFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].seq, 2);
+    assert_eq!(listed[0].event, blocked(0, 1));
+    assert_eq!(listed[1].prev_hash, storage::audit::GENESIS_HASH);
+    assert_eq!(listed[0].prev_hash, listed[1].hash);
+    let check = s.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+    assert_eq!(check.records, 2);
+}
+
+/// Two instances, eight writers, a sealer looping in each: every record chained exactly once,
+/// seq 1..=N with no gap, and the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_writers_and_sealers_build_one_chain() {
+    const TASKS: u32 = 8;
+    const EACH: u32 = 60;
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let a = Storage::connect(pg.url()).await.unwrap();
+    let b = Storage::connect(pg.url()).await.unwrap();
+    let writing = Arc::new(AtomicBool::new(true));
+    let mut sealers = Vec::new();
+    for s in [a.clone(), b.clone()] {
+        let writing = Arc::clone(&writing);
+        sealers.push(tokio::spawn(async move {
+            let mut sealed = 0_u64;
+            while writing.load(Ordering::Acquire) {
+                sealed += s.seal_audit().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            sealed
+        }));
+    }
+    let mut writers = Vec::new();
+    for task in 0..TASKS {
+        let s = if task % 2 == 0 { a.clone() } else { b.clone() };
+        writers.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                s.block_key(&key(task, i), "compromised", t0(), &blocked(task, i))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    writing.store(false, Ordering::Release);
+    let mut by_sealers = 0;
+    for sealer in sealers {
+        by_sealers += sealer.await.unwrap();
+    }
+    let last = a.seal_audit().await.unwrap();
+    let total = u64::from(TASKS * EACH);
+    assert_eq!(by_sealers + last, total, "each record sealed exactly once");
+    assert!(
+        by_sealers > 0,
+        "the looping sealers chained records while writers wrote"
+    );
+    assert_eq!(count(pg.url(), "audit_pending").await, 0);
+
+    let check = b.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+    assert_eq!(check.records, total);
+    assert_eq!(check.head_seq, i64::try_from(total).unwrap());
+    let mut seen = BTreeSet::new();
+    let mut after = 0;
+    loop {
+        let page = a
+            .audit_records(&AuditFilter {
+                after_seq: Some(after),
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for record in &page {
+            assert!(
+                seen.insert(record.event.reason.clone()),
+                "{} recorded twice",
+                record.event.reason
+            );
+        }
+    }
+    assert_eq!(seen.len(), usize::try_from(total).unwrap());
+}
+
+/// Records an instance committed but never sealed (it stopped) are chained by the next sealer,
+/// of another instance, in the order they were written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_records_left_pending_by_a_stopped_instance_are_sealed_by_another() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let gone = Storage::connect(pg.url()).await.unwrap();
+    for i in 0..3 {
+        gone.block_key(&key(1, i), "compromised", t0(), &blocked(1, i))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    gone.close().await;
+    assert_eq!(count(pg.url(), "audit_pending").await, 3);
+
+    let other = Storage::connect(pg.url()).await.unwrap();
+    assert_eq!(other.seal_audit().await.unwrap(), 3);
+    let chained = other
+        .audit_records(&AuditFilter {
+            after_seq: Some(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let events: Vec<AuditEvent> = chained.into_iter().map(|r| r.event).collect();
+    assert_eq!(events, (0..3).map(|i| blocked(1, i)).collect::<Vec<_>>());
+}
+
+/// SQLite chains as it writes: nothing is ever pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_chains_as_it_writes() {
+    harness::sqlite(|s| async move {
+        s.block_key(&key(2, 0), "compromised", t0(), &blocked(2, 0))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.seal_audit().await.unwrap(), 0);
+        let records = s.audit_records(&AuditFilter::default()).await.unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].seq, 1);
+    })
+    .await;
+}
