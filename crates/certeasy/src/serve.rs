@@ -280,6 +280,8 @@ pub async fn start(
         shutdown.clone(),
     ));
     tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
+    // Chains the audit records of PostgreSQL transactions (returns at once on SQLite).
+    tasks.spawn(workers::audit_sealer::run(storage.clone(), shutdown.clone()));
     if config.database.prune {
         // Stops between batches on shutdown: a batch under way commits first.
         tasks.spawn(workers::pruner::run(

@@ -6,6 +6,7 @@
 //! instance after a restart or by another instance, at most `max-attempts` times in all. Jobs are
 //! idempotent: recording a validation twice or completing an order twice changes nothing.
 
+pub mod audit_sealer;
 mod caa_recheck;
 mod context;
 pub mod crl;

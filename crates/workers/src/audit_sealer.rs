@@ -1,0 +1,49 @@
+//! The audit sealer: on PostgreSQL an audited transaction leaves its record in `audit_pending`
+//! (so that no two audited commits wait for each other), and this task chains those records
+//! into the audit log a few times a second (`storage::Storage::seal_audit`, whose module doc
+//! gives the design). Every instance runs it; sealers in a cluster take turns on the chain
+//! head's lock, so running several costs an idle probe each and never forks the chain. On
+//! SQLite records are chained as they are written and the task returns at once.
+
+use std::time::Duration;
+
+use storage::Backend;
+use storage::Storage;
+use tokio_util::sync::CancellationToken;
+
+/// How long a committed record may wait to be chained: short, because until it is chained an
+/// edit of it is not detected, and long enough that a sealing transaction chains the records of
+/// many commits at 100s of issuances a second.
+pub const SEAL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Seals every [`SEAL_INTERVAL`] until `shutdown`, then once more, so that an orderly stop
+/// leaves nothing pending. A failed pass is logged and counted; the next one tries again (the
+/// records wait, committed, in the meantime).
+pub async fn run(storage: Storage, shutdown: CancellationToken) {
+    if storage.backend() != Backend::Postgres {
+        return;
+    }
+    loop {
+        let stopping = tokio::select! {
+            () = tokio::time::sleep(SEAL_INTERVAL) => false,
+            () = shutdown.cancelled() => true,
+        };
+        seal(&storage).await;
+        if stopping {
+            return;
+        }
+    }
+}
+
+async fn seal(storage: &Storage) {
+    match storage.seal_audit().await {
+        Ok(0) => {}
+        Ok(sealed) => {
+            metrics::counter!("certeasy_audit_records_sealed_total").increment(sealed);
+        }
+        Err(e) => {
+            metrics::counter!("certeasy_worker_errors_total", "stage" => "audit_seal").increment(1);
+            tracing::warn!(error = %e, "sealing audit records failed; the next pass tries again");
+        }
+    }
+}
