@@ -272,6 +272,62 @@ impl Model {
                 default,
                 meaning,
             });
+            // What an operator writes inside a section absent by default (`ca.existing.pkcs11`)
+            // or in each entry of a list of sections (`ca.issuers`): the defaults cannot show
+            // it, so its keys come from the schema alone.
+            if flatten {
+                let present = self.present(&field).clone();
+                if matches!(value, Node::Null) && self.properties(&present).is_some() {
+                    self.schema_rows(&present, &full, &join(prefix, key), out);
+                } else if let Some(items) = present.get("items").map(|i| self.present(i).clone())
+                    && self.properties(&items).is_some()
+                {
+                    self.schema_rows(&items, &full, &format!("{}[]", join(prefix, key)), out);
+                }
+            }
+        }
+    }
+
+    /// Rows for every key of a section's schema, with no value to show: the default column
+    /// says "required" for a key that must be written and "absent" for one that may be left
+    /// out (its meaning says what leaving it out does).
+    fn schema_rows(&mut self, schema: &Value, path: &str, prefix: &str, out: &mut Vec<Row>) {
+        let Some(properties) = self.properties(schema).cloned() else {
+            return;
+        };
+        let required: Vec<String> = self
+            .present(schema)
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, field) in &properties {
+            let full = join(path, key);
+            let meaning = markdown_text(self.description(field));
+            if meaning.is_empty() {
+                self.problems
+                    .push(format!("{full}: no doc comment in the model"));
+            }
+            let default = match field.get("default") {
+                Some(value) if !value.is_null() => format!("`{value}`"),
+                _ if required.contains(key) => "required".to_owned(),
+                _ => "absent".to_owned(),
+            };
+            out.push(Row {
+                key: join(prefix, key),
+                type_name: self.type_name(field),
+                default,
+                meaning,
+            });
+            let present = self.present(field).clone();
+            if self.properties(&present).is_some() {
+                self.schema_rows(&present, &full, &join(prefix, key), out);
+            }
         }
     }
 }
