@@ -9,7 +9,6 @@ mod common;
 
 use std::path::Path;
 use std::path::PathBuf;
-use std::process::Command;
 
 use acme_core::ids::Serial;
 use acme_core::status::RevocationReason;
@@ -24,14 +23,10 @@ use issuance::Pkcs11Key;
 use issuance::RevokedEntry;
 use issuance::TokenSelector;
 use issuance::check_csr;
-use rcgen::BasicConstraints;
-use rcgen::CertificateParams;
-use rcgen::DnType;
-use rcgen::IsCa;
 use rcgen::Issuer;
 use rcgen::KeyPair;
-use rcgen::KeyUsagePurpose;
 use testkit::softhsm::SoftHsm;
+use testkit::softhsm::ca_params;
 use time::Duration;
 use time::OffsetDateTime;
 
@@ -54,12 +49,7 @@ fn key_on(hsm: &SoftHsm, token: &testkit::softhsm::TestToken, label: &str) -> Pk
 /// A file root (self-signed) and its issuer, written to `dir/root.pem`.
 fn file_root(dir: &Path, now: OffsetDateTime) -> (PathBuf, Issuer<'static, KeyPair>) {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Token Test Root");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let mut params = ca_params("Token Test Root", None);
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(365);
     let cert = params.self_signed(&key).unwrap();
@@ -76,16 +66,7 @@ fn issuing_cert(
     root: &Issuer<'static, KeyPair>,
     now: OffsetDateTime,
 ) -> PathBuf {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("Token Issuing CA {name}"));
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-    ];
+    let mut params = ca_params(&format!("Token Issuing CA {name}"), Some(0));
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(180);
     let cert = params.signed_by(key, root).unwrap();
@@ -102,21 +83,6 @@ fn settings_with(dir: &Path, certificate: PathBuf, key: KeySource, chain: PathBu
         chain: Some(chain),
     });
     settings
-}
-
-fn openssl(args: &[&str]) -> (bool, String) {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl is installed");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// For each key type: the key is generated on the token, a `Ca` loaded with it issues a leaf
@@ -173,14 +139,7 @@ fn a_ca_key_on_a_token_signs_certificates_and_crls_openssl_accepts() {
             .unwrap();
         let leaf = dir.join(format!("{label}-leaf.pem"));
         std::fs::write(&leaf, issued.pem()).unwrap();
-        let (ok, out) = openssl(&[
-            "verify",
-            "-CAfile",
-            root_path.to_str().unwrap(),
-            "-untrusted",
-            cert_path.to_str().unwrap(),
-            leaf.to_str().unwrap(),
-        ]);
+        let (ok, out) = testkit::openssl::verify(&root_path, &cert_path, &leaf);
         assert!(ok, "{alg:?}: openssl verify refused the leaf: {out}");
 
         let crl = ca
@@ -198,18 +157,7 @@ fn a_ca_key_on_a_token_signs_certificates_and_crls_openssl_accepts() {
             .unwrap();
         let crl_path = dir.join(format!("{label}.crl"));
         std::fs::write(&crl_path, crl).unwrap();
-        let (ok, out) = openssl(&[
-            "crl",
-            "-inform",
-            "DER",
-            "-in",
-            crl_path.to_str().unwrap(),
-            "-CAfile",
-            cert_path.to_str().unwrap(),
-            "-noout",
-            "-verify",
-            "-text",
-        ]);
+        let (ok, out) = testkit::openssl::verify_crl(&crl_path, &cert_path);
         assert!(ok && out.contains("verify OK"), "{alg:?}: {out}");
         let serial_hex: String = issued
             .serial

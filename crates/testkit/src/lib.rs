@@ -4,6 +4,7 @@ pub mod acme_http;
 pub mod admin_cli;
 pub mod dns;
 pub mod http01;
+pub mod openssl;
 pub mod poll;
 pub mod ports;
 pub mod postgres;

@@ -15,6 +15,12 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 
+use rcgen::BasicConstraints;
+use rcgen::CertificateParams;
+use rcgen::DnType;
+use rcgen::IsCa;
+use rcgen::KeyUsagePurpose;
+
 /// Names the SoftHSM2 directory in the child process [`isolated`] starts.
 const DIR_VAR: &str = "CERTEASY_TEST_SOFTHSM_DIR";
 /// Where Debian and source builds install the module.
@@ -208,4 +214,24 @@ impl SoftHsm {
             .expect("chmod 600 the PIN file");
         path
     }
+}
+
+/// The parameters of a CA certificate `CN=cn` around a token's key, as an operator would make
+/// them (a root in a file, or the issuing CA whose key is on the token): a CA, with path length
+/// `path_len` (`None`: unconstrained), that signs certificates and CRLs. The caller sets the
+/// validity, which each test ties to its own clock.
+pub fn ca_params(cn: &str, path_len: Option<u8>) -> CertificateParams {
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).expect("no names is a valid name list");
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = IsCa::Ca(match path_len {
+        Some(n) => BasicConstraints::Constrained(n),
+        None => BasicConstraints::Unconstrained,
+    });
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+    ];
+    params
 }

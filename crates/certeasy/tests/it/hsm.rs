@@ -5,49 +5,33 @@
 
 use std::path::Path;
 use std::path::PathBuf;
-use std::time::Duration;
-use std::time::Instant;
 
 use issuance::CaKey;
 use issuance::KeyAlgorithm;
 use issuance::Pkcs11Key;
 use issuance::TokenSelector;
-use rcgen::BasicConstraints;
 use rcgen::CertificateParams;
-use rcgen::DnType;
-use rcgen::IsCa;
 use rcgen::Issuer;
 use rcgen::KeyPair;
-use rcgen::KeyUsagePurpose;
+use testkit::openssl::openssl;
 use time::OffsetDateTime;
 use x509_parser::extensions::DistributionPointName;
 use x509_parser::extensions::GeneralName;
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
-use x509_parser::revocation_list::CertificateRevocationList;
 
 use crate::certcheck::pem_ders;
+use crate::clients::lego_ok;
+use crate::crlcheck::fetch_until;
+use crate::crlcheck::lists;
 use crate::harness::Db;
 use crate::harness::TestEnv;
 use crate::harness::free_port;
-use crate::harness::run;
-
-const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A CA certificate's parameters: `CN=cn`, valid from an hour ago for `days`.
 fn ca_params(cn: &str, path_len: Option<u8>, days: i64) -> CertificateParams {
     let now = OffsetDateTime::now_utc();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.is_ca = IsCa::Ca(match path_len {
-        Some(n) => BasicConstraints::Constrained(n),
-        None => BasicConstraints::Unconstrained,
-    });
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-    ];
+    let mut params = testkit::softhsm::ca_params(cn, path_len);
     params.not_before = now - time::Duration::hours(1);
     params.not_after = now + time::Duration::days(days);
     params
@@ -57,22 +41,6 @@ fn write(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-async fn openssl(args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new("openssl")
-        .args(args)
-        .output()
-        .await
-        .expect("openssl runs");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 fn crl_url(der: &[u8]) -> String {
@@ -94,30 +62,6 @@ fn crl_url(der: &[u8]) -> String {
             _ => None,
         })
         .expect("the certificate names its CRL")
-}
-
-/// The CRL at `url` once it lists `serial`.
-async fn crl_listing(url: &str, serial: &[u8]) -> Vec<u8> {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let response = client.get(url).send().await.unwrap();
-        if response.status() == 200 {
-            let der = response.bytes().await.unwrap().to_vec();
-            let (_, crl) = CertificateRevocationList::from_der(&der).unwrap();
-            if crl
-                .iter_revoked_certificates()
-                .any(|r| r.raw_serial() == serial)
-            {
-                return der;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} never listed the revocation"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test]
@@ -199,12 +143,7 @@ async fn lego_issues_and_revokes_with_the_issuing_key_on_a_softhsm_token() {
             .args(args);
         cmd
     };
-    let (ok, out) = run(lego(&["run"]), TIMEOUT).await;
-    assert!(
-        ok,
-        "lego run failed:\n{out}\n--- server log ---\n{}",
-        env.server_log()
-    );
+    lego_ok(&env, lego(&["run"]), "run").await;
     let crt = path.join(format!("certificates/{name}.crt"));
     let chain = pem_ders(&std::fs::read_to_string(&crt).unwrap());
     assert_eq!(
@@ -216,47 +155,23 @@ async fn lego_issues_and_revokes_with_the_issuing_key_on_a_softhsm_token() {
     let end = "-----END CERTIFICATE-----";
     let leaf_pem = &crt_text[..crt_text.find(end).unwrap() + end.len()];
     let leaf_path = write(env.dir.path(), "leaf.pem", format!("{leaf_pem}\n"));
-    let (ok, out) = openssl(&[
-        "verify",
-        "-CAfile",
-        root_path.to_str().unwrap(),
-        "-untrusted",
-        issuing_path.to_str().unwrap(),
-        leaf_path.to_str().unwrap(),
-    ])
-    .await;
+    let (ok, out) = testkit::openssl::verify(&root_path, &issuing_path, &leaf_path);
     assert!(ok && out.contains(": OK"), "openssl verify: {out}");
 
     let (_, leaf) = x509_parser::certificate::X509Certificate::from_der(&chain[0]).unwrap();
     let serial = leaf.raw_serial().to_vec();
     let url = crl_url(&chain[0]);
-    let (ok, out) = run(lego(&["revoke", "--reason", "1", "--keep"]), TIMEOUT).await;
-    assert!(
-        ok,
-        "lego revoke failed:\n{out}\n--- server log ---\n{}",
-        env.server_log()
-    );
+    lego_ok(&env, lego(&["revoke", "--reason", "1", "--keep"]), "revoke").await;
 
-    let crl_der = crl_listing(&url, &serial).await;
+    let (crl_der, _) = fetch_until(&url, |_, crl| lists(crl, &serial), |_| {}).await;
     let crl_path = write(env.dir.path(), "shard.crl", &crl_der);
-    let (ok, out) = openssl(&[
-        "crl",
-        "-inform",
-        "DER",
-        "-in",
-        crl_path.to_str().unwrap(),
-        "-CAfile",
-        issuing_path.to_str().unwrap(),
-        "-noout",
-        "-verify",
-    ])
-    .await;
+    let (ok, out) = testkit::openssl::verify_crl(&crl_path, &issuing_path);
     assert!(
         ok && out.contains("verify OK"),
         "openssl crl -verify (the CRL signed on the token): {out}"
     );
     // And what a relying party concludes with that CRL: revoked.
-    let (_, out) = openssl(&["crl", "-inform", "DER", "-in", crl_path.to_str().unwrap()]).await;
+    let (_, out) = openssl(&["crl", "-inform", "DER", "-in", crl_path.to_str().unwrap()]);
     let crl_pem = write(env.dir.path(), "shard-crl.pem", out);
     let (ok, out) = openssl(&[
         "verify",
@@ -268,8 +183,7 @@ async fn lego_issues_and_revokes_with_the_issuing_key_on_a_softhsm_token() {
         "-CRLfile",
         crl_pem.to_str().unwrap(),
         leaf_path.to_str().unwrap(),
-    ])
-    .await;
+    ]);
     assert!(!ok && out.contains("certificate revoked"), "{out}");
     assert!(
         !env.server_log().contains(&token.pin),
