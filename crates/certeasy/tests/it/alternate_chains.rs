@@ -18,10 +18,9 @@ use rcgen::KeyUsagePurpose;
 use serde_json::json;
 use time::OffsetDateTime;
 use tokio::process::Command;
-use x509_parser::certificate::X509Certificate;
-use x509_parser::prelude::FromDer;
 
 use crate::certcheck::assert_chain;
+use crate::certcheck::issuer_cn;
 use crate::certcheck::pem_ders;
 use crate::harness::Db;
 use crate::harness::TestEnv;
@@ -30,6 +29,7 @@ use crate::harness::run;
 use crate::raw::Raw;
 use crate::raw::Reply;
 use crate::rfc_answers::csr;
+use crate::rfc_answers::ready_order;
 use crate::rfc_answers::wait_for_status;
 
 const ROOT_E1: &str = "Certeasy Root E1";
@@ -140,13 +140,7 @@ async fn env_with_hierarchy() -> (TestEnv, Hierarchy) {
 fn top_issuer_cn(chain_pem: &str) -> String {
     let ders = pem_ders(chain_pem);
     let top = ders.last().expect("a certificate");
-    let (_, cert) = X509Certificate::from_der(top).unwrap();
-    cert.issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned()
+    issuer_cn(top)
 }
 
 /// `openssl verify` of the chain's leaf, trusting only `root`, with the rest of the chain as
@@ -158,21 +152,7 @@ fn openssl_verifies(chain_pem: &str, root: &Path, dir: &Path) -> (bool, String) 
     write_pem(&leaf, &[&ders[0]]);
     let intermediates: Vec<&[u8]> = ders[1..].iter().map(Vec::as_slice).collect();
     write_pem(&rest, &intermediates);
-    let out = std::process::Command::new("openssl")
-        .arg("verify")
-        .arg("-CAfile")
-        .arg(root)
-        .arg("-untrusted")
-        .arg(&rest)
-        .arg(&leaf)
-        .output()
-        .expect("openssl runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    testkit::openssl::verify(root, &rest, &leaf)
 }
 
 /// Every `Link: rel="alternate"` URL of a response.
@@ -195,22 +175,7 @@ fn alternate_links(reply: &Reply) -> Vec<String> {
 
 /// An order for `name` made valid by http-01 and finalized: the certificate URL.
 async fn issued_certificate_url(env: &TestEnv, raw: &Raw, name: &str) -> String {
-    let r = raw
-        .post(
-            &raw.url("/acme/new-order"),
-            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let order_url = r.location();
-    let ch = raw.http01_challenge(&r.body).await;
-    let token = ch["token"].as_str().unwrap();
-    env.http.add(token, &raw.key_authorization(token));
-    let started = raw
-        .post(ch["url"].as_str().unwrap(), Some(&json!({})))
-        .await;
-    assert_eq!(started.status, 200, "{started:?}");
-    let order = wait_for_status(raw, &order_url, "ready").await;
+    let (order_url, order) = ready_order(env, raw, name).await;
     let key = KeyPair::generate().unwrap();
     let r = raw
         .post(

@@ -16,6 +16,18 @@ pub fn pem_ders(pem: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The common name of the certificate's issuer (empty without one): how the tests tell which
+/// intermediate or root signed, as clients matching `--preferred-chain` do.
+pub fn issuer_cn(der: &[u8]) -> String {
+    let (_, cert) = X509Certificate::from_der(der).unwrap();
+    cert.issuer()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Asserts `chain_pem` (leaf first) chains to `root_pem` and the leaf names are exactly `names`.
 /// Returns the leaf DER.
 pub fn assert_chain(chain_pem: &str, root_pem: &str, names: &[&str]) -> Vec<u8> {

@@ -12,6 +12,7 @@ use tokio::process::Command;
 use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
 
+use crate::certcheck::issuer_cn;
 use crate::certcheck::pem_ders;
 use crate::clients::lego_ok;
 use crate::crlcheck::distribution_point;
@@ -74,16 +75,6 @@ async fn second_intermediate(env: &TestEnv, dir: &Path) -> (PathBuf, PathBuf) {
     ))
     .await;
     (cert, key)
-}
-
-fn issuer_cn(der: &[u8]) -> String {
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).unwrap();
-    cert.issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 /// Fetches `url` until its CRL satisfies `done`; returns the DER.
