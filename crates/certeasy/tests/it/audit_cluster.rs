@@ -24,18 +24,9 @@ async fn two_instances_issuing_at_once_write_one_audit_chain() {
     a.start().await;
     // Instance b: the same database and the same CA (a's issuing and listener intermediates,
     // as an operator would copy them to a second host), its own ports and responders.
-    let ca = a.dir.path().join("data/ca");
     let mut b = TestEnv::new(Db::Sqlite).await;
     b.section("database", &format!("  url: \"{}\"\n", a.database_url()));
-    b.section(
-        "ca",
-        &format!(
-            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n",
-            ca.join("intermediate.pem").display(),
-            ca.join("intermediate.key").display(),
-            ca.join("root.pem").display()
-        ),
-    );
+    b.section("ca", &a.existing_ca_section());
     b.root_path = a.root_path.clone();
     b.start().await;
 
@@ -119,13 +110,7 @@ fn ca_command(args: &[&str]) -> String {
 /// The common name of the issuer of the first certificate of `chain_pem`.
 fn leaf_issuer_cn(chain_pem: &str) -> String {
     let der = crate::certcheck::pem_ders(chain_pem).remove(0);
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
-    cert.issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned()
+    crate::certcheck::issuer_cn(&der)
 }
 
 /// Issuer rotation in a cluster: both instances are configured with a second issuer; an
@@ -173,15 +158,7 @@ async fn an_activation_through_one_instance_switches_the_other_without_a_restart
     a.start().await;
     let mut b = TestEnv::new(Db::Sqlite).await;
     b.section("database", &format!("  url: \"{}\"\n", a.database_url()));
-    b.section(
-        "ca",
-        &format!(
-            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n{second}",
-            ca.join("intermediate.pem").display(),
-            ca.join("intermediate.key").display(),
-            root.display()
-        ),
-    );
+    b.section("ca", &format!("{}{second}", a.existing_ca_section()));
     b.root_path = a.root_path.clone();
     b.start().await;
 

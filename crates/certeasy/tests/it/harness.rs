@@ -262,6 +262,19 @@ impl TestEnv {
         std::fs::read_to_string(&self.root_path).unwrap()
     }
 
+    /// The `ca:` section with which a second instance loads the CA this one generated, as
+    /// `ca.existing` (its issuing intermediate and key under its root): what an operator copies
+    /// to a second host of a cluster.
+    pub fn existing_ca_section(&self) -> String {
+        let ca = self.dir.path().join("data/ca");
+        format!(
+            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n",
+            ca.join("intermediate.pem").display(),
+            ca.join("intermediate.key").display(),
+            ca.join("root.pem").display()
+        )
+    }
+
     /// An instant-acme account trusting this CA.
     pub async fn account(&self) -> instant_acme::Account {
         let http = testkit::acme_http::nodelay_client(&self.root_path).unwrap();

@@ -809,16 +809,7 @@ async fn instances_behind_one_url_share_nonces_through_redis() {
         b.sections["server"].replace(&format!("https://localhost:{}", b.acme_port), &a.base_url());
     b.section("server", &server);
     b.section("database", &a.sections["database"].clone());
-    let ca = a.dir.path().join("data/ca");
-    b.section(
-        "ca",
-        &format!(
-            "  existing:\n    certificate: \"{}\"\n    private-key: \"{}\"\n    chain: \"{}\"\n",
-            ca.join("intermediate.pem").display(),
-            ca.join("intermediate.key").display(),
-            ca.join("root.pem").display()
-        ),
-    );
+    b.section("ca", &a.existing_ca_section());
     b.start().await;
 
     let mut raw = Raw::new(&a, Algorithm::Es256);
