@@ -79,6 +79,21 @@ fn records(list: &Value) -> Vec<&Value> {
 
 /// Runs `sql` against the server's database: psql beside a running PostgreSQL server; on
 /// SQLite the server is stopped first (it holds its file exclusively) and started again.
+/// `certeasy admin audit verify` after a tampering: it fails, naming `seq` as where the chain
+/// breaks. Returns its answer for what else the caller expects of it.
+async fn verify_breaks_at(env: &TestEnv, seq: i64) -> testkit::admin_cli::CliOutput {
+    let broken = admin(env, &["audit", "verify"]).await;
+    assert!(!broken.ok, "{broken:?}");
+    assert!(
+        broken
+            .stdout
+            .contains(&format!("audit chain BROKEN at record {seq}:")),
+        "{}",
+        broken.stdout
+    );
+    broken
+}
+
 async fn tamper(env: &mut TestEnv, db: Db, sql: &str) {
     let out = match db {
         Db::Postgres => StdCommand::new("psql")
@@ -284,15 +299,7 @@ async fn audit_cli(db: Db) {
         &format!("UPDATE audit_log SET reason = 'nothing happened' WHERE seq = {middle}"),
     )
     .await;
-    let broken = admin(&env, &["audit", "verify"]).await;
-    assert!(!broken.ok, "{broken:?}");
-    assert!(
-        broken
-            .stdout
-            .contains(&format!("audit chain BROKEN at record {middle}:")),
-        "{}",
-        broken.stdout
-    );
+    verify_breaks_at(&env, middle).await;
     let json = admin(&env, &["audit", "verify", "--json"]).await;
     assert!(!json.ok);
     let doc: Value = serde_json::from_str(&json.stdout).unwrap();
@@ -317,15 +324,7 @@ async fn audit_cli(db: Db) {
         &format!("DELETE FROM audit_log WHERE seq = {deleted}"),
     )
     .await;
-    let broken = admin(&env, &["audit", "verify"]).await;
-    assert!(!broken.ok, "{broken:?}");
-    assert!(
-        broken
-            .stdout
-            .contains(&format!("audit chain BROKEN at record {deleted}:")),
-        "{}",
-        broken.stdout
-    );
+    let broken = verify_breaks_at(&env, deleted).await;
     assert!(broken.stdout.contains("missing"), "{}", broken.stdout);
 
     // The same finding offline, on the database itself (a running server holds its SQLite
