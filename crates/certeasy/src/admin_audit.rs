@@ -211,6 +211,10 @@ pub struct VerifyDoc {
     pub head_seq: i64,
     pub head_hash: String,
     pub first_broken: Option<BrokenDoc>,
+    /// Records committed but not yet chained (PostgreSQL), which this verification did not
+    /// cover.
+    #[serde(default)]
+    pub pending: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_head: Option<ExpectedHeadDoc>,
     pub seconds: f64,
@@ -316,6 +320,7 @@ pub async fn verify(
             seq: b.seq,
             why: b.why,
         }),
+        pending: check.pending,
         expected_head,
         seconds: started.elapsed().as_secs_f64(),
     }))

@@ -329,6 +329,10 @@ pub struct ChainCheck {
     pub head_seq: i64,
     pub head_hash: String,
     pub first_broken: Option<BrokenLink>,
+    /// Records committed on PostgreSQL but not chained when verification ended (0 unless
+    /// sealing failed, e.g. on a read-only standby, or records were committed meanwhile): not
+    /// covered by this verification.
+    pub pending: u64,
 }
 
 /// A record's stored columns other than `seq` and the hashes, exactly as stored: what the hash
@@ -681,6 +685,29 @@ impl Storage {
         }
     }
 
+    /// Records waiting to be chained (always 0 on SQLite).
+    pub async fn audit_pending_count(&self) -> Result<u64> {
+        if self.backend != Backend::Postgres {
+            return Ok(0);
+        }
+        let n = sql::query_scalar::<i64>("SELECT COUNT(*) FROM audit_pending")
+            .fetch_one(&self.db)
+            .await?;
+        Ok(n.unsigned_abs())
+    }
+
+    /// What every read of the log does first, so that it sees every committed record. A read
+    /// still answers when sealing fails (a read-only standby, a copy of the database opened
+    /// for an offline `verify`): the records already chained are all it shows then.
+    async fn seal_before_reading(&self) {
+        if let Err(e) = self.seal_audit().await {
+            tracing::warn!(
+                error = %e,
+                "could not chain the pending audit records before reading the log; showing the chained ones"
+            );
+        }
+    }
+
     /// One sealing transaction: at most [`SEAL_BATCH`] pending records, oldest `id` first.
     async fn seal_batch(&self) -> Result<u64> {
         // An idle server's probe: no transaction and no lock when nothing waits.
@@ -722,7 +749,7 @@ impl Storage {
     /// The records `filter` selects (see [`AuditFilter`] for the order). Like every read of
     /// the log, it seals what is pending first, so that it sees every committed record.
     pub async fn audit_records(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>> {
-        self.seal_audit().await?;
+        self.seal_before_reading().await;
         let mut params = Params::new(self.backend);
         let mut conditions: Vec<String> = Vec::new();
         let mut query_args: Vec<Arg> = Vec::new();
@@ -791,7 +818,7 @@ impl Storage {
 
     /// One record by its seq.
     pub async fn audit_record(&self, seq: i64) -> Result<Option<AuditRecord>> {
-        self.seal_audit().await?;
+        self.seal_before_reading().await;
         let row = sql::query(
             "SELECT seq, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
                     account_id, serial, names, reason, detail, prev_hash, hash \
@@ -806,7 +833,7 @@ impl Storage {
     /// The seq of the record whose hash is `hash` (lower-case hex), if any: whether a head hash
     /// kept elsewhere is still in the chain.
     pub async fn audit_seq_of_hash(&self, hash: &str) -> Result<Option<i64>> {
-        self.seal_audit().await?;
+        self.seal_before_reading().await;
         sql::query_scalar::<i64>("SELECT seq FROM audit_log WHERE hash = $1")
             .bind(hash.to_lowercase())
             .fetch_optional(&self.db)
@@ -816,7 +843,7 @@ impl Storage {
     /// The chain head: the last seq and its hash (0 and [`GENESIS_HASH`] before any record),
     /// after sealing what is pending.
     pub async fn audit_head(&self) -> Result<(i64, String)> {
-        self.seal_audit().await?;
+        self.seal_before_reading().await;
         let row = sql::query("SELECT seq, hash FROM audit_head WHERE id = 1")
             .fetch_optional(&self.db)
             .await?
@@ -880,6 +907,7 @@ impl Storage {
             head_seq,
             head_hash,
             first_broken,
+            pending: self.audit_pending_count().await?,
         })
     }
 

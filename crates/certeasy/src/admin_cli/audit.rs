@@ -375,6 +375,9 @@ async fn verify(
     }
     println!("head seq:  {}", doc.head_seq);
     println!("head hash: {}", doc.head_hash);
+    if doc.pending > 0 {
+        println!("{}", crate::audit_offline::pending_line(doc.pending));
+    }
     if let Some(expected) = &doc.expected_head {
         match expected.seq {
             Some(seq) => println!("expected head {} found: record {seq}", expected.hash),

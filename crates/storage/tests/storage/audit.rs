@@ -222,7 +222,8 @@ async fn intact_chain_verifies_clean(s: &Storage) {
             records: 0,
             head_seq: 0,
             head_hash: GENESIS_HASH.into(),
-            first_broken: None
+            first_broken: None,
+            pending: 0,
         }
     );
     five_records(s).await;

@@ -2,7 +2,7 @@
 //! the chain head, and `seal_audit` chains what has committed. Under concurrent audited writes
 //! from two instances with a sealer running in each, the chain is one, with no gap, no fork and
 //! no record twice or lost; records left pending by an instance that stopped are chained by
-//! another; every read of the log seals first. On SQLite records are chained as they are
+//! another; every read of the log seals first, and still answers where it cannot seal. On SQLite records are chained as they are
 //! written and there is nothing to seal.
 
 use std::collections::BTreeSet;
@@ -190,6 +190,63 @@ async fn postgres_records_left_pending_by_a_stopped_instance_are_sealed_by_anoth
         .unwrap();
     let events: Vec<AuditEvent> = chained.into_iter().map(|r| r.event).collect();
     assert_eq!(events, (0..3).map(|i| blocked(1, i)).collect::<Vec<_>>());
+}
+
+/// Where sealing fails (here the log refuses inserts, as a broken or read-only database
+/// would), reads still answer with what is chained, and verification counts the records it
+/// could not cover; once sealing works again they are chained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_verify_reports_what_sealing_could_not_chain() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let s = Storage::connect(pg.url()).await.unwrap();
+    s.block_key(&key(3, 0), "compromised", t0(), &blocked(3, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.seal_audit().await.unwrap(), 1);
+    execute(
+        pg.url(),
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql \
+         AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON audit_log \
+         FOR EACH ROW EXECUTE FUNCTION refuse();",
+    )
+    .await;
+    s.block_key(&key(3, 1), "compromised", t0(), &blocked(3, 1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(s.seal_audit().await.is_err(), "the log refuses the insert");
+    let check = s.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+    assert_eq!((check.records, check.head_seq, check.pending), (1, 1, 1));
+    assert_eq!(
+        s.audit_records(&AuditFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        count(pg.url(), "audit_pending").await,
+        1,
+        "the record still waits"
+    );
+
+    execute(pg.url(), "DROP TRIGGER refuse ON audit_log").await;
+    let check = s.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+    assert_eq!((check.records, check.pending), (2, 0));
+}
+
+async fn execute(url: &str, sql: &str) {
+    let mut conn = AnyConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
 }
 
 /// SQLite chains as it writes: nothing is ever pending.
