@@ -1,7 +1,8 @@
 //! Alternate chains (RFC 8555 §7.4.2): an issuing key certified under an ECDSA root and under an
 //! RSA root, loaded through `ca.existing` with `alternate-chains`. The download links the other
 //! chain, each chain verifies with `openssl verify` under its own root, and lego and certbot get
-//! the chain they ask for with `--preferred-chain` (the default one without it).
+//! the chain they ask for with `--preferred-chain` (the default one without it). The same
+//! hierarchy as an issuer of `ca.issuers` offers its alternate chain the same way.
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -44,6 +45,9 @@ struct Hierarchy {
     root_r1: PathBuf,
     /// The `ca:` section that loads it.
     section: String,
+    /// The `ca:` section that loads it as issuer `i1` of `ca.issuers` instead, made active,
+    /// beside the generated CA.
+    issuer_section: String,
 }
 
 fn ca_params(cn: &str) -> CertificateParams {
@@ -106,6 +110,10 @@ fn hierarchy(dir: &Path) -> Hierarchy {
         root_r1: dir.join("root-r1.pem"),
         section: format!(
             "  existing:\n    certificate: \"{d}/issuing.pem\"\n    private-key: \"{d}/issuing.key\"\n    chain: \"{d}/root-e1.pem\"\n    alternate-chains: [\"{d}/cross-r1.pem\"]\n",
+            d = dir.display()
+        ),
+        issuer_section: format!(
+            "  issuers:\n    - name: i1\n      certificate: \"{d}/issuing.pem\"\n      private-key: \"{d}/issuing.key\"\n      chain: \"{d}/root-e1.pem\"\n      alternate-chains: [\"{d}/cross-r1.pem\"]\n  active-issuer: i1\n",
             d = dir.display()
         ),
     };
@@ -348,5 +356,38 @@ async fn certbot_gets_the_chain_it_prefers() {
         };
         let (ok, out) = openssl_verifies(&chain, root, env.dir.path());
         assert!(ok, "{label}: openssl verify: {out}");
+    }
+}
+
+/// The hierarchy configured as issuer `i1` of `ca.issuers` (active), beside the generated CA
+/// that serves the listener: its certificates are signed by it and the download offers its
+/// alternate chain under R1, each verifying under its own root.
+#[tokio::test]
+async fn an_issuer_of_ca_issuers_offers_its_alternate_chains() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let h = hierarchy(&env.dir.path().join("operator-ca"));
+    env.section("ca", &h.issuer_section);
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("alt-issuer");
+    let cert_url = issued_certificate_url(&env, &raw, &name).await;
+
+    let default = raw.post(&cert_url, None).await;
+    assert_eq!(default.status, 200, "{default:?}");
+    assert_eq!(alternate_links(&default), [format!("{cert_url}/1")]);
+    assert_eq!(
+        issuer_cn(&pem_ders(&default.text)[0]),
+        "Certeasy Issuing I1"
+    );
+    assert_eq!(top_issuer_cn(&default.text), ROOT_E1);
+    let alternate = raw.post(&format!("{cert_url}/1"), None).await;
+    assert_eq!(alternate.status, 200, "{alternate:?}");
+    assert_eq!(alternate_links(&alternate), std::slice::from_ref(&cert_url));
+    assert_eq!(top_issuer_cn(&alternate.text), ROOT_R1);
+    let dir = env.dir.path().to_owned();
+    for (chain, root) in [(&default.text, &h.root_e1), (&alternate.text, &h.root_r1)] {
+        let (ok, out) = openssl_verifies(chain, root, &dir);
+        assert!(ok, "openssl verify under {}: {out}", root.display());
     }
 }
