@@ -37,6 +37,28 @@ fn ca(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `certeasy ca init` with the arguments `before`, making the issuing key `int-2026` on `token`
+/// of the PKCS#11 `module`: (exit code, stdout, stderr).
+fn init_on_token(
+    module: &Path,
+    token: &testkit::softhsm::TestToken,
+    before: &[&str],
+) -> (i32, String, String) {
+    let mut args = vec!["init"];
+    args.extend_from_slice(before);
+    args.extend_from_slice(&[
+        "--pkcs11-module",
+        s(module),
+        "--token-label",
+        &token.label,
+        "--key-label",
+        "int-2026",
+        "--pin-file",
+        s(&token.pin_file),
+    ]);
+    ca(&args)
+}
+
 fn s(path: &Path) -> &str {
     path.to_str().unwrap()
 }
@@ -47,20 +69,10 @@ fn mode(path: &Path) -> u32 {
 
 /// `openssl verify` of `leaf` under `root` through `untrusted`: (verified, output).
 fn openssl_verify(root: &Path, untrusted: Option<&Path>, leaf: &Path) -> (bool, String) {
-    let mut cmd = Command::new("openssl");
-    cmd.args(["verify", "-CAfile", s(root)]);
-    if let Some(untrusted) = untrusted {
-        cmd.args(["-untrusted", s(untrusted)]);
+    match untrusted {
+        Some(untrusted) => testkit::openssl::verify(root, untrusted, leaf),
+        None => testkit::openssl::openssl(&["verify", "-CAfile", s(root), s(leaf)]),
     }
-    let out = cmd.arg(s(leaf)).output().expect("openssl is installed");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// A leaf for `names`, signed directly with the intermediate's key: what a thief holding that
@@ -433,21 +445,11 @@ fn init_makes_the_issuing_key_on_a_token() {
     std::fs::write(&config, format!("data-dir: \"{}\"\n", data.display())).unwrap();
     let root_key = tmp.path().join("offline/root.key");
     let module = hsm.module();
-    let (code, out, err) = ca(&[
-        "init",
-        "--config",
-        s(&config),
-        "--root-key-out",
-        s(&root_key),
-        "--pkcs11-module",
-        s(&module),
-        "--token-label",
-        &token.label,
-        "--key-label",
-        "int-2026",
-        "--pin-file",
-        s(&token.pin_file),
-    ]);
+    let (code, out, err) = init_on_token(
+        &module,
+        &token,
+        &["--config", s(&config), "--root-key-out", s(&root_key)],
+    );
     assert_eq!(code, 0, "{err}");
     let ca_dir = data.join("ca");
     assert!(!ca_dir.join("intermediate.key").exists());
@@ -482,22 +484,17 @@ fn init_makes_the_issuing_key_on_a_token() {
         std::fs::read_to_string(ca_dir.join("root.pem")).unwrap()
     );
     // The same label again is refused: the token keeps one key per label.
-    let (code, _, err) = ca(&[
-        "init",
-        "--config",
-        s(&config),
-        "--ca-dir",
-        s(&tmp.path().join("second")),
-        "--root-key-out",
-        s(&tmp.path().join("offline/second.key")),
-        "--pkcs11-module",
-        s(&hsm.module()),
-        "--token-label",
-        &token.label,
-        "--key-label",
-        "int-2026",
-        "--pin-file",
-        s(&token.pin_file),
-    ]);
+    let (code, _, err) = init_on_token(
+        &hsm.module(),
+        &token,
+        &[
+            "--config",
+            s(&config),
+            "--ca-dir",
+            s(&tmp.path().join("second")),
+            "--root-key-out",
+            s(&tmp.path().join("offline/second.key")),
+        ],
+    );
     assert_eq!(code, 1, "{err}");
 }
