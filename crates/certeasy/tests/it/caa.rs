@@ -156,12 +156,7 @@ async fn refused_at_validation(env: &TestEnv, raw: &Raw, names: &[&str], kind: &
         .post(order["authorizations"][0].as_str().unwrap(), None)
         .await;
     assert_eq!(authz.body["status"], "invalid", "{authz:?}");
-    let challenge = authz.body["challenges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == kind)
-        .unwrap();
+    let challenge = crate::raw::challenge(&authz.body, kind);
     assert_eq!(challenge["status"], "invalid", "{challenge}");
     assert_eq!(challenge["error"]["type"], CAA_ERROR, "{challenge}");
     let error = order["error"].clone();

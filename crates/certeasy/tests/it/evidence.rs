@@ -56,12 +56,7 @@ async fn issuance_keeps_the_evidence(db: Db) {
         } else {
             "dns-01"
         };
-        let challenge = authz.body["challenges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == kind)
-            .unwrap();
+        let challenge = crate::raw::challenge(&authz.body, kind);
         let token = challenge["token"].as_str().unwrap();
         let key_authorization = raw.key_authorization(token);
         if kind == "http-01" {

@@ -12,6 +12,16 @@ use testkit::poll::Stuck;
 
 use crate::harness::TestEnv;
 
+/// The challenge of type `kind` (`http-01`, `dns-01`, …) in an authorization's body.
+pub fn challenge<'a>(authz: &'a Value, kind: &str) -> &'a Value {
+    authz["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == kind)
+        .unwrap()
+}
+
 /// An HTTPS client that trusts the test CA and ignores proxy variables.
 pub fn client(env: &TestEnv) -> reqwest::Client {
     let root = reqwest::Certificate::from_pem(env.root_pem().as_bytes()).unwrap();
@@ -146,13 +156,7 @@ impl Raw {
         let authz = self
             .post(order["authorizations"][0].as_str().unwrap(), None)
             .await;
-        authz.body["challenges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "http-01")
-            .unwrap()
-            .clone()
+        challenge(&authz.body, "http-01").clone()
     }
 
     /// The key authorization of a token for this account's key.
