@@ -15,7 +15,6 @@ use issuance::ExistingCa;
 use issuance::GeneratedRootKey;
 use issuance::KeyAlgorithm;
 use issuance::KeySource;
-use issuance::check_csr;
 use rcgen::BasicConstraints;
 use rcgen::CertificateParams;
 use rcgen::DnType;
@@ -26,14 +25,11 @@ use rcgen::KeyUsagePurpose;
 use time::Duration;
 
 use common::NOW;
-use common::SignNow;
-use common::csr;
-use common::ids;
 use common::is_ca;
+use common::issue_for;
 use common::new_ca;
 use common::parse;
 use common::pem_certs;
-use common::server_client;
 use common::settings;
 
 fn mode(path: &Path) -> u32 {
@@ -228,20 +224,7 @@ fn without_the_root_key_the_listener_intermediate_is_not_made_and_the_issuing_ca
         matches!(&err, Error::InvalidCa(m) if m.contains("listener.pem") && m.contains("root.key") && m.contains("server.tls-certificate")),
         "{err}"
     );
-    let names = ids(&["www.example.com"]);
-    let checked = check_csr(
-        &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["www.example.com"]),
-        &names,
-    )
-    .unwrap();
-    ca.sign_now(
-        &checked,
-        &names,
-        &server_client(),
-        NOW,
-        NOW + Duration::days(1),
-    )
-    .unwrap();
+    issue_for(&ca, "www.example.com", NOW, NOW + Duration::days(1));
 }
 
 #[test]
@@ -372,21 +355,7 @@ fn existing_ca_with_chain_is_loaded_and_issues() {
         );
         assert_eq!(ca.root_path(), Some(chain.as_path()));
 
-        let names = ids(&["www.example.com"]);
-        let checked = check_csr(
-            &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["www.example.com"]),
-            &names,
-        )
-        .unwrap();
-        let issued = ca
-            .sign_now(
-                &checked,
-                &names,
-                &server_client(),
-                NOW,
-                NOW + Duration::days(7),
-            )
-            .unwrap();
+        let issued = issue_for(&ca, "www.example.com", NOW, NOW + Duration::days(7));
         let leaf = parse(&issued.der);
         let issuing_der = &pem_certs(&foreign.intermediate_pem)[0];
         let issuing = parse(issuing_der);

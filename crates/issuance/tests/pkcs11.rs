@@ -22,7 +22,6 @@ use issuance::KeySource;
 use issuance::Pkcs11Key;
 use issuance::RevokedEntry;
 use issuance::TokenSelector;
-use issuance::check_csr;
 use rcgen::Issuer;
 use rcgen::KeyPair;
 use testkit::softhsm::SoftHsm;
@@ -30,10 +29,7 @@ use testkit::softhsm::ca_params;
 use time::Duration;
 use time::OffsetDateTime;
 
-use common::SignNow;
-use common::csr;
-use common::ids;
-use common::server_client;
+use common::issue_for;
 
 const PIN: &str = "user-pin-5678";
 
@@ -122,21 +118,12 @@ fn a_ca_key_on_a_token_signs_certificates_and_crls_openssl_accepts() {
                 shards: 1,
             });
 
-        let names = ids(&["token.example"]);
-        let checked = check_csr(
-            &csr(&rcgen::PKCS_ECDSA_P256_SHA256, &["token.example"]),
-            &names,
-        )
-        .unwrap();
-        let issued = ca
-            .sign_now(
-                &checked,
-                &names,
-                &server_client(),
-                now - Duration::minutes(1),
-                now + Duration::days(7),
-            )
-            .unwrap();
+        let issued = issue_for(
+            &ca,
+            "token.example",
+            now - Duration::minutes(1),
+            now + Duration::days(7),
+        );
         let leaf = dir.join(format!("{label}-leaf.pem"));
         std::fs::write(&leaf, issued.pem()).unwrap();
         let (ok, out) = testkit::openssl::verify(&root_path, &cert_path, &leaf);

@@ -226,3 +226,19 @@ impl SignNow for Ca {
         self.issue(csr, identifiers, profile, &intent)
     }
 }
+
+/// A leaf for `name` alone (the CSR of a fresh P-256 key, checked) signed by `ca` under the
+/// server profile for `not_before..not_after`: the plain issuance a test needs around what it
+/// really looks at.
+pub fn issue_for(
+    ca: &Ca,
+    name: &str,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> issuance::IssuedCertificate {
+    let names = ids(&[name]);
+    let checked =
+        issuance::check_csr(&csr(&rcgen::PKCS_ECDSA_P256_SHA256, &[name]), &names).unwrap();
+    ca.sign_now(&checked, &names, &server_client(), not_before, not_after)
+        .unwrap()
+}
