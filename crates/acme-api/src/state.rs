@@ -6,7 +6,7 @@ use acme_core::clock::SharedClock;
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 use ipnet::IpNet;
-use issuance::Ca;
+use issuance::CaHandle;
 use ra::Ra;
 
 use crate::account_keys::AccountKeys;
@@ -26,7 +26,9 @@ pub(crate) struct Inner {
     /// Every decision and every read: the handlers parse and authenticate, then ask. Storage is
     /// reached only through it, so only its outcomes are ever rendered.
     pub(crate) ra: Ra,
-    pub(crate) ca: Arc<Ca>,
+    /// The issuer set in force (swapped by a reload of `ca.issuers`): a certificate download
+    /// offers the alternate chains of whichever issuer signed the leaf.
+    pub(crate) ca: CaHandle,
     pub(crate) clock: SharedClock,
     pub(crate) nonces: NonceService,
     /// Account keys parsed for verification, checked against the stored key on every use.
@@ -45,7 +47,7 @@ impl ApiState {
     pub fn new(
         settings: ApiSettings,
         ra: Ra,
-        ca: Arc<Ca>,
+        ca: impl Into<CaHandle>,
         clock: SharedClock,
         nonces: NonceService,
     ) -> Self {
@@ -61,7 +63,7 @@ impl ApiState {
                 directory,
                 settings,
                 ra,
-                ca,
+                ca: ca.into(),
                 clock,
                 nonces,
                 account_keys: AccountKeys::default(),

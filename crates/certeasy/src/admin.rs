@@ -163,7 +163,8 @@ impl axum::extract::FromRef<AdminState> for EabAdmin {
     }
 }
 
-/// `/metrics`, `/healthz` (the process is up), `/readyz` (the database answers), and `/admin/*`.
+/// `/metrics`, `/healthz` (the process is up), `/readyz` (the database answers and the active
+/// issuer is loaded here), and `/admin/*`.
 pub fn router(ctx: AdminContext) -> Router {
     let state = AdminState {
         ctx,
@@ -293,12 +294,24 @@ async fn metrics_text(State(state): State<AdminState>) -> (StatusCode, String) {
     }
 }
 
+/// Ready when the database answers and this instance can sign with the active issuer: one
+/// whose `ca.issuers` lacks it signs nothing (`ra::issuers::ActiveIssuer::missing_from`), so a
+/// load balancer must send its clients elsewhere until a reload adds it.
 async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
-    match state.ctx.storage.ping().await {
-        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
-        Err(e) => (
+    if let Err(e) = state.ctx.storage.ping().await {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("database unavailable: {e}\n"),
+        );
+    }
+    let issuers = &state.ctx.issuers;
+    match issuers.active.missing_from(&issuers.ca.current()).await {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(name) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the active issuer {name} is not loaded on this instance: add it to ca.issuers and reload\n"
+            ),
         ),
     }
 }
@@ -312,8 +325,8 @@ async fn reload(
 ) -> Answer<String> {
     match state.ctx.reloader.reload_by(&who).await {
         Ok(()) => {
-            tracing::info!("rate limits, overrides and listener certificate reloaded");
-            Ok("rate limits, overrides and listener certificate reloaded\n".to_owned())
+            tracing::info!("rate limits, overrides, listener certificate and ca.issuers reloaded");
+            Ok("rate limits, overrides, listener certificate and ca.issuers reloaded\n".to_owned())
         }
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "reload refused");

@@ -14,7 +14,7 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::extract::rejection::PathRejection;
 use axum::http::StatusCode;
-use issuance::Ca;
+use issuance::CaHandle;
 use issuance::IssuerName;
 use ra::issuers::ActiveIssuer;
 use ra::issuers::IssuerListing;
@@ -30,7 +30,8 @@ use crate::admin_error::AdminError;
 #[derive(Clone)]
 pub struct IssuersAdmin {
     pub storage: Storage,
-    pub ca: Arc<Ca>,
+    /// The issuer set in force, swapped by a reload of `ca.issuers`.
+    pub ca: CaHandle,
     pub active: Arc<ActiveIssuer>,
     /// The longest profile validity: an issuer must outlive a certificate issued now.
     pub longest_validity: time::Duration,
@@ -76,7 +77,7 @@ type Answer<T> = Result<(StatusCode, Json<T>), AdminError>;
 
 /// `GET /admin/ca/issuers`: every configured issuer, the implicit one first.
 pub async fn list(State(ctx): State<IssuersAdmin>) -> Answer<Vec<IssuerDoc>> {
-    let listed = ra::issuers::list(&ctx.storage, &ctx.ca, &ctx.active).await?;
+    let listed = ra::issuers::list(&ctx.storage, &ctx.ca.current(), &ctx.active).await?;
     Ok((
         StatusCode::OK,
         Json(listed.into_iter().map(IssuerDoc::from).collect()),
@@ -93,9 +94,10 @@ pub async fn activate(
     let Path(name) = path?;
     let name = IssuerName::new(&name).map_err(AdminError::BadRequest)?;
     let now = ctx.clock.now();
+    let ca = ctx.ca.current();
     ra::issuers::activate(
         &ctx.storage,
-        &ctx.ca,
+        &ca,
         &ctx.active,
         &name,
         ctx.longest_validity,
@@ -103,7 +105,7 @@ pub async fn activate(
         &who,
     )
     .await?;
-    let listed = ra::issuers::list(&ctx.storage, &ctx.ca, &ctx.active).await?;
+    let listed = ra::issuers::list(&ctx.storage, &ca, &ctx.active).await?;
     let doc = listed
         .into_iter()
         .find(|l| l.name == name)

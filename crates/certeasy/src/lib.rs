@@ -17,6 +17,7 @@ pub mod ca_cli;
 pub mod cli;
 pub mod config;
 pub mod data_dir;
+pub mod issuer_reload;
 pub mod listener;
 pub mod listener_cert;
 pub mod listener_sessions;

@@ -25,7 +25,7 @@ use std::time::SystemTime;
 use acme_core::clock::SharedClock;
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use issuance::Ca;
+use issuance::CaHandle;
 use rustls::crypto::CryptoProvider;
 use rustls::server::ClientHello;
 use rustls::server::ResolvesServerCert;
@@ -51,7 +51,9 @@ const MAX_SLEEP_STEP: Duration = Duration::from_secs(600);
 enum Source {
     /// Issued by our CA's listener intermediate for `server.tls-names`, renewed in the background.
     SelfIssued {
-        ca: Arc<Ca>,
+        /// The set in force: its implicit issuer's listener intermediate, which a reload of
+        /// `ca.issuers` keeps.
+        ca: CaHandle,
         names: Vec<String>,
         ips: Vec<IpAddr>,
         lifetime: time::Duration,
@@ -97,7 +99,7 @@ impl ListenerCert {
     /// The operator's files when `server.tls-certificate` is set, else a certificate from `ca`.
     pub fn load(
         server: &ServerConfig,
-        ca: Arc<Ca>,
+        ca: impl Into<CaHandle>,
         clock: SharedClock,
         provider: Arc<CryptoProvider>,
     ) -> anyhow::Result<Arc<Self>> {
@@ -125,7 +127,7 @@ impl ListenerCert {
             }
         }
         let source = Source::SelfIssued {
-            ca,
+            ca: ca.into(),
             names,
             ips,
             lifetime: server.tls_certificate_lifetime.time(),
@@ -238,6 +240,7 @@ fn issue(source: &Source, provider: &CryptoProvider) -> anyhow::Result<(Certifie
     };
     let now = clock.now();
     let identity = ca
+        .current()
         .issue_server_tls(names, ips, now, *lifetime)
         .context("issuing the listener's TLS certificate")?;
     // Renewal is timed from now, not from notBefore, which is backdated for clock skew.

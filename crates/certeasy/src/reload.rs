@@ -1,6 +1,7 @@
 //! One reload for SIGHUP and `certeasy admin reload`: the rate limits and overrides from the
-//! configuration file, and the operator's listener certificate files. Each part that fails keeps
-//! what is in force, and the error says which part failed.
+//! configuration file, the operator's listener certificate files, and the issuers of
+//! `ca.issuers` (`crate::issuer_reload`). Each part that fails keeps what is in force, and the
+//! error says which part failed.
 //!
 //! Every reload is recorded in the audit log (`config_reloaded`, a refused one too, with why),
 //! and one that changes the rate limits or overrides in force records them before and after
@@ -25,6 +26,8 @@ use storage::Storage;
 use crate::config::Config;
 use crate::config::TestModeConfig;
 
+use crate::issuer_reload::IssuerChange;
+use crate::issuer_reload::IssuerReload;
 use crate::listener_cert::ListenerCert;
 
 /// What a reload reads again.
@@ -43,6 +46,8 @@ pub struct Reloader {
     overrides: Arc<Mutex<Option<Overrides>>>,
     /// Where reloads are recorded; none in tests that build a reloader without a database.
     audit: Option<(Storage, SharedClock)>,
+    /// `ca.issuers`, read again from the configuration file; none without a file to read.
+    issuers: Option<IssuerReload>,
 }
 
 // By hand: the clock of `audit` has no Debug.
@@ -71,7 +76,15 @@ impl Reloader {
             blocked_keys: BlockedKeysFile::default(),
             overrides: Arc::new(Mutex::new(overrides)),
             audit: None,
+            issuers: None,
         }
+    }
+
+    /// Reloads `ca.issuers` too.
+    #[must_use]
+    pub fn with_issuers(mut self, issuers: IssuerReload) -> Self {
+        self.issuers = Some(issuers);
+        self
     }
 
     /// Records every reload in `storage`'s audit log, at `clock`'s time.
@@ -123,12 +136,31 @@ impl Reloader {
                 ))
             }
         };
-        let parts = serde_json::json!({
+        let issuers = match (&self.issuers, self.config_path.as_deref()) {
+            (Some(part), Some(path)) => Some(
+                part.reload_from(path, self.test_mode.as_ref())
+                    .await
+                    .map_err(|e| {
+                        tracing::error!(error = %format!("{e:#}"), "ca.issuers reload refused; the issuers in force stay");
+                        e.context("ca.issuers: the issuers in force stay")
+                    }),
+            ),
+            _ => None,
+        };
+        let issuer_change = issuers
+            .as_ref()
+            .and_then(|part| part.as_ref().ok())
+            .cloned();
+        let mut parts = serde_json::json!({
             "rate_limits": outcome(&limits),
             "listener_certificate": outcome(&certificate),
             "blocked_keys_file": outcome(&blocked_keys),
         });
-        let mut failures: Vec<String> = [limits, certificate, blocked_keys]
+        if let Some(part) = &issuers {
+            parts["issuers"] = outcome(part).into();
+        }
+        let issuers = issuers.map_or(Ok(()), |part| part.map(|_| ()));
+        let mut failures: Vec<String> = [limits, certificate, blocked_keys, issuers]
             .into_iter()
             .filter_map(|part| part.err().map(|e| format!("{e:#}")))
             .collect();
@@ -136,6 +168,7 @@ impl Reloader {
             limits_before: &limits_before,
             overrides_before: overrides_before.as_ref(),
             keys_before,
+            issuers: issuer_change.as_ref(),
         };
         if let Err(e) = self.record(who, &change, parts, &failures).await {
             tracing::error!(error = %format!("{e:#}"), "the reload was not recorded in the audit log");
@@ -214,6 +247,7 @@ impl Reloader {
             "limits_changed": *change.limits_before != *limits_after,
             "overrides_changed": overrides_changed,
             "blocked_keys_file": { "before": change.keys_before, "after": self.blocked_keys.len() },
+            "issuers": change.issuers.map(IssuerChange::json),
         });
         storage
             .append_audit(&event, now)
@@ -228,6 +262,8 @@ struct Change<'a> {
     limits_before: &'a ratelimits::config::RateLimitingConfig,
     overrides_before: Option<&'a Overrides>,
     keys_before: usize,
+    /// What the issuer part changed; `None` when it was refused or not reloaded.
+    issuers: Option<&'a IssuerChange>,
 }
 
 fn outcome<T>(part: &anyhow::Result<T>) -> &'static str {

@@ -15,6 +15,7 @@ use acme_core::account_uri::AccountUris;
 use acme_core::clock::SharedClock;
 use anyhow::Context;
 use issuance::Ca;
+use issuance::CaHandle;
 use issuance::CaSettings;
 use issuance::CrlDistribution;
 use issuance::ExistingCa;
@@ -87,9 +88,9 @@ impl RunningServer {
         self.workers.shutdown().await;
     }
 
-    /// Re-reads the rate limits and overrides from the configuration file, and the operator's
-    /// listener certificate files (SIGHUP). On any error what is in force stays, and the error is
-    /// returned for logging.
+    /// Re-reads the rate limits and overrides from the configuration file, the operator's
+    /// listener certificate files, and `ca.issuers` (SIGHUP). On any error what is in force
+    /// stays, and the error is returned for logging.
     pub async fn reload(&self) -> anyhow::Result<()> {
         self.reloader.reload().await
     }
@@ -158,12 +159,14 @@ pub async fn start(
             shards: config.crl.shards,
         });
     }
-    let ca = Arc::new(ca);
+    // Every holder reads the set in force through the handle: a reload of `ca.issuers` swaps it
+    // for all of them at once (`issuer_reload.rs`).
+    let ca = CaHandle::from(ca);
 
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let listener_cert = ListenerCert::load(
         &config.server,
-        Arc::clone(&ca),
+        ca.clone(),
         Arc::clone(&clock),
         Arc::clone(&provider),
     )?;
@@ -202,7 +205,7 @@ pub async fn start(
     let workers = Workers::spawn(
         storage.clone(),
         validator,
-        Arc::clone(&ca),
+        ca.clone(),
         Arc::clone(&clock),
         WorkerSettings {
             active_issuer: Some(Arc::clone(&active_issuer)),
@@ -223,13 +226,7 @@ pub async fn start(
     settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
     let nonces = nonce_service(config).await;
-    let state = ApiState::new(
-        settings,
-        ra.clone(),
-        Arc::clone(&ca),
-        Arc::clone(&clock),
-        nonces,
-    );
+    let state = ApiState::new(settings, ra.clone(), ca.clone(), Arc::clone(&clock), nonces);
     let published_crls = Arc::new(PublishedCrls::default());
     let crl_router = acme_api::crl::router(CrlState::new(
         Arc::clone(&published_crls),
@@ -294,7 +291,7 @@ pub async fn start(
     if let Some(crl_listener) = crl_listener {
         tasks.spawn(workers::crl::run(
             storage.clone(),
-            Arc::clone(&ca),
+            ca.clone(),
             Arc::clone(&clock),
             crl_settings(config),
             shutdown.clone(),
@@ -322,7 +319,13 @@ pub async fn start(
         config.test_mode.enabled.then(|| config.test_mode.clone()),
     )
     .with_blocked_keys(blocked_keys)
-    .with_audit(storage.clone(), Arc::clone(&clock));
+    .with_audit(storage.clone(), Arc::clone(&clock))
+    .with_issuers(crate::issuer_reload::IssuerReload::new(
+        ca.clone(),
+        Arc::clone(&active_issuer),
+        storage.clone(),
+        Arc::clone(&clock),
+    ));
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         ra,
@@ -332,7 +335,7 @@ pub async fn start(
         backups: data_dir.join("backups"),
         issuers: crate::admin_issuers::IssuersAdmin {
             storage: storage.clone(),
-            ca: Arc::clone(&ca),
+            ca: ca.clone(),
             active: Arc::clone(&active_issuer),
             longest_validity,
             clock: Arc::clone(&clock),
@@ -363,6 +366,7 @@ pub async fn start(
         shutdown.clone(),
     ));
 
+    let ca = ca.current();
     Ok(RunningServer {
         acme_addr,
         admin_addr,

@@ -55,10 +55,14 @@ use crate::settings::KeySource;
 /// How far Certeasy's own TLS certificate is backdated against client clock skew.
 const SERVER_TLS_BACKDATE: Duration = Duration::minutes(5);
 
-/// A loaded issuing CA. Immutable after loading, so it is shared in an `Arc` without locks.
+/// A loaded issuing CA. Immutable after loading, so it is shared in an `Arc` without locks; a
+/// reload of `ca.issuers` builds a new one ([`Ca::with_reloaded_issuers`]) that shares the
+/// implicit issuer's key, and swaps it in through a [`crate::CaHandle`].
 #[derive(Debug)]
 pub struct Ca {
-    issuer: Issuer<'static, CaKey>,
+    /// Shared with the sets a reload builds: the implicit issuer's key is loaded once (a
+    /// PKCS#11 login, a PIN) and never again while the server runs.
+    issuer: Arc<Issuer<'static, CaKey>>,
     issuing_ski: Option<Vec<u8>>,
     issuing_not_after: OffsetDateTime,
     /// Shared with every [`IssuedCertificate`], which names it instead of copying it.
@@ -67,12 +71,13 @@ pub struct Ca {
     root_path: Option<PathBuf>,
     may_sign_crls: bool,
     crl: Option<CrlDistribution>,
-    /// Subscriber certificates signed since loading ([`Ca::leaves_signed`]).
-    leaves_signed: AtomicU64,
+    /// Subscriber certificates signed since loading ([`Ca::leaves_signed`]), counted across
+    /// reloads that kept this issuer.
+    leaves_signed: Arc<AtomicU64>,
     /// What signs the listener's own certificate, or why nothing can.
-    listener: Result<ListenerIssuer, String>,
+    listener: Result<Arc<ListenerIssuer>, String>,
     /// Alternate chains (RFC 8555 §7.4.2) per issuing certificate that has any.
-    alternate_chains: Vec<AlternateChains>,
+    alternate_chains: Arc<Vec<AlternateChains>>,
     /// This issuing CA's configured name: "default" for the implicit one (`issuers` module).
     name: IssuerName,
     /// The further issuers (`ca.issuers`) beside the implicit one, each an issuing CA of its
@@ -202,9 +207,8 @@ impl Ca {
             let alternate_chains =
                 AlternateChains::of_loaded(&loaded, &settings.alternate_chains, now)?;
             return Ok(Self {
-                listener,
-                alternate_chains,
-                ..Self::from_loaded(loaded)
+                listener: listener.map(Arc::new),
+                ..Self::from_loaded(loaded).with_alternate_chains(alternate_chains)
             });
         }
         files::ensure_dir(&settings.dir)?;
@@ -240,7 +244,7 @@ impl Ca {
             tracing::warn!("{warning}");
         }
         Ok(Self {
-            listener,
+            listener: listener.map(Arc::new),
             ..Self::from_loaded(loaded)
         })
     }
@@ -306,7 +310,7 @@ impl Ca {
             .map(|der| pem::encode_certificate(der))
             .collect();
         Self {
-            issuer: loaded.issuer,
+            issuer: Arc::new(loaded.issuer),
             issuing_ski: loaded.issuing_ski,
             issuing_not_after: loaded.issuing_not_after,
             chain_pem: chain_pem.into(),
@@ -314,9 +318,9 @@ impl Ca {
             root_path: loaded.root_path,
             may_sign_crls: loaded.may_sign_crls,
             crl: None,
-            leaves_signed: AtomicU64::new(0),
+            leaves_signed: Arc::new(AtomicU64::new(0)),
             listener: Err("no listener CA was loaded".to_owned()),
-            alternate_chains: Vec::new(),
+            alternate_chains: Arc::new(Vec::new()),
             name: IssuerName::implicit(),
             others: BTreeMap::new(),
             retired: Vec::new(),
@@ -387,10 +391,15 @@ impl Ca {
         alternate_chains::for_leaf(sets, leaf_der)
     }
 
+    /// This issuing CA's own alternate chains, for [`crate::CaHandle::alternate_chains_for`].
+    pub(crate) fn alternate_chain_sets(&self) -> std::slice::Iter<'_, AlternateChains> {
+        self.alternate_chains.iter()
+    }
+
     /// Gives this issuing CA the alternate chains `sets` (loaded for its certificate).
     #[must_use]
     pub(crate) fn with_alternate_chains(mut self, sets: Vec<AlternateChains>) -> Self {
-        self.alternate_chains = sets;
+        self.alternate_chains = Arc::new(sets);
         self
     }
 
@@ -467,7 +476,7 @@ impl Ca {
             }];
         }
         let cert = params
-            .signed_by(&csr.key, &self.issuer)
+            .signed_by(&csr.key, self.issuer.as_ref())
             .map_err(Error::signing)?;
         self.leaves_signed.fetch_add(1, Ordering::Relaxed);
         // The PEM texts are made when asked for (`IssuedCertificate::pem`): the server stores
@@ -628,7 +637,9 @@ impl Ca {
                 None => KeyIdMethod::Sha256,
             },
         };
-        let crl = params.signed_by(&self.issuer).map_err(Error::signing)?;
+        let crl = params
+            .signed_by(self.issuer.as_ref())
+            .map_err(Error::signing)?;
         Ok(crl.der().to_vec())
     }
 }
@@ -650,7 +661,12 @@ impl Ca {
                     settings.name
                 )));
             }
-            match issuers::load(settings, now)? {
+            // Named here: a reload's refusal must say which entry of `ca.issuers` failed, and
+            // the loader's own messages name only the file.
+            let loaded = issuers::load(settings, now).map_err(|e| {
+                Error::InvalidCa(format!("ca.issuers entry {}: {e}", settings.name))
+            })?;
+            match loaded {
                 LoadedIssuer::Usable {
                     loaded,
                     alternate_chains,
@@ -675,6 +691,43 @@ impl Ca {
             }
         }
         Ok(self)
+    }
+
+    /// The same implicit issuer (key, listener, CRL distribution, counters shared, nothing
+    /// loaded again) with `issuers` loaded afresh from their files beside it: what a reload of
+    /// `ca.issuers` swaps in. Fails as [`Ca::with_issuers`] does, naming the entry; then `self`
+    /// is untouched and stays in force.
+    pub fn with_reloaded_issuers(
+        &self,
+        issuers: &[IssuerSettings],
+        now: OffsetDateTime,
+    ) -> Result<Ca, Error> {
+        let implicit = Ca {
+            issuer: Arc::clone(&self.issuer),
+            issuing_ski: self.issuing_ski.clone(),
+            issuing_not_after: self.issuing_not_after,
+            chain_pem: Arc::clone(&self.chain_pem),
+            root_pem: self.root_pem.clone(),
+            root_path: self.root_path.clone(),
+            may_sign_crls: self.may_sign_crls,
+            crl: self.crl.clone(),
+            leaves_signed: Arc::clone(&self.leaves_signed),
+            listener: self.listener.clone(),
+            alternate_chains: Arc::clone(&self.alternate_chains),
+            name: self.name.clone(),
+            others: BTreeMap::new(),
+            retired: Vec::new(),
+        };
+        implicit.with_issuers(issuers, now)
+    }
+
+    /// The names of every configured issuer, usable or retired, the implicit one first: what a
+    /// reload compares to tell which issuers it adds and removes.
+    pub fn configured_names(&self) -> Vec<IssuerName> {
+        self.issuers()
+            .map(|ca| ca.name.clone())
+            .chain(self.retired.iter().map(|r| r.name.clone()))
+            .collect()
     }
 
     /// Names this issuing CA (a further issuer's).

@@ -9,6 +9,7 @@
 
 mod alternate_chains;
 mod ca;
+mod ca_handle;
 mod ca_key;
 pub mod ceremony;
 pub mod crl_distribution;
@@ -28,6 +29,7 @@ mod settings;
 
 pub use alternate_chains::download_pem;
 pub use ca::Ca;
+pub use ca_handle::CaHandle;
 pub use ca::Intent;
 pub use ca::IssuedCertificate;
 pub use ca::RevokedEntry;

@@ -35,8 +35,8 @@ pub const ACTIVE_ISSUER_REFRESH: std::time::Duration = std::time::Duration::from
 #[derive(Debug)]
 pub struct ActiveIssuer {
     storage: Storage,
-    /// `ca.active-issuer`: active until an operator activates another.
-    configured: IssuerName,
+    /// `ca.active-issuer`: active until an operator activates another; a reload may change it.
+    configured: Mutex<IssuerName>,
     read: Mutex<Option<(IssuerName, Instant)>>,
 }
 
@@ -44,9 +44,37 @@ impl ActiveIssuer {
     pub fn new(storage: Storage, configured: IssuerName) -> Self {
         Self {
             storage,
-            configured,
+            configured: Mutex::new(configured),
             read: Mutex::new(None),
         }
+    }
+
+    /// `ca.active-issuer` as a reload read it: it applies from now on, until an operator
+    /// activates an issuer (the database's choice always wins over the configuration's).
+    pub fn set_configured(&self, name: IssuerName) {
+        *self
+            .configured
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = name;
+        self.forget();
+    }
+
+    /// `ca.active-issuer` as in force: what is active until an operator activates an issuer.
+    pub fn configured_name(&self) -> IssuerName {
+        self.configured
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The active issuer's name when `ca` (this instance's set in force) cannot sign with it:
+    /// not configured here, or retired. Such an instance signs nothing (a certificate under
+    /// another issuer than the one the operator activated would be a mis-issuance of a kind),
+    /// and `/readyz` names the issuer so that a load balancer takes the instance out until a
+    /// reload adds it.
+    pub async fn missing_from(&self, ca: &Ca) -> Option<IssuerName> {
+        let name = self.current().await;
+        ca.issuer(&name).is_none().then_some(name)
     }
 
     /// The active issuer's name. When the database cannot be read, the last name read (or the
@@ -68,13 +96,13 @@ impl ActiveIssuer {
                 Ok(name) => name,
                 Err(why) => {
                     tracing::error!(%why, "the stored active issuer is not a valid name; the configured one signs");
-                    self.configured.clone()
+                    self.configured_name()
                 }
             },
-            Ok(None) => self.configured.clone(),
+            Ok(None) => self.configured_name(),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the active issuer; the one in force signs");
-                return held.map_or_else(|| self.configured.clone(), |(name, _)| name);
+                return held.map_or_else(|| self.configured_name(), |(name, _)| name);
             }
         };
         *self.read.lock().unwrap_or_else(PoisonError::into_inner) =

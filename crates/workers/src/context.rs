@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
-use issuance::Ca;
+use issuance::CaHandle;
+use issuance::IssuerName;
 use ra::verdicts::ValidationHook;
 use storage::Storage;
 use storage::model::Job;
@@ -27,6 +28,13 @@ pub(crate) enum Error {
     /// The attempt outran the runner's backstop (`WorkerSettings::attempt_timeout`).
     #[error("the attempt did not finish within {0:?}")]
     TimedOut(std::time::Duration),
+    /// The active issuer is not in this instance's set (`ra::issuers::ActiveIssuer::missing_from`):
+    /// nothing is signed here, and the order stays `processing` for a retry, here after a
+    /// reload that adds the issuer or on an instance that has it.
+    #[error(
+        "the active issuer {0} is not loaded on this instance (add it to ca.issuers and reload)"
+    )]
+    IssuerNotLoaded(IssuerName),
 }
 
 /// What is left to do with a job once its attempt ran to the end.
@@ -46,7 +54,8 @@ pub(crate) enum JobAfter {
 pub(crate) struct WorkerContext {
     pub(crate) storage: Storage,
     pub(crate) validator: Validator,
-    pub(crate) ca: Arc<Ca>,
+    /// The issuer set in force; a job takes one snapshot and keeps it to its end.
+    pub(crate) ca: CaHandle,
     pub(crate) clock: SharedClock,
     pub(crate) settings: WorkerSettings,
     /// `settings.attempt_timeout`, or the backstop derived from the validator's worst case.

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use acme_core::clock::SharedClock;
 use issuance::Ca;
+use issuance::CaHandle;
 use issuance::IssuerName;
 use issuance::RevokedEntry;
 use storage::Storage;
@@ -73,25 +74,29 @@ pub enum CrlError {
 }
 
 /// Publishes until `shutdown` is cancelled. The shards' rows are created first, so that every
-/// revocation from then on finds its shard's counter.
+/// revocation from then on finds its shard's counter; again for each issuer set a reload puts
+/// in force, so that an added issuer's shards exist within a second of the reload.
 pub async fn run(
     storage: Storage,
-    ca: Arc<Ca>,
+    ca: impl Into<CaHandle>,
     clock: SharedClock,
     settings: CrlSettings,
     shutdown: CancellationToken,
 ) {
+    let handle: CaHandle = ca.into();
     let mut ticker = tokio::time::interval(CHECK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ensured = false;
+    // The set whose shards were created last.
+    let mut ensured: Option<Arc<Ca>> = None;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        if !ensured {
+        let ca = handle.current();
+        if ensured.as_ref().is_none_or(|set| !Arc::ptr_eq(set, &ca)) {
             match ensure_shards(&storage, &ca, &settings).await {
-                Ok(()) => ensured = true,
+                Ok(()) => ensured = Some(Arc::clone(&ca)),
                 Err(e) => {
                     tracing::warn!(error = %e, "creating the CRL shards");
                     continue;

@@ -77,7 +77,9 @@ pub(crate) async fn finalize(
         tracing::debug!(order_id = %id, detail = %problem.detail, "CAA refusal detail");
         return fail(cx, job, id, problem, now).await;
     }
-    let issuer = resumed_or_active_issuer(cx, id).await?;
+    // One issuer set for the whole finalization, whatever a reload swaps in meanwhile.
+    let ca = cx.ca.current();
+    let issuer = resumed_or_active_issuer(cx, &ca, id).await?;
     let intent = match prepare(cx, issuer, &order, &checked, now) {
         Ok(intent) => intent,
         Err(problem) => return fail(cx, job, id, problem, now).await,
@@ -103,7 +105,7 @@ pub(crate) async fn finalize(
     if reservation.signings > 1 {
         tracing::warn!(order_id = %id, serial = %reservation.serial, signings = reservation.signings, "signing a reserved serial again: an earlier finalization stopped between reserving and storing it");
     }
-    sign_reserved(cx, job, &order, &checked, &reservation).await
+    sign_reserved(cx, &ca, job, &order, &checked, &reservation).await
 }
 
 /// When nothing needs the network: every check, then one transaction that moves the order to
@@ -126,16 +128,21 @@ pub(crate) async fn finalize_at_once(
     let now = cx.clock.now();
     // CAA that must be looked up again goes the durable way: network time is not spent before
     // anything is recorded, and a refusal fails the order as the job records it.
-    let issuer = active_issuer(cx).await;
-    let prepared = match caa_rechecks_due(cx, &order, now).await {
-        Ok(false) => Some(prepare(cx, issuer, &order, &csr, now)),
-        Ok(true) => None,
-        Err(e) => {
-            tracing::warn!(order_id = %order.id, error = %e, "could not tell whether CAA must be checked again; finalizing through a job");
-            None
-        }
+    // Without the active issuer the durable way too: its job waits for an instance that has it.
+    let ca = cx.ca.current();
+    let issuer = active_issuer(cx, &ca).await;
+    let prepared = match &issuer {
+        Err(_) => None,
+        Ok(issuer) => match caa_rechecks_due(cx, &order, now).await {
+            Ok(false) => Some(prepare(cx, issuer, &order, &csr, now)),
+            Ok(true) => None,
+            Err(e) => {
+                tracing::warn!(order_id = %order.id, error = %e, "could not tell whether CAA must be checked again; finalizing through a job");
+                None
+            }
+        },
     };
-    if let Some(Ok(intent)) = &prepared {
+    if let (Ok(issuer), Some(Ok(intent))) = (&issuer, &prepared) {
         let reserved = cx
             .storage
             .reserve_ready_order(
@@ -152,7 +159,7 @@ pub(crate) async fn finalize_at_once(
                 job,
                 reservation,
             }) => {
-                let work = sign_reserved(cx, &job, &processing, &csr, &reservation);
+                let work = sign_reserved(cx, &ca, &job, &processing, &csr, &reservation);
                 finish_job(cx, &job, work).await;
                 // Held until the certificate is stored: a concurrent finalization of this
                 // instance then finds the order valid, not processing.
@@ -257,6 +264,7 @@ pub(crate) async fn finalize_at_once(
 /// `job`. A signing failure fails the order, and its reservation is marked abandoned with it.
 async fn sign_reserved(
     cx: &WorkerContext,
+    ca: &Ca,
     job: &Job,
     order: &Order,
     csr: &CheckedCsr,
@@ -268,7 +276,7 @@ async fn sign_reserved(
         not_after: reservation.not_after,
         crl_shard: reservation.crl_shard,
     };
-    let Some(issuer) = loaded_issuer(cx, &reservation.issuer) else {
+    let Some(issuer) = loaded_issuer(ca, &reservation.issuer) else {
         // Not reachable from `finalize`, which reserves under a loaded issuer; kept a failure
         // of the order rather than a signature by another key than the one recorded.
         tracing::error!(order_id = %order.id, issuer = %reservation.issuer, "the serial was reserved under an issuer this instance has not loaded");
@@ -455,17 +463,19 @@ fn new_reservation(issuer: &Ca, intent: &Intent) -> NewReservation {
 }
 
 /// The issuer new certificates are signed by (`ra::issuers`, read from the database and kept a
-/// moment). One this instance has not loaded (activated through an instance whose
-/// configuration has it, before this one's was updated) leaves the implicit issuer signing,
-/// loudly: the order is still issued under a valid CA of the same operator.
-async fn active_issuer(cx: &WorkerContext) -> &Ca {
+/// moment), in `ca`, the set this finalization took. One that is not in it (activated through
+/// an instance whose configuration has it, before this one's was reloaded) signs nothing here:
+/// [`Error::IssuerNotLoaded`], and the job is retried, on an instance that has it or here after
+/// a reload adds it. Signing under another issuer than the one the operator activated is never
+/// the way out.
+async fn active_issuer<'a>(cx: &WorkerContext, ca: &'a Ca) -> Result<&'a Ca, Error> {
     let Some(active) = &cx.settings.active_issuer else {
-        return &cx.ca;
+        return Ok(ca);
     };
     let name = active.current().await;
-    cx.ca.issuer(&name).unwrap_or_else(|| {
-        tracing::error!(issuer = %name, "the active issuer is not configured (or retired) on this instance; the implicit issuer signs: add it to ca.issuers here and restart");
-        &cx.ca
+    ca.issuer(&name).ok_or_else(|| {
+        tracing::error!(issuer = %name, "the active issuer is not configured (or retired) on this instance; nothing is signed here until a reload adds it to ca.issuers");
+        Error::IssuerNotLoaded(name)
     })
 }
 
@@ -473,24 +483,26 @@ async fn active_issuer(cx: &WorkerContext) -> &Ca {
 /// reserving and storing) and this instance has it loaded, so that the serial is signed again
 /// by the key it was recorded for even if another issuer was activated meanwhile; otherwise the
 /// active one (and storage abandons a reservation of another issuer).
-async fn resumed_or_active_issuer(cx: &WorkerContext, id: OrderId) -> Result<&Ca, Error> {
+async fn resumed_or_active_issuer<'a>(
+    cx: &WorkerContext,
+    ca: &'a Ca,
+    id: OrderId,
+) -> Result<&'a Ca, Error> {
     let open = cx
         .storage
         .serial_reservations(id)
         .await?
         .into_iter()
         .find(|r| r.state == ReservationState::Reserved);
-    if let Some(issuer) = open.and_then(|r| loaded_issuer(cx, &r.issuer)) {
+    if let Some(issuer) = open.and_then(|r| loaded_issuer(ca, &r.issuer)) {
         return Ok(issuer);
     }
-    Ok(active_issuer(cx).await)
+    active_issuer(cx, ca).await
 }
 
-/// The loaded issuer a reservation names.
-fn loaded_issuer<'a>(cx: &'a WorkerContext, name: &str) -> Option<&'a Ca> {
-    IssuerName::new(name)
-        .ok()
-        .and_then(|name| cx.ca.issuer(&name))
+/// The issuer of `ca` a reservation names.
+fn loaded_issuer<'a>(ca: &'a Ca, name: &str) -> Option<&'a Ca> {
+    IssuerName::new(name).ok().and_then(|name| ca.issuer(&name))
 }
 
 /// Signs exactly the reserved `intent` for `order`'s checked CSR under the order's profile.

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use acme_core::clock::SharedClock;
-use issuance::Ca;
+use issuance::CaHandle;
 use issuance::CheckedCsr;
+use issuance::IssuerName;
 use ra::in_flight::Held;
 use ra::jobs::Finalized;
 use ra::jobs::JobRunner;
@@ -57,7 +58,7 @@ impl Workers {
     pub fn spawn(
         storage: Storage,
         validator: Validator,
-        ca: Arc<Ca>,
+        ca: impl Into<CaHandle>,
         clock: SharedClock,
         settings: WorkerSettings,
         hook: Arc<dyn ValidationHook>,
@@ -70,7 +71,7 @@ impl Workers {
             attempt_timeout,
             storage,
             validator,
-            ca,
+            ca: ca.into(),
             clock,
             settings,
             hook,
@@ -214,7 +215,26 @@ impl JobRunner for Workers {
 }
 
 async fn run_loop(cx: &WorkerContext, cancel: &CancellationToken) {
+    let mut missing: Option<IssuerName> = None;
     while !cancel.is_cancelled() {
+        // An instance without the active issuer claims nothing: each finalization it claimed
+        // would fail its attempt and count towards giving the order up, while an instance that
+        // has the issuer (or this one after a reload) can finish it. Validations wait with it;
+        // `/readyz` says why, so the load balancer has taken the instance out meanwhile.
+        let now_missing = missing_active_issuer(cx).await;
+        if now_missing != missing {
+            match &now_missing {
+                Some(name) => {
+                    tracing::error!(issuer = %name, "the active issuer is not loaded on this instance: no job is claimed here until a reload adds it to ca.issuers");
+                }
+                None => tracing::info!("the active issuer is loaded: claiming jobs again"),
+            }
+            missing = now_missing;
+        }
+        if missing.is_some() {
+            sleep_or_cancel(cancel, ra::issuers::ACTIVE_ISSUER_REFRESH).await;
+            continue;
+        }
         // A place first, then a claim: a claimed job never waits for one.
         let slot = tokio::select! {
             slot = Arc::clone(&cx.slots).acquire_owned() => slot,
@@ -245,6 +265,12 @@ async fn run_loop(cx: &WorkerContext, cancel: &CancellationToken) {
             }
         }
     }
+}
+
+/// The active issuer when this instance's set in force cannot sign with it.
+async fn missing_active_issuer(cx: &WorkerContext) -> Option<IssuerName> {
+    let active = cx.settings.active_issuer.as_ref()?;
+    active.missing_from(&cx.ca.current()).await
 }
 
 async fn idle(cx: &WorkerContext, cancel: &CancellationToken) {

@@ -34,7 +34,13 @@ pub(crate) async fn new_nonce_post() -> StatusCode {
 
 /// The root certificate, for operators to hand to clients.
 pub(crate) async fn root_pem(State(state): State<ApiState>) -> Response {
-    let mut response = state.inner.ca.root_pem().to_owned().into_response();
+    let mut response = state
+        .inner
+        .ca
+        .current()
+        .root_pem()
+        .to_owned()
+        .into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-pem-file"),

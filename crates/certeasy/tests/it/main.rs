@@ -29,6 +29,7 @@ mod flow;
 mod harness;
 mod hostile;
 mod hsm;
+mod issuer_reload;
 mod key_change;
 mod kill_under_load;
 mod listener;
