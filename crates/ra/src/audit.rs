@@ -58,6 +58,16 @@ impl Requester {
         }
     }
 
+    /// The holder of a certificate's private key, by the RFC 7638 thumbprint of the key that
+    /// signed its request from `client_ip`: no account asks (RFC 8555 §7.6 revocation by the
+    /// certificate's own key), and the server did not decide it either.
+    pub fn certificate_key(thumbprint: String, client_ip: IpAddr) -> Self {
+        Self {
+            actor: Actor::CertificateKey(thumbprint),
+            client_ip: Some(client_ip),
+        }
+    }
+
     /// The server itself: a worker, a validation hook, a reload on SIGHUP.
     pub fn system() -> Self {
         Self {
@@ -88,6 +98,7 @@ impl Requester {
             Actor::Account(_) => "the account's holder",
             Actor::Admin { .. } | Actor::Operator(_) => "an operator",
             Actor::System => "the server",
+            Actor::CertificateKey(_) => "the holder of the certificate's private key",
         }
     }
 }
@@ -115,7 +126,9 @@ pub(crate) fn revoked(
 
 /// The record of the certificate `certificate` stored for `order`: issued to the order's
 /// account, every authorization of the order valid (checked again when its serial was
-/// reserved, with the account) and CAA checked at issuance. Storage adds the digest of the
+/// reserved, with the account) and CAA checked at issuance. The account acted through its
+/// finalize request, so the record names the address that request came from, as stored with the
+/// order (none for orders finalized before it was stored). Storage adds the digest of the
 /// validation evidence kept with it (`evidence_sha256`).
 pub fn certificate_issued(
     order: &Order,
@@ -127,6 +140,7 @@ pub fn certificate_issued(
         "issued to the order's account: valid account, every identifier authorized by a valid \
          authorization, CSR and key checked, CAA allowed at issuance",
     );
+    event.client_ip = order.finalize_client_ip;
     event.account = Some(order.account_id);
     event.serial = Some(certificate.serial.clone());
     event.names = order

@@ -129,7 +129,9 @@ pub trait JobRunner: Send + Sync + 'static {
     /// same serial again). When it cannot be done there and then (CAA must be checked again
     /// over the network, or a check refuses), the order is finalized the durable way
     /// (`processing` and a job) and the answer waits for that job up to `wait`. `csr_der` is the
-    /// CSR as the client sent it, `csr` the same, checked against the order. `held` as for
+    /// CSR as the client sent it, `csr` the same, checked against the order. `order`'s
+    /// `finalize_client_ip` is the finalize request's address, to be stored with the order when
+    /// it goes to processing (the issuance's audit record names it). `held` as for
     /// [`JobRunner::validate_at_once`].
     fn finalize_at_once(
         &self,

@@ -1,6 +1,8 @@
 //! Orders (RFC 8555 §7.4): creation under the identifier policy, the validity window, pausing
 //! and the limiter chain; finalization under the CSR policy.
 
+use std::net::IpAddr;
+
 use acme_core::identifier::Identifier;
 use acme_core::identifier::IdentifierError;
 use acme_core::identifier::IdentifierKind;
@@ -183,12 +185,15 @@ impl Ra {
     /// as the client sent it: the order must be ready, the CSR must match it and must not carry
     /// an account key. The certificate is issued at once when a worker place is free (the
     /// answer then says `valid`, or `invalid` with its error), through the queue otherwise
-    /// (`processing`).
+    /// (`processing`). `client_ip`, where the request came from, is stored with the order
+    /// ([`Order::finalize_client_ip`]): the issuance's audit record names it, whichever worker
+    /// signs and however long after.
     pub async fn finalize(
         &self,
         account: &Account,
-        order: Order,
+        mut order: Order,
         csr_b64url: &str,
+        client_ip: IpAddr,
     ) -> Result<Order, Error> {
         if order.status != OrderStatus::Ready {
             return Err(StateRefusal::OrderNotReady(order.status).into());
@@ -221,16 +226,23 @@ impl Ra {
             Ok(held) => held,
             Err(busy) => {
                 busy.wait(ISSUE_WAIT * 2).await;
-                return self.finalize_queued(account, order.id, &csr).await;
+                return self
+                    .finalize_queued(account, order.id, &csr, client_ip)
+                    .await;
             }
         };
         let jobs = &self.inner.jobs;
         let Some(slot) = jobs.try_slot() else {
-            let queued = self.finalize_queued(account, order.id, &csr).await;
+            let queued = self
+                .finalize_queued(account, order.id, &csr, client_ip)
+                .await;
             drop(held);
             return queued;
         };
         let (account_id, order_id) = (account.id, order.id);
+        // The job runner stores it with the order as `finalize_queued` does (see
+        // `JobRunner::finalize_at_once`).
+        order.finalize_client_ip = Some(client_ip);
         let finalized = jobs
             .finalize_at_once(slot, order, csr, checked, ISSUE_WAIT, held)
             .await
@@ -252,11 +264,12 @@ impl Ra {
         account: &Account,
         id: OrderId,
         csr: &[u8],
+        client_ip: IpAddr,
     ) -> Result<Order, Error> {
         let processing = match self
             .inner
             .storage
-            .begin_finalize(id, csr, self.now())
+            .begin_finalize(id, csr, Some(client_ip), self.now())
             .await?
         {
             Finalizing::Begun { order, .. } => *order,

@@ -357,7 +357,7 @@ async fn issue(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime) {
     )
     .await
     .unwrap();
-    s.begin_finalize(order.id, &filler(i, CSR_BYTES), now)
+    s.begin_finalize(order.id, &filler(i, CSR_BYTES), None, now)
         .await
         .unwrap();
     settle_job(s, now).await;

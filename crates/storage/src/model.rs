@@ -1,5 +1,7 @@
 //! Rows as the rest of Certeasy sees them: domain types, no SQL.
 
+use std::net::IpAddr;
+
 use acme_core::eab_policy::EabPolicy;
 use acme_core::identifier::Identifier;
 use acme_core::ids::AccountId;
@@ -74,6 +76,11 @@ pub struct Order {
     /// The certificate profile chosen at creation; `None` for orders older than profiles, which
     /// get the default one.
     pub profile: Option<String>,
+    /// The address of the client whose finalize request took the order to processing, stored
+    /// with it (migration 0022) because the certificate may be signed by a worker after a
+    /// restart, and the `certificate_issued` audit record names it. `None` before finalization
+    /// and for orders finalized before the column existed.
+    pub finalize_client_ip: Option<IpAddr>,
 }
 
 /// What is needed to create an order.

@@ -18,6 +18,8 @@
 //! no certificate row, so it is revoked on its CRL shard's CRL instead (`Storage::revoked_in_crl_shard`, the
 //! shard's counter raised where it is marked).
 
+use std::net::IpAddr;
+
 use acme_core::ids::JobId;
 use acme_core::ids::OrderId;
 use acme_core::status::AccountStatus;
@@ -55,10 +57,12 @@ impl Storage {
     /// reservation and stores it with [`Storage::complete_order`], settling the job; after a
     /// crash the job resumes it ([`Storage::reserve_serial`]). `NotReady(status)` when the order
     /// is no longer ready (expiry applied first, as in [`Storage::begin_finalize`]).
+    /// `client_ip`, the finalize request's, is kept with the order as `begin_finalize` keeps it.
     pub async fn reserve_ready_order(
         &self,
         id: OrderId,
         csr_der: &[u8],
+        client_ip: Option<IpAddr>,
         intent: NewReservation,
         now: OffsetDateTime,
         lease: Duration,
@@ -66,7 +70,14 @@ impl Storage {
         let now_s = codec::unix(now);
         let chain_id = issuer_chains::id_of(self, &intent.issuer_chain_pem).await?;
         if self.backend == Backend::Postgres {
-            return reserve_ready_pg(self, id, csr_der, &intent, chain_id, now, lease).await;
+            let request = ReadyRequest {
+                id,
+                csr_der,
+                client_ip,
+                now,
+                lease,
+            };
+            return reserve_ready_pg(self, request, &intent, chain_id).await;
         }
         let mut tx = self.begin_write().await?;
         let account_status = orders::account_of_order(self, &mut tx, id).await?;
@@ -74,7 +85,7 @@ impl Storage {
             tx.rollback().await?;
             return Ok(ReservedAtOnce::AccountNotValid(account_status));
         }
-        if orders::take_ready(&mut tx, id, csr_der, now_s)
+        if orders::take_ready(&mut tx, id, csr_der, client_ip, now_s)
             .await?
             .is_none()
         {
@@ -168,36 +179,51 @@ impl Storage {
     }
 }
 
+/// What [`Storage::reserve_ready_order`] was asked, as its PostgreSQL form takes it.
+struct ReadyRequest<'a> {
+    id: OrderId,
+    csr_der: &'a [u8],
+    client_ip: Option<IpAddr>,
+    now: OffsetDateTime,
+    lease: Duration,
+}
+
 /// [`reserve_ready`] on PostgreSQL: the same transaction, lock for lock, as the function
-/// `certeasy_reserve_ready` (migration 0014), in one round trip, and the order read after it.
+/// `certeasy_reserve_ready` (migration 0022), in one round trip, and the order read after it.
 /// When the order was not ready the function wrote nothing; why is then persisted and told in a
 /// transaction of its own, as a request that came a moment later would find it.
 async fn reserve_ready_pg(
     s: &Storage,
-    id: OrderId,
-    csr_der: &[u8],
+    request: ReadyRequest<'_>,
     intent: &NewReservation,
     chain_id: i64,
-    now: OffsetDateTime,
-    lease: Duration,
 ) -> Result<ReservedAtOnce> {
+    let ReadyRequest {
+        id,
+        csr_der,
+        client_ip,
+        now,
+        lease,
+    } = request;
     let now_s = codec::unix(now);
     let lease_until = codec::lease_end(now, lease);
-    let row =
-        sql::query("SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-            .bind(id.0)
-            .bind(csr_der)
-            .bind(now_s)
-            .bind(lease_until)
-            .bind(intent.serial.to_hex())
-            .bind(chain_id)
-            .bind(codec::unix(intent.not_before))
-            .bind(codec::unix(intent.not_after))
-            .bind(intent.crl_shard.map(i64::from))
-            .bind(&intent.issuer)
-            .fetch_optional(&s.db)
-            .await?
-            .ok_or(Error::NotFound)?;
+    let row = sql::query(
+        "SELECT * FROM certeasy_reserve_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(id.0)
+    .bind(csr_der)
+    .bind(now_s)
+    .bind(lease_until)
+    .bind(intent.serial.to_hex())
+    .bind(chain_id)
+    .bind(codec::unix(intent.not_before))
+    .bind(codec::unix(intent.not_after))
+    .bind(intent.crl_shard.map(i64::from))
+    .bind(&intent.issuer)
+    .bind(client_ip.map(|ip| ip.to_string()))
+    .fetch_optional(&s.db)
+    .await?
+    .ok_or(Error::NotFound)?;
     match row.try_get::<String, _>("outcome")?.as_str() {
         "reserved" => {
             let job = Job {

@@ -1,5 +1,7 @@
 //! Decoding rows into model types, and the loaders every operation reuses inside its transaction.
 
+use std::net::IpAddr;
+
 use crate::sql;
 use crate::sql::Conn;
 use crate::sql::Row;
@@ -99,6 +101,7 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
     let Some(row) = sql::query(
         "SELECT id, account_id, status, identifiers, set_hash, not_before, not_after, expires_at, \
          error_type, error_detail, certificate_id, created_at, replaces, profile, \
+         finalize_client_ip, \
          (SELECT string_agg(CAST(authz_id AS TEXT), ',' ORDER BY position) \
           FROM order_authorizations WHERE order_id = orders.id) AS authz_ids \
          FROM orders WHERE id = $1",
@@ -137,6 +140,14 @@ pub(crate) async fn load_order(conn: &mut Conn, id: OrderId) -> Result<Option<Or
         authz_ids,
         created_at: codec::time_from_unix(row.try_get("created_at")?)?,
         profile: row.try_get("profile")?,
+        finalize_client_ip: row
+            .try_get::<Option<String>, _>("finalize_client_ip")?
+            .map(|ip| {
+                ip.parse::<IpAddr>().map_err(|e| {
+                    Error::Corrupt(format!("order {id}: finalize_client_ip {ip:?}: {e}"))
+                })
+            })
+            .transpose()?,
     }))
 }
 

@@ -148,6 +148,7 @@ pub(crate) async fn finalize_at_once(
             .reserve_ready_order(
                 order.id,
                 &csr_der,
+                order.finalize_client_ip,
                 new_reservation(issuer, intent),
                 cx.clock.now(),
                 cx.settings.lease,
@@ -193,7 +194,13 @@ pub(crate) async fn finalize_at_once(
     }
     let (processing, job) = match cx
         .storage
-        .begin_finalize_claimed(order.id, &csr_der, now, cx.settings.lease)
+        .begin_finalize_claimed(
+            order.id,
+            &csr_der,
+            order.finalize_client_ip,
+            now,
+            cx.settings.lease,
+        )
         .await
     {
         Ok(Finalizing::Begun {

@@ -208,7 +208,12 @@ async fn validates_then_issues_and_tells_the_hook() {
     assert_eq!(hook.0.load(Ordering::SeqCst), 1);
 
     env.storage
-        .begin_finalize(order, &csr("ok.workers.test"), OffsetDateTime::now_utc())
+        .begin_finalize(
+            order,
+            &csr("ok.workers.test"),
+            None,
+            OffsetDateTime::now_utc(),
+        )
         .await
         .unwrap();
     workers.wake();
@@ -577,7 +582,7 @@ async fn an_account_deactivated_while_processing_gets_no_certificate_on(backend:
     workers.shutdown().await;
     let now = OffsetDateTime::now_utc();
     env.storage
-        .begin_finalize(order, &csr("deactivated.workers.test"), now)
+        .begin_finalize(order, &csr("deactivated.workers.test"), None, now)
         .await
         .unwrap();
     let account = env
@@ -648,6 +653,7 @@ async fn jobs_run_at_once_by_their_creator_share_the_places_with_the_queue() {
         .begin_finalize_claimed(
             order,
             &csr("now.workers.test"),
+            None,
             OffsetDateTime::now_utc(),
             lease,
         )
@@ -726,7 +732,12 @@ async fn an_order_whose_profile_is_gone_is_not_signed_under_another() {
     workers.wake();
     wait_for(&env, order, OrderStatus::Ready).await;
     env.storage
-        .begin_finalize(order, &csr("gone.workers.test"), OffsetDateTime::now_utc())
+        .begin_finalize(
+            order,
+            &csr("gone.workers.test"),
+            None,
+            OffsetDateTime::now_utc(),
+        )
         .await
         .unwrap();
     workers.wake();
@@ -807,7 +818,7 @@ async fn finalization_rechecks_caa_of_old_validations() {
     // more than zero.
     for (order, name) in &orders {
         env.storage
-            .begin_finalize(*order, &csr(name), OffsetDateTime::now_utc())
+            .begin_finalize(*order, &csr(name), None, OffsetDateTime::now_utc())
             .await
             .unwrap();
     }

@@ -171,7 +171,7 @@ async fn a_refusal_of_the_database_leaves_no_signature(backend: Backend) {
     let name = "taken.sign-last.test";
     let order = ready_order(&env.storage, name).await;
     env.storage
-        .begin_finalize(order.id, &csr(name), OffsetDateTime::now_utc())
+        .begin_finalize(order.id, &csr(name), None, OffsetDateTime::now_utc())
         .await
         .unwrap();
     let refused = finalize_at_once(&env, order.clone(), csr(name)).await;

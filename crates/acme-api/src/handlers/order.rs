@@ -3,6 +3,7 @@
 
 use acme_core::ids::OrderId;
 use acme_core::status::OrderStatus;
+use axum::Extension;
 use axum::extract::Path;
 use axum::extract::State;
 use axum::response::IntoResponse;
@@ -13,6 +14,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::auth::KidRequest;
+use crate::limits::ClientIp;
 use crate::problem::ApiError;
 use crate::refusal::refused;
 use crate::response::Resource;
@@ -68,6 +70,7 @@ pub(crate) async fn order(
 
 pub(crate) async fn finalize(
     State(state): State<ApiState>,
+    Extension(ClientIp(ip)): Extension<ClientIp>,
     Path(id): Path<String>,
     KidRequest(req): KidRequest,
 ) -> ApiResult {
@@ -75,7 +78,7 @@ pub(crate) async fn finalize(
     let payload: FinalizeRequest = req.payload()?;
     let updated = state
         .ra()
-        .finalize(req.account()?, order, &payload.csr)
+        .finalize(req.account()?, order, &payload.csr, ip)
         .await
         .map_err(|e| refused(&state, e))?;
     Ok(order_resource(&state, &updated).into_response())

@@ -134,6 +134,9 @@ async fn an_issuance_is_recorded_with_its_names_serial_and_evidence_digest() {
     let (cert, _) = h.issue(&account, &["a.example.com", "b.example.com"]).await;
     let record = only(&h, AuditKind::CertificateIssued).await;
     assert_eq!(record.event.actor, Actor::Account(account.id));
+    // The finalize request's address, stored with the order: the record is built from the
+    // order as stored, not from the request.
+    assert_eq!(record.event.client_ip, Some(client_ip()));
     assert_eq!(record.event.account, Some(account.id));
     assert_eq!(record.event.serial.as_ref(), Some(&cert.serial));
     let mut names = record.event.names.clone();

@@ -517,7 +517,11 @@ impl Harness {
         names: &[&str],
     ) -> (Certificate, rcgen::KeyPair) {
         let (der, key) = csr_for(names);
-        let processing = self.ra.finalize(account, order, &b64(&der)).await.unwrap();
+        let processing = self
+            .ra
+            .finalize(account, order, &b64(&der), client_ip())
+            .await
+            .unwrap();
         assert_eq!(processing.status, OrderStatus::Processing);
         let checked = issuance::check_csr(&der, &processing.identifiers).unwrap();
         let profiles = &self.ra.settings().profiles;

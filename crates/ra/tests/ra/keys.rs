@@ -14,6 +14,7 @@ use rcgen::PublicKeyData;
 
 use crate::harness::account_request;
 use crate::harness::b64;
+use crate::harness::client_ip;
 use crate::harness::csr_with;
 use crate::harness::harness;
 use crate::harness::key;
@@ -184,7 +185,8 @@ async fn a_csr_with_a_blocked_key_is_refused_as_a_bad_certificate_key_and_the_or
     h.ra.block_key(hash, "compromised", &who()).await.unwrap();
     let csr = csr_with(&csr_key, &["a.example.com"]);
     let (used, detail) = bad_key(refusal(
-        h.ra.finalize(&account, order.clone(), &b64(&csr)).await,
+        h.ra.finalize(&account, order.clone(), &b64(&csr), client_ip())
+            .await,
     ));
     assert_eq!(used, KeyUse::Certificate);
     assert!(detail.starts_with("the CSR's public key"), "{detail}");

@@ -13,6 +13,7 @@ use rcgen::PublicKeyData;
 use crate::harness::FinalizeAnswer;
 use crate::harness::Handed;
 use crate::harness::b64;
+use crate::harness::client_ip;
 use crate::harness::csr_for;
 use crate::harness::csr_with;
 use crate::harness::dns;
@@ -207,7 +208,10 @@ async fn finalizing_an_order_that_is_not_ready_is_order_not_ready() {
     let order = h.order(&account, &["a.example.com"]).await.unwrap().order;
     let (csr, _) = csr_for(&["a.example.com"]);
     assert!(matches!(
-        refusal(h.ra.finalize(&account, order, &b64(&csr)).await),
+        refusal(
+            h.ra.finalize(&account, order, &b64(&csr), client_ip())
+                .await
+        ),
         Refusal::State(StateRefusal::OrderNotReady(OrderStatus::Pending))
     ));
 }
@@ -218,7 +222,10 @@ async fn a_csr_that_is_not_base64url_is_bad_csr() {
     let (account, _) = h.account().await;
     let order = h.ready_order(&account, &["a.example.com"]).await;
     assert_eq!(
-        problem_kind(h.ra.finalize(&account, order, "not base64!").await),
+        problem_kind(
+            h.ra.finalize(&account, order, "not base64!", client_ip())
+                .await
+        ),
         ProblemType::BadCsr
     );
 }
@@ -230,7 +237,10 @@ async fn a_csr_for_other_names_than_the_order_is_bad_csr_and_the_order_stays_rea
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let (csr, _) = csr_for(&["a.example.com", "b.example.com"]);
     assert_eq!(
-        problem_kind(h.ra.finalize(&account, order.clone(), &b64(&csr)).await),
+        problem_kind(
+            h.ra.finalize(&account, order.clone(), &b64(&csr), client_ip())
+                .await
+        ),
         ProblemType::BadCsr
     );
     assert_eq!(h.stored_order(&order).await.status, OrderStatus::Ready);
@@ -245,8 +255,10 @@ async fn a_csr_carrying_the_accounts_own_key_is_bad_csr() {
     let account = h.register(crate::harness::account_request(jwk)).await;
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let csr = csr_with(&key, &["a.example.com"]);
-    let Refusal::Problem(problem) = refusal(h.ra.finalize(&account, order, &b64(&csr)).await)
-    else {
+    let Refusal::Problem(problem) = refusal(
+        h.ra.finalize(&account, order, &b64(&csr), client_ip())
+            .await,
+    ) else {
         panic!("a problem refusal");
     };
     assert_eq!(problem.kind, ProblemType::BadCsr);
@@ -266,8 +278,10 @@ async fn a_csr_carrying_another_accounts_key_is_bad_csr() {
     let (account, _) = h.account().await;
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let csr = csr_with(&key, &["a.example.com"]);
-    let Refusal::Problem(problem) = refusal(h.ra.finalize(&account, order, &b64(&csr)).await)
-    else {
+    let Refusal::Problem(problem) = refusal(
+        h.ra.finalize(&account, order, &b64(&csr), client_ip())
+            .await,
+    ) else {
         panic!("a problem refusal");
     };
     assert_eq!(problem.kind, ProblemType::BadCsr);
@@ -285,8 +299,16 @@ async fn finalizing_without_a_free_worker_place_queues_the_order_as_processing_a
     let (account, _) = h.account().await;
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let (csr, _) = csr_for(&["a.example.com"]);
-    let processing = h.ra.finalize(&account, order, &b64(&csr)).await.unwrap();
+    let processing =
+        h.ra.finalize(&account, order, &b64(&csr), client_ip())
+            .await
+            .unwrap();
     assert_eq!(processing.status, OrderStatus::Processing);
+    assert_eq!(
+        processing.finalize_client_ip,
+        Some(client_ip()),
+        "the request's address is stored with the order for the issuance's audit record"
+    );
     assert_eq!(h.jobs.wakes(), 1);
     assert!(h.jobs.handed().is_empty(), "nothing runs at once");
     assert_eq!(
@@ -303,7 +325,7 @@ async fn finalizing_with_a_free_worker_place_hands_the_order_and_csr_to_the_runn
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let (csr, _) = csr_for(&["a.example.com"]);
     let answered =
-        h.ra.finalize(&account, order.clone(), &b64(&csr))
+        h.ra.finalize(&account, order.clone(), &b64(&csr), client_ip())
             .await
             .unwrap();
     assert_eq!(answered.id, order.id);
@@ -319,6 +341,11 @@ async fn finalizing_with_a_free_worker_place_hands_the_order_and_csr_to_the_runn
         panic!("one finalization handed over, got {handed:?}");
     };
     assert_eq!(handed_order.id, order.id);
+    assert_eq!(
+        handed_order.finalize_client_ip,
+        Some(client_ip()),
+        "the runner stores the request's address with the order"
+    );
     assert_eq!(csr_der, &csr);
     assert_eq!(*wait, std::time::Duration::from_secs(2));
     assert_eq!(h.jobs.wakes(), 0, "nothing was queued");
@@ -334,7 +361,10 @@ async fn a_finalization_the_runner_finds_the_account_deactivated_for_is_account_
     h.jobs
         .answer_finalizations_with(FinalizeAnswer::AccountNotValid(AccountStatus::Deactivated));
     let (csr, _) = csr_for(&["a.example.com"]);
-    match refusal(h.ra.finalize(&account, order, &b64(&csr)).await) {
+    match refusal(
+        h.ra.finalize(&account, order, &b64(&csr), client_ip())
+            .await,
+    ) {
         Refusal::AccountNotValid(status) => assert_eq!(status, AccountStatus::Deactivated),
         other => panic!("expected AccountNotValid, got {other:?}"),
     }
@@ -371,12 +401,15 @@ async fn a_second_finalization_of_an_order_already_processing_is_order_not_ready
     let (account, _) = h.account().await;
     let order = h.ready_order(&account, &["a.example.com"]).await;
     let (csr, _) = csr_for(&["a.example.com"]);
-    h.ra.finalize(&account, order.clone(), &b64(&csr))
+    h.ra.finalize(&account, order.clone(), &b64(&csr), client_ip())
         .await
         .unwrap();
     // The second request read the order while it was still ready.
     assert!(matches!(
-        refusal(h.ra.finalize(&account, order, &b64(&csr)).await),
+        refusal(
+            h.ra.finalize(&account, order, &b64(&csr), client_ip())
+                .await
+        ),
         Refusal::State(StateRefusal::OrderNotReady(OrderStatus::Processing))
     ));
     assert_eq!(h.jobs.wakes(), 1, "only the first one queued work");

@@ -427,6 +427,7 @@ fn created(new: NewOrder, plan: &Plan, now_s: i64, (id, authz_ids): Written) -> 
         authz_ids,
         created_at: codec::time_from_unix(now_s)?,
         profile: Some(new.profile),
+        finalize_client_ip: None,
     })
 }
 

@@ -2,6 +2,8 @@
 //! serial in the same transaction), the certificate stored against its reservation (SQLite and
 //! the PostgreSQL function side by side), and a failed order.
 
+use std::net::IpAddr;
+
 use acme_core::ids::AuthzId;
 use acme_core::ids::CertificateId;
 use acme_core::ids::OrderId;
@@ -35,16 +37,18 @@ use crate::sql::Conn;
 use crate::state;
 
 impl Storage {
-    /// ready → processing, storing the CSR and enqueuing a `Finalize` job in one transaction.
-    /// `NotReady(status)` when the order is not ready (an expired one, or one with an expired
-    /// authorization, is first made invalid).
+    /// ready → processing, storing the CSR and the address of the client that asked
+    /// (`client_ip`, [`Order::finalize_client_ip`]) and enqueuing a `Finalize` job in one
+    /// transaction. `NotReady(status)` when the order is not ready (an expired one, or one with
+    /// an expired authorization, is first made invalid).
     pub async fn begin_finalize(
         &self,
         id: OrderId,
         csr_der: &[u8],
+        client_ip: Option<IpAddr>,
         now: OffsetDateTime,
     ) -> Result<Finalizing> {
-        begin_finalize(self, id, csr_der, now, None).await
+        begin_finalize(self, id, csr_der, client_ip, now, None).await
     }
 
     /// [`Storage::begin_finalize`] with the `Finalize` job claimed by the caller, as
@@ -53,10 +57,11 @@ impl Storage {
         &self,
         id: OrderId,
         csr_der: &[u8],
+        client_ip: Option<IpAddr>,
         now: OffsetDateTime,
         lease: Duration,
     ) -> Result<Finalizing> {
-        begin_finalize(self, id, csr_der, now, Some(lease)).await
+        begin_finalize(self, id, csr_der, client_ip, now, Some(lease)).await
     }
 
     /// Stores the certificate signed from the open reservation of its serial (which must match
@@ -103,10 +108,12 @@ pub(crate) async fn take_ready(
     conn: &mut Conn,
     id: OrderId,
     csr_der: &[u8],
+    client_ip: Option<IpAddr>,
     now_s: i64,
 ) -> Result<Option<(i64, String)>> {
     let row = sql::query(
-        "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3 \
+        "UPDATE orders SET status = 'processing', csr = $2, updated_at = $3, \
+         finalize_client_ip = $4 \
          WHERE id = $1 AND status = 'ready' AND expires_at > $3 \
          AND NOT EXISTS (SELECT 1 FROM order_authorizations oa \
              JOIN authorizations a ON a.id = oa.authz_id \
@@ -116,6 +123,7 @@ pub(crate) async fn take_ready(
     .bind(id.0)
     .bind(csr_der)
     .bind(now_s)
+    .bind(client_ip.map(|ip| ip.to_string()))
     .fetch_optional(&mut *conn)
     .await?;
     row.map(|row| Ok((row.try_get("account_id")?, row.try_get("set_hash")?)))
@@ -154,12 +162,16 @@ async fn begin_finalize(
     s: &Storage,
     id: OrderId,
     csr_der: &[u8],
+    client_ip: Option<IpAddr>,
     now: OffsetDateTime,
     claim: Option<Duration>,
 ) -> Result<Finalizing> {
     let now_s = codec::unix(now);
     let mut tx = s.begin_write().await?;
-    if take_ready(&mut tx, id, csr_der, now_s).await?.is_none() {
+    if take_ready(&mut tx, id, csr_der, client_ip, now_s)
+        .await?
+        .is_none()
+    {
         let status = not_ready(s, &mut tx, id, now_s).await?;
         tx.commit().await?;
         return Ok(Finalizing::NotReady(status));

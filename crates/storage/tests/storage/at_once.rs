@@ -3,6 +3,9 @@
 //! certificate stored against the reservation): each must keep the checks and effects of the
 //! two-step paths it replaces, and must never leave a job behind once done.
 
+use std::net::IpAddr;
+use std::net::Ipv6Addr;
+
 use acme_core::ids::AccountId;
 use acme_core::ids::ChallengeId;
 use acme_core::ids::OrderId;
@@ -72,6 +75,9 @@ enum IssuedAtOnce {
 /// The lease of the job an at-once issuance holds.
 const LEASE: Duration = Duration::seconds(60);
 
+/// Where the finalize requests of these tests come from (IPv6 documentation prefix).
+const CLIENT: IpAddr = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7));
+
 /// Issues `cert` for ready order `id` as the at-once path does: the reservation (ready →
 /// processing under a claimed job), then the certificate stored against it, settling the job.
 async fn issue_ready(
@@ -82,7 +88,14 @@ async fn issue_ready(
     now: OffsetDateTime,
 ) -> Result<IssuedAtOnce, Error> {
     match s
-        .reserve_ready_order(id, csr, harness::reservation_of(&cert), now, LEASE)
+        .reserve_ready_order(
+            id,
+            csr,
+            Some(CLIENT),
+            harness::reservation_of(&cert),
+            now,
+            LEASE,
+        )
         .await?
     {
         ReservedAtOnce::Reserved {
@@ -91,11 +104,17 @@ async fn issue_ready(
             reservation,
         } => {
             assert_eq!(order.status, OrderStatus::Processing);
+            assert_eq!(order.finalize_client_ip, Some(CLIENT));
             assert_eq!(job.kind, JobKind::Finalize(id));
             assert_eq!(reservation.serial, cert.serial);
             assert_eq!(reservation.state, ReservationState::Reserved);
             let certificate = s.complete_order(id, cert, now, Some(&job), &ev()).await?;
             let order = s.order(id, now).await?.ok_or(Error::NotFound)?;
+            assert_eq!(
+                order.finalize_client_ip,
+                Some(CLIENT),
+                "kept with the order once issued"
+            );
             Ok(IssuedAtOnce::Issued {
                 order: Box::new(order),
                 certificate: Box::new(certificate),
@@ -817,7 +836,7 @@ async fn an_order_that_is_not_ready_is_refused(s: &Storage) {
 
     // Processing: a finalization through the queue came first; its job will issue.
     let finalizing = ready_at_once(s, acct.id, &["c.example.com"], now).await;
-    s.begin_finalize(finalizing.id, b"queued csr", now)
+    s.begin_finalize(finalizing.id, b"queued csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -1011,11 +1030,15 @@ async fn issue_at_once_agrees_with_finalize_then_complete(s: &Storage) {
         IssuedAtOnce::Issued { certificate, .. } => *certificate,
         other => panic!("expected an issued certificate, got {other:?}"),
     };
-    s.begin_finalize(queued.id, b"csr", at)
+    s.begin_finalize(queued.id, b"csr", Some(CLIENT), at)
         .await
         .unwrap()
         .begun();
     let completed = harness::complete(s, queued.id, harness::new_cert(2, at), at, None).await;
+    for id in [at_once.id, queued.id] {
+        let stored = s.order(id, at).await.unwrap().unwrap();
+        assert_eq!(stored.finalize_client_ip, Some(CLIENT), "{id}");
+    }
 
     let one = seen(s, at_once.id, at).await;
     assert_eq!(one, seen(s, queued.id, at).await);

@@ -65,7 +65,7 @@ async fn no_change_without_its_record(db: Db) {
     let s = db.open().await;
     let account = harness::account(&s, now).await;
     let order = harness::ready_order(&s, account.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

@@ -207,7 +207,7 @@ async fn finalize_refuses_an_order_whose_authorization_expired(s: &Storage) {
     );
     let later = now + VALID;
     assert!(matches!(
-        s.begin_finalize(order.id, b"csr", later).await,
+        s.begin_finalize(order.id, b"csr", None, later).await,
         Ok(Finalizing::NotReady(OrderStatus::Invalid))
     ));
     // Persisted, read with the earlier clock: the authorizations expired and the order is

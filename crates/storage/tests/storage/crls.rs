@@ -39,7 +39,7 @@ async fn revocations_make_their_shard_stale_and_are_listed_there(s: &Storage) {
 
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["sharded.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -202,6 +202,7 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
         .reserve_ready_order(
             order.id,
             b"csr",
+            None,
             harness::reservation_of(&failed),
             now,
             LEASE,
@@ -256,12 +257,19 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     publish_all(s, at).await;
     let open = sharded_cert(2, Some(1), now);
     let order = harness::ready_order(s, acct.id, &["open.example.com"], now).await;
-    s.reserve_ready_order(order.id, b"csr", harness::reservation_of(&open), at, LEASE)
-        .await
-        .unwrap();
+    s.reserve_ready_order(
+        order.id,
+        b"csr",
+        None,
+        harness::reservation_of(&open),
+        at,
+        LEASE,
+    )
+    .await
+    .unwrap();
     let issued = sharded_cert(3, Some(1), now);
     let order = harness::ready_order(s, acct.id, &["issued.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", at)
+    s.begin_finalize(order.id, b"csr", None, at)
         .await
         .unwrap()
         .begun();
@@ -276,7 +284,7 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
     // reserved it, not by the new one.
     let replaced = sharded_cert(4, Some(1), now);
     let order = harness::ready_order(s, acct.id, &["replaced.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -315,6 +323,7 @@ async fn abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer(
         .reserve_ready_order(
             order.id,
             b"csr",
+            None,
             harness::reservation_of(&unsharded),
             at,
             LEASE,

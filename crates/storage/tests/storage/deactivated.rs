@@ -23,7 +23,7 @@ async fn a_reservation_is_refused_once_the_account_is_deactivated(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["gone.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -65,7 +65,7 @@ async fn a_certificate_reserved_before_the_deactivation_is_stored(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["signing.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

@@ -70,7 +70,10 @@ async fn finalize(
     serial: u8,
     now: OffsetDateTime,
 ) -> Certificate {
-    s.begin_finalize(order, b"csr", now).await.unwrap().begun();
+    s.begin_finalize(order, b"csr", None, now)
+        .await
+        .unwrap()
+        .begun();
     harness::complete(s, order, harness::new_cert(serial, now), now, None).await
 }
 

@@ -448,7 +448,7 @@ pub(crate) async fn issue(
     now: OffsetDateTime,
 ) -> Certificate {
     let order = ready_order(s, account, names, now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

@@ -65,6 +65,7 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         .reserve_ready_order(
             order.id,
             b"csr",
+            None,
             harness::reservation_of(&cert),
             now,
             time::Duration::seconds(60),
@@ -80,7 +81,7 @@ async fn certificates_of_one_ca_share_one_stored_chain(s: Storage, url: String) 
         .unwrap();
     issued.push((certificate, shared_chain.clone()));
     let order = harness::ready_order(&s, account.id, &["e.example"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

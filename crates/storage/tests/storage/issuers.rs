@@ -35,7 +35,7 @@ async fn issue_under(
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, names, now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

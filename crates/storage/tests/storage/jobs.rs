@@ -363,7 +363,7 @@ async fn a_job_created_claimed_is_settled_with_its_outcome(s: &Storage) {
 
     // Finalization: the same, and the certificate and the deletion commit together.
     let (processing, job) = s
-        .begin_finalize_claimed(order.id, b"csr", now, lease)
+        .begin_finalize_claimed(order.id, b"csr", None, now, lease)
         .await
         .unwrap()
         .begun_claimed();

@@ -186,7 +186,7 @@ async fn valid_path_to_certificate(s: &Storage) {
         OrderStatus::Pending
     );
     assert!(matches!(
-        s.begin_finalize(order.id, b"csr", now).await,
+        s.begin_finalize(order.id, b"csr", None, now).await,
         Ok(Finalizing::NotReady(OrderStatus::Pending))
     ));
 
@@ -199,12 +199,24 @@ async fn valid_path_to_certificate(s: &Storage) {
     assert_eq!(ready.status, OrderStatus::Ready);
 
     assert_eq!(s.order_csr(order.id).await.unwrap(), None);
+    assert_eq!(ready.finalize_client_ip, None, "not finalized yet");
+    let client: std::net::IpAddr = "192.0.2.44".parse().unwrap();
     let processing = s
-        .begin_finalize(order.id, b"the csr", now)
+        .begin_finalize(order.id, b"the csr", Some(client), now)
         .await
         .unwrap()
         .begun();
     assert_eq!(processing.status, OrderStatus::Processing);
+    assert_eq!(processing.finalize_client_ip, Some(client));
+    assert_eq!(
+        s.order(order.id, now)
+            .await
+            .unwrap()
+            .unwrap()
+            .finalize_client_ip,
+        Some(client),
+        "stored with the order, for a worker that issues after a restart"
+    );
     assert_eq!(
         s.order_csr(order.id).await.unwrap(),
         Some(b"the csr".to_vec())
@@ -257,11 +269,11 @@ async fn valid_path_to_certificate(s: &Storage) {
         Some(cert.clone())
     );
     assert!(matches!(
-        s.begin_finalize(order.id, b"csr", later).await,
+        s.begin_finalize(order.id, b"csr", None, later).await,
         Ok(Finalizing::NotReady(OrderStatus::Valid))
     ));
     assert!(matches!(
-        s.begin_finalize(OrderId(order.id.0 + 1000), b"csr", later)
+        s.begin_finalize(OrderId(order.id.0 + 1000), b"csr", None, later)
             .await,
         Err(Error::NotFound)
     ));
@@ -469,7 +481,7 @@ async fn order_and_authz_expiry(s: &Storage) {
     let ready = harness::ready_order(s, acct.id, &["r.example.com"], now).await;
     let past = ready.expires_at + Duration::seconds(1);
     assert!(matches!(
-        s.begin_finalize(ready.id, b"csr", past).await,
+        s.begin_finalize(ready.id, b"csr", None, past).await,
         Ok(Finalizing::NotReady(OrderStatus::Invalid))
     ));
     assert_eq!(
@@ -654,8 +666,8 @@ async fn concurrent_finalize_has_one_winner(s: &Storage) {
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
     let (s1, s2) = (s.clone(), s.clone());
-    let one = tokio::spawn(async move { s1.begin_finalize(order.id, b"one", now).await });
-    let two = tokio::spawn(async move { s2.begin_finalize(order.id, b"two", now).await });
+    let one = tokio::spawn(async move { s1.begin_finalize(order.id, b"one", None, now).await });
+    let two = tokio::spawn(async move { s2.begin_finalize(order.id, b"two", None, now).await });
     let results = [one.await.unwrap(), two.await.unwrap()];
     let won: Vec<_> = results
         .iter()
@@ -697,7 +709,7 @@ async fn fail_order_and_account_listing(s: &Storage) {
             .await,
         Err(Error::Corrupt(_))
     ));
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

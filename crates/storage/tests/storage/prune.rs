@@ -83,7 +83,7 @@ async fn only_finished_transient_rows_go(s: &Storage) {
 
     // In processing with its finalization job: everything stays.
     let processing = harness::ready_order(s, acct.id, &["processing.example.com"], now).await;
-    s.begin_finalize(processing.id, b"csr", now)
+    s.begin_finalize(processing.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

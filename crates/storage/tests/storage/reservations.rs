@@ -45,7 +45,14 @@ async fn a_reservation_at_once_is_committed_before_signing_and_resumed_after_a_c
         job,
         reservation,
     } = s
-        .reserve_ready_order(order.id, b"csr", harness::reservation_of(&cert), now, LEASE)
+        .reserve_ready_order(
+            order.id,
+            b"csr",
+            None,
+            harness::reservation_of(&cert),
+            now,
+            LEASE,
+        )
         .await
         .unwrap()
     else {
@@ -127,7 +134,7 @@ async fn a_resumed_reservation_of_another_issuer_is_abandoned_and_both_are_kept(
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -180,7 +187,14 @@ async fn a_failed_order_abandons_its_open_reservation(s: &Storage) {
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
     let cert = harness::new_cert(1, now);
     let ReservedAtOnce::Reserved { job, .. } = s
-        .reserve_ready_order(order.id, b"csr", harness::reservation_of(&cert), now, LEASE)
+        .reserve_ready_order(
+            order.id,
+            b"csr",
+            None,
+            harness::reservation_of(&cert),
+            now,
+            LEASE,
+        )
         .await
         .unwrap()
     else {
@@ -206,7 +220,7 @@ async fn only_the_reserved_certificate_is_stored(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();
@@ -265,7 +279,7 @@ async fn an_expired_authorization_refuses_the_reservation(s: &Storage) {
     let now = t0();
     let acct = harness::account(s, now).await;
     let order = harness::ready_order(s, acct.id, &["a.example.com"], now).await;
-    s.begin_finalize(order.id, b"csr", now)
+    s.begin_finalize(order.id, b"csr", None, now)
         .await
         .unwrap()
         .begun();

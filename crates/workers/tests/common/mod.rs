@@ -203,6 +203,7 @@ pub(crate) async fn reserve_sign_and_stop(
         .reserve_ready_order(
             order.id,
             &der,
+            None,
             NewReservation {
                 serial: intent.serial.clone(),
                 not_before: intent.not_before,
