@@ -100,8 +100,9 @@ impl AuditQuery {
     }
 }
 
-/// Who acted: `type` is `account`, `admin`, `operator` or `system`; `id` the account id, the
-/// admin token's identity (`sha256:…`) or the operator's name.
+/// Who acted: `type` is `account`, `admin`, `operator`, `system` or `certificate_key`; `id` the
+/// account id, the admin token's identity (`sha256:…`), the operator's name or the RFC 7638
+/// thumbprint of the certificate key that signed the request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActorDoc {
     #[serde(rename = "type")]
@@ -153,6 +154,11 @@ impl AuditRecordDoc {
             Actor::System => ActorDoc {
                 kind: "system".into(),
                 id: None,
+                operator: None,
+            },
+            Actor::CertificateKey(thumbprint) => ActorDoc {
+                kind: "certificate_key".into(),
+                id: Some(thumbprint.clone()),
                 operator: None,
             },
         };

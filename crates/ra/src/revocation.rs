@@ -78,19 +78,14 @@ impl Ra {
                 reason,
                 "by the account holding it (the request was signed by the account's key)",
             ),
-            // No account asks: the holder of the certificate's private key, recorded by the
-            // key's thumbprint, is not one of the audit log's actors, so the server records it
-            // on the key holder's behalf.
             Revoker::CertificateKey(thumbprint) => {
                 let mut event = audit::revoked(
-                    &Requester {
-                        actor: audit::Actor::System,
-                        client_ip: Some(client_ip),
-                    },
+                    &Requester::certificate_key(thumbprint.clone(), client_ip),
                     &cert,
                     reason,
                     &format!(
-                        "by the holder of the certificate's private key (the request was                          signed by it, JWK thumbprint {thumbprint})"
+                        "by the holder of the certificate's private key (the request was \
+                         signed by it, JWK thumbprint {thumbprint})"
                     ),
                 );
                 if let Some(detail) = event.detail.as_object_mut() {

@@ -182,6 +182,11 @@ pub enum Actor {
     Operator(String),
     /// The server itself: workers, a reload, the pruner.
     System,
+    /// The holder of a certificate's private key, who is no account (RFC 8555 §7.6: a
+    /// revocation signed with the certificate's own key), by the RFC 7638 thumbprint of that
+    /// key as a JWK. Stored as `actor_kind` `certificate_key` with the thumbprint as `actor`:
+    /// the hash covers both columns as strings, so this variant needs no new record format.
+    CertificateKey(String),
 }
 
 impl Actor {
@@ -192,6 +197,7 @@ impl Actor {
             Actor::Admin { .. } => "admin",
             Actor::Operator(_) => "operator",
             Actor::System => "system",
+            Actor::CertificateKey(_) => "certificate_key",
         }
     }
 
@@ -202,6 +208,7 @@ impl Actor {
             Actor::Admin { token, operator } => (token.clone(), operator.clone()),
             Actor::Operator(name) => (name.clone(), None),
             Actor::System => (String::new(), None),
+            Actor::CertificateKey(thumbprint) => (thumbprint.clone(), None),
         }
     }
 
@@ -218,6 +225,7 @@ impl Actor {
             },
             "operator" => Actor::Operator(actor.to_owned()),
             "system" => Actor::System,
+            "certificate_key" => Actor::CertificateKey(actor.to_owned()),
             other => return Err(Error::Corrupt(format!("audit actor kind {other:?}"))),
         })
     }
@@ -237,6 +245,7 @@ impl fmt::Display for Actor {
             } => write!(f, "admin ({token})"),
             Actor::Operator(name) => write!(f, "operator {name}"),
             Actor::System => f.write_str("system"),
+            Actor::CertificateKey(thumbprint) => write!(f, "certificate key {thumbprint}"),
         }
     }
 }

@@ -346,3 +346,110 @@ async fn audit_cli(db: Db) {
     );
     assert!(stdout.contains("head hash: "), "{stdout}");
 }
+
+/// A revocation signed with the certificate's own key (RFC 8555 §7.6, no account) is recorded
+/// as done by that key's holder: actor type `certificate_key`, named by the key's RFC 7638
+/// thumbprint, from the loopback address the request came from; the certificate's account is
+/// still the record's account. Through the real server and the CLI's JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_by_the_certificates_key_names_the_key() {
+    use acme_jose::Algorithm;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    use crate::raw::Raw;
+
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    env.start().await;
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("revoked-by-key");
+    let order = raw
+        .post(
+            &raw.url("/acme/new-order"),
+            Some(&json!({"identifiers": [{"type": "dns", "value": name}]})),
+        )
+        .await;
+    let order_url = order.location();
+    let challenge = raw.http01_challenge(&order.body).await;
+    let token = challenge["token"].as_str().unwrap();
+    env.http.add(token, &raw.key_authorization(token));
+    raw.post(challenge["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    let within = std::time::Duration::from_secs(30);
+    let ready = raw
+        .wait_for_status(&order_url, "ready", testkit::poll::OnTheWay::Any, within)
+        .await
+        .unwrap();
+    // The certificate's key, both as rcgen signs the CSR with it and as a JWS signer.
+    let cert_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.clone()]).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = URL_SAFE_NO_PAD.encode(params.serialize_request(&cert_key).unwrap().der());
+    raw.post(
+        ready["finalize"].as_str().unwrap(),
+        Some(&json!({ "csr": csr })),
+    )
+    .await;
+    let valid = raw
+        .wait_for_status(&order_url, "valid", testkit::poll::OnTheWay::Any, within)
+        .await
+        .unwrap();
+    let chain = raw.post(valid["certificate"].as_str().unwrap(), None).await;
+    let der = crate::certcheck::pem_ders(&chain.text).remove(0);
+
+    let holder = Raw {
+        http: raw.http.clone(),
+        base: raw.base.clone(),
+        key: acme_jose::sign::SigningKey::from_pkcs8(Algorithm::Es256, &cert_key.serialize_der())
+            .unwrap(),
+        kid: None,
+    };
+    let thumbprint = holder.key.public_jwk().thumbprint();
+    let revoked = holder
+        .post(
+            &raw.url("/acme/revoke-cert"),
+            Some(&json!({ "certificate": URL_SAFE_NO_PAD.encode(&der), "reason": 1 })),
+        )
+        .await;
+    assert_eq!(revoked.status, 200, "{revoked:?}");
+
+    let list = admin(
+        &env,
+        &["audit", "list", "--json", "--kind", "certificate_revoked"],
+    )
+    .await
+    .json();
+    let listed = records(&list);
+    assert_eq!(listed.len(), 1, "{list}");
+    let record = listed[0];
+    assert_eq!(record["actor"]["type"], "certificate_key", "{record}");
+    assert_eq!(record["actor"]["id"], thumbprint.as_str(), "{record}");
+    assert!(record["actor"].get("operator").is_none(), "{record}");
+    assert_eq!(record["client_ip"], "127.0.0.1", "{record}");
+    assert!(record["account"].as_i64().is_some(), "{record}");
+    assert_eq!(
+        record["detail"]["certificate_key_thumbprint"],
+        thumbprint.as_str(),
+        "{record}"
+    );
+    let issued = admin(
+        &env,
+        &["audit", "list", "--json", "--kind", "certificate_issued"],
+    )
+    .await
+    .json();
+    assert_eq!(records(&issued)[0]["account"], record["account"]);
+    assert_eq!(records(&issued)[0]["client_ip"], "127.0.0.1");
+    // The table names the actor too.
+    let seq = record["seq"].as_i64().unwrap().to_string();
+    let show = admin(&env, &["audit", "show", &seq]).await;
+    assert!(show.ok, "{show:?}");
+    assert!(
+        show.stdout
+            .contains(&format!("actor:      certificate_key {thumbprint}")),
+        "{}",
+        show.stdout
+    );
+    assert!(admin(&env, &["audit", "verify"]).await.ok);
+}

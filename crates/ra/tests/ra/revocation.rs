@@ -4,11 +4,14 @@ use acme_core::problem::ProblemType;
 use acme_core::status::RevocationReason;
 use acme_jose::Jwk;
 use ra::Refusal;
+use ra::audit::Actor;
+use ra::audit::AuditKind;
 use ra::error::StateRefusal;
 use ra::revocation::Revoker;
 use ra::revocation::reason_from_code;
 
 use rcgen::PublicKeyData;
+use storage::audit::AuditFilter;
 
 use crate::harness::client_ip;
 use crate::harness::harness;
@@ -48,7 +51,7 @@ async fn the_holder_of_the_certificates_key_may_revoke_it_without_an_account() {
         .thumbprint();
     let revoked =
         h.ra.revoke(
-            Revoker::CertificateKey(thumbprint),
+            Revoker::CertificateKey(thumbprint.clone()),
             &cert.der,
             Some(1),
             client_ip(),
@@ -59,6 +62,40 @@ async fn the_holder_of_the_certificates_key_may_revoke_it_without_an_account() {
         revoked.revocation_reason,
         Some(RevocationReason::KeyCompromise)
     );
+    // Recorded as done by the key's holder, named by the key's thumbprint: not the server,
+    // not the account that holds the certificate (which is still the record's account).
+    let records = h
+        .storage
+        .audit_records(&AuditFilter {
+            kind: Some(AuditKind::CertificateRevoked),
+            ..AuditFilter::default()
+        })
+        .await
+        .unwrap();
+    let [record] = records.as_slice() else {
+        panic!("one revocation record, got {records:#?}");
+    };
+    assert_eq!(
+        record.event.actor,
+        Actor::CertificateKey(thumbprint.clone())
+    );
+    assert_eq!(record.event.actor.kind(), "certificate_key");
+    assert_eq!(record.event.client_ip, Some(client_ip()));
+    assert_eq!(record.event.account, Some(account.id));
+    assert_eq!(
+        record.event.reason,
+        format!(
+            "revoked by the holder of the certificate's private key (the request was signed by \
+             it, JWK thumbprint {thumbprint}), reason keyCompromise"
+        )
+    );
+    assert_eq!(
+        record.event.detail["certificate_key_thumbprint"],
+        thumbprint.as_str()
+    );
+    // The chain verifies with the new actor kind in it.
+    let check = h.storage.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None);
 }
 
 #[tokio::test]
