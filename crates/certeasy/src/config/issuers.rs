@@ -2,9 +2,9 @@
 //! the generated intermediate or `ca.existing`), for issuer rotation.
 //!
 //! Each issuer is loaded at start-up, and again by every reload (`crate::issuer_reload`), and
-//! publishes its own CRLs; which one signs new
-//! certificates is `ca.active-issuer` until an operator runs `certeasy admin ca activate`, which
-//! stores the choice in the database for every instance (`ra::issuers`).
+//! publishes its own CRLs; which one signs new certificates is `ca.active-issuer` until an
+//! operator runs `certeasy admin ca activate`, which stores the choice in the database for every
+//! instance (`ra::issuers`).
 
 use std::path::PathBuf;
 
