@@ -7,10 +7,14 @@
 -- here takes no shared lock, and commits group again.
 --
 -- The sealer (`Storage::seal_audit`, run every quarter second by every instance and before every
--- read of the log) takes the head's lock, moves the committed pending rows into `audit_log` in
--- `id` order, numbering and hashing them, and deletes them here, all in one transaction. A
--- record is therefore in the log, chained, within a fraction of a second of its commit, and a
--- crash in between leaves it here for the next sealer: it is never lost.
+-- read of the log) takes the head's lock, moves committed pending rows into `audit_log`, numbering
+-- them after the head (in `id` order within one batch; a row that commits late joins a later
+-- batch) and hashing them, and deletes them here, all in one transaction. While sealing works a
+-- record is chained within a fraction of a second of its commit, and a crash in between leaves it
+-- here for the next sealer: it is never lost.
+--
+-- Every row is inserted and soon deleted: a queue. Vacuum it by row count, not by the table's
+-- size (which stays near zero), so that dead rows do not pile up under the sealer's scans.
 --
 -- The columns are `audit_log`'s, less `seq` and the hashes. Keep in step with
 -- migrations/postgres/0018_audit_log.sql and crates/storage/src/audit.rs.
@@ -30,3 +34,5 @@ CREATE TABLE audit_pending (
     reason       TEXT    NOT NULL,
     detail       TEXT    NOT NULL
 );
+
+ALTER TABLE audit_pending SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);

@@ -145,6 +145,7 @@ impl axum::extract::FromRef<AdminState> for AuditAdmin {
     fn from_ref(state: &AdminState) -> Self {
         AuditAdmin {
             storage: state.ctx.storage.clone(),
+            clock: std::sync::Arc::clone(&state.ctx.clock),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! The documents' field order is fixed by the structs below, and `export` prints one
 //! [`AuditRecordDoc`] per line, so a SIEM reads the same fields in the same order every time.
 
+use acme_core::clock::SharedClock;
 use axum::Json;
 use axum::extract::Path;
 use axum::extract::Query;
@@ -30,6 +31,8 @@ use crate::admin_wire::parse_time;
 #[derive(Clone)]
 pub struct AuditAdmin {
     pub storage: Storage,
+    /// What "now" is when verify judges how long records have waited unchained.
+    pub clock: SharedClock,
 }
 
 type Answer<T> = Result<Json<T>, AdminError>;
@@ -221,6 +224,13 @@ pub struct VerifyDoc {
     /// cover.
     #[serde(default)]
     pub pending: u64,
+    /// When the oldest of them was decided.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub pending_oldest: Option<OffsetDateTime>,
+    /// A record has waited longer than `storage::audit::STALE_PENDING`: sealing is failing, and
+    /// `ok` is false.
+    #[serde(default)]
+    pub pending_stale: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_head: Option<ExpectedHeadDoc>,
     pub seconds: f64,
@@ -306,7 +316,9 @@ pub async fn verify(
         }
         None => None,
     };
+    let pending_stale = check.pending.is_stale(ctx.clock.now());
     let ok = check.first_broken.is_none()
+        && !pending_stale
         && expected_head
             .as_ref()
             .is_none_or(|e| e.seq.is_some_and(|s| s <= check.head_seq));
@@ -326,7 +338,9 @@ pub async fn verify(
             seq: b.seq,
             why: b.why,
         }),
-        pending: check.pending,
+        pending: check.pending.records,
+        pending_oldest: check.pending.oldest,
+        pending_stale,
         expected_head,
         seconds: started.elapsed().as_secs_f64(),
     }))

@@ -113,8 +113,13 @@ async fn verify(url: &str, expect_head: Option<String>) -> anyhow::Result<bool> 
     }
     println!("head seq:  {}", check.head_seq);
     println!("head hash: {}", check.head_hash);
-    if check.pending > 0 {
-        println!("{}", pending_line(check.pending));
+    if check.pending.records > 0 {
+        let stale = check.pending.is_stale(time::OffsetDateTime::now_utc());
+        ok &= !stale;
+        println!(
+            "{}",
+            pending_line(check.pending.records, check.pending.oldest, stale)
+        );
     }
     if let Some(hash) = expect_head {
         let hash = hash.trim().to_lowercase();
@@ -133,9 +138,26 @@ async fn verify(url: &str, expect_head: Option<String>) -> anyhow::Result<bool> 
 }
 
 /// The line both verify commands print when records wait outside the chain.
-pub(crate) fn pending_line(pending: u64) -> String {
-    format!(
-        "pending:   {pending} records committed but not yet chained (not covered by this check; \
-         the sealer of a running instance chains them)"
-    )
+pub(crate) fn pending_line(
+    records: u64,
+    oldest: Option<time::OffsetDateTime>,
+    stale: bool,
+) -> String {
+    let since = oldest
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .map(|t| format!(", the oldest from {t}"))
+        .unwrap_or_default();
+    if stale {
+        format!(
+            "pending:   {records} records committed but NOT CHAINED for over {} s{since}: sealing is failing (see the servers' logs, certeasy_worker_errors_total{{stage=\"audit_seal\"}}); they are not covered by this check",
+            storage::audit::STALE_PENDING.whole_seconds()
+        )
+    } else {
+        format!(
+            "pending:   {records} records committed but not yet chained{since} (not covered by this check; the sealer chains them within a second)"
+        )
+    }
 }

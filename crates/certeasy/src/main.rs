@@ -172,7 +172,7 @@ async fn serve(
             while hangups.recv().await.is_some() {
                 match reloader.reload().await {
                     Ok(()) => tracing::info!(
-                        "SIGHUP: rate limits, overrides and listener certificate reloaded"
+                        "SIGHUP: rate limits, overrides, listener certificate and issuers reloaded"
                     ),
                     Err(e) => {
                         tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload refused")

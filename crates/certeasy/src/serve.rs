@@ -80,12 +80,27 @@ impl RunningServer {
         self.shutdown.cancel();
         self.workers.shutdown().await;
         while self.tasks.join_next().await.is_some() {}
+        self.seal_last().await;
     }
 
     /// Waits until the server stops (after `shutdown_token()` is cancelled).
     pub async fn wait(mut self) {
         while self.tasks.join_next().await.is_some() {}
         self.workers.shutdown().await;
+        self.seal_last().await;
+    }
+
+    /// The audit sealer's last pass, once requests and workers have stopped committing, so that
+    /// a stop leaves none of this instance's records pending (PostgreSQL; nothing on SQLite).
+    async fn seal_last(&self) {
+        match self.storage.seal_audit().await {
+            Ok(0) => {}
+            Ok(sealed) => tracing::info!(sealed, "chained the last pending audit records"),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not chain the last pending audit records; the next sealer of any instance will"
+            ),
+        }
     }
 
     /// Re-reads the rate limits and overrides from the configuration file, the operator's
@@ -278,7 +293,11 @@ pub async fn start(
     ));
     tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
     // Chains the audit records of PostgreSQL transactions (returns at once on SQLite).
-    tasks.spawn(workers::audit_sealer::run(storage.clone(), shutdown.clone()));
+    tasks.spawn(workers::audit_sealer::run(
+        storage.clone(),
+        Arc::clone(&clock),
+        shutdown.clone(),
+    ));
     if config.database.prune {
         // Stops between batches on shutdown: a batch under way commits first.
         tasks.spawn(workers::pruner::run(

@@ -36,16 +36,22 @@
 //! a time, and issuance at 32 concurrent lost 15 %.) [`Storage::seal_audit`], the sealer, then
 //! chains what has committed: under the head's row lock (so one sealer at a time in the
 //! cluster, and never a fork), it deletes a batch of pending rows, numbers them in `id` order
-//! from the head, hashes each onto the one before, inserts them into `audit_log` and moves the
-//! head, in one transaction. Every instance runs it four times a second
-//! (`workers::audit_sealer`) and every read of the log runs it first, so a list, a show or a
-//! verify sees every committed record. A crash between a commit and its sealing leaves the record pending for the next
-//! sealer. The price: until it is sealed (a fraction of a second), a committed record is not yet
-//! covered by the chain, so an edit or deletion of a pending row by someone with write access
-//! to the database is not detected. [`Storage::append_audit`], a record in a transaction of its
-//! own, appends to the chain directly (one statement: a data-modifying CTE updates the head and
-//! inserts from what it returns, hashing with `sha256()` in SQL), as it holds the lock only for
-//! its own commit.
+//! after the head, hashes each onto the one before, inserts them into `audit_log` and moves the
+//! head, in one transaction. `seq` is therefore the order records were sealed in: `id` order
+//! within a batch, but a record whose transaction committed late joins a later batch, after
+//! records with higher ids; it says which record came before which in the chain, not which
+//! commit came first (`at_ms` says when each was decided).
+//!
+//! Every instance runs the sealer four times a second (`workers::audit_sealer`), once more when
+//! it stops, and every read of the log runs it first; so while sealing works, a list, a show or
+//! a verify sees every committed record. A crash between a commit and its sealing leaves the
+//! record pending for the next sealer of any instance. The price: until it is sealed, a
+//! committed record is not covered by the chain, so an edit or deletion of a pending row by
+//! someone with write access to the database is not detected. Verification reports what is
+//! pending and fails when a record has waited longer than [`STALE_PENDING`] (a sealer that
+//! fails, or a record of a format this version cannot hash, which it leaves pending rather than
+//! stopping at). [`Storage::append_audit`], a record in a transaction of its own, seals what is
+//! pending and then appends after it, under the same lock.
 //!
 //! Records are never pruned: `prune.rs` does not touch `audit_log` or `audit_head`, and must not
 //! (a gap in `seq` is exactly what verification reports as a deletion).
@@ -338,10 +344,30 @@ pub struct ChainCheck {
     pub head_seq: i64,
     pub head_hash: String,
     pub first_broken: Option<BrokenLink>,
-    /// Records committed on PostgreSQL but not chained when verification ended (0 unless
-    /// sealing failed, e.g. on a read-only standby, or records were committed meanwhile): not
-    /// covered by this verification.
-    pub pending: u64,
+    /// Records committed on PostgreSQL but not chained when verification ended, which it did
+    /// not cover: normally none, or those of the last fraction of a second.
+    pub pending: Pending,
+}
+
+/// Records committed but not yet chained (PostgreSQL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub records: u64,
+    /// When the oldest of them was decided.
+    pub oldest: Option<OffsetDateTime>,
+}
+
+/// How long a committed record may stay unchained before verification fails: far beyond the
+/// sealer's quarter-second pass, so only a sealer that fails (a record it cannot hash, a
+/// database refusing writes, no instance running) trips it.
+pub const STALE_PENDING: time::Duration = time::Duration::minutes(1);
+
+impl Pending {
+    /// Whether a record has waited longer than [`STALE_PENDING`] at `now`.
+    pub fn is_stale(&self, now: OffsetDateTime) -> bool {
+        self.oldest
+            .is_some_and(|oldest| now - oldest > STALE_PENDING)
+    }
 }
 
 /// A record's stored columns other than `seq` and the hashes, exactly as stored: what the hash
@@ -530,7 +556,8 @@ pub(crate) async fn append_in(
                 .await?;
         }
         Backend::Sqlite => {
-            chain_onto_head(conn, vec![columns]).await?;
+            let head = lock_head(conn).await?;
+            chain_after(conn, head, vec![columns]).await?;
         }
     }
     Ok(())
@@ -570,13 +597,16 @@ pub(crate) fn bind_pg_append(
     Ok(bind_columns(query, Columns::of(event, now)?))
 }
 
-/// Appends `records`, in order, to the chain inside the caller's write transaction: reads the
-/// head (on PostgreSQL under its row lock, held to the commit), numbers and hashes each record
-/// onto the one before, inserts them and moves the head. Returns the last seq. The one place
-/// records are chained, whichever backend and whoever appends.
-async fn chain_onto_head(conn: &mut Conn, records: Vec<Columns>) -> Result<i64> {
-    let backend = conn.backend();
-    let read_head = match backend {
+/// The chain head: the last record's seq and hash.
+struct Head {
+    seq: i64,
+    hash: String,
+}
+
+/// Reads the head inside the caller's write transaction; on PostgreSQL under its row lock, held
+/// to the commit, so that whoever appends next builds on what this transaction appends.
+async fn lock_head(conn: &mut Conn) -> Result<Head> {
+    let read_head = match conn.backend() {
         Backend::Postgres => "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
         Backend::Sqlite => "SELECT seq, hash FROM audit_head WHERE id = 1",
     };
@@ -584,26 +614,46 @@ async fn chain_onto_head(conn: &mut Conn, records: Vec<Columns>) -> Result<i64> 
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(|| Error::Corrupt("the audit chain head row is missing".into()))?;
-    let mut seq: i64 = head.try_get("seq")?;
-    let mut hash: String = head.try_get("hash")?;
+    Ok(Head {
+        seq: head.try_get("seq")?,
+        hash: head.try_get("hash")?,
+    })
+}
+
+/// One record's insert: a fixed text, so that it is prepared once per connection (SQLite's
+/// audited writes append one record each; re-preparing showed in profiles).
+const INSERT_ONE: &str = "INSERT INTO audit_log (seq, format, at_ms, kind, actor_kind, actor, \
+     operator, client_ip, account_id, serial, names, reason, detail, prev_hash, hash) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+
+/// Numbers and hashes `records`, in order, onto `head`, inserts them and moves the head; the
+/// new head. The one place records are chained, whichever backend and whoever appends.
+async fn chain_after(conn: &mut Conn, head: Head, records: Vec<Columns>) -> Result<Head> {
     if records.is_empty() {
-        return Ok(seq);
+        return Ok(head);
     }
-    let mut params = Params::new(backend);
-    let mut values: Vec<String> = Vec::with_capacity(records.len());
+    let Head { mut seq, mut hash } = head;
     let mut chained = Vec::with_capacity(records.len());
     for columns in records {
         let prev_hash = hash;
         seq += 1;
         hash = link_hash(&prev_hash, seq, &columns.body()?)
             .ok_or_else(|| Error::Corrupt(format!("the audit chain head hash {prev_hash:?}")))?;
-        values.push(format!("({})", params.many(15)));
         chained.push((seq, columns, prev_hash, hash.clone()));
     }
-    let mut insert = sql::one_off(format!(
-        "INSERT INTO audit_log ({COLUMNS}) VALUES {}",
-        values.join(", ")
-    ));
+    let mut insert = if chained.len() == 1 {
+        sql::query(INSERT_ONE)
+    } else {
+        let mut params = Params::new(conn.backend());
+        let values: Vec<String> = chained
+            .iter()
+            .map(|_| format!("({})", params.many(15)))
+            .collect();
+        sql::one_off(format!(
+            "INSERT INTO audit_log ({COLUMNS}) VALUES {}",
+            values.join(", ")
+        ))
+    };
     let mut last_prev = String::new();
     for (seq, columns, prev_hash, hash) in chained {
         insert = bind_columns(insert.bind(seq), columns)
@@ -615,10 +665,52 @@ async fn chain_onto_head(conn: &mut Conn, records: Vec<Columns>) -> Result<i64> 
     sql::query("UPDATE audit_head SET seq = $1, prev_hash = $2, hash = $3 WHERE id = 1")
         .bind(seq)
         .bind(last_prev)
-        .bind(hash)
+        .bind(hash.as_str())
         .execute(&mut *conn)
         .await?;
-    Ok(seq)
+    Ok(Head { seq, hash })
+}
+
+/// PostgreSQL, inside a transaction holding the head's lock ([`lock_head`]): claims (deletes)
+/// at most [`SEAL_BATCH`] committed pending records, oldest `id` first, and chains them after
+/// `head`. Only records of the format this version hashes are claimed: one it cannot hash (a
+/// newer version's, or a row someone wrote by hand) stays pending, counted by
+/// [`Storage::audit_pending`] and failing verification once stale, instead of stopping every
+/// sealer at the same row. The DELETE is a statement after the lock was granted, so its
+/// snapshot holds every deletion of the sealer this one waited for.
+async fn seal_batch_in(conn: &mut Conn, head: Head) -> Result<(Head, u64)> {
+    let rows = sql::query(
+        "DELETE FROM audit_pending WHERE id IN \
+             (SELECT id FROM audit_pending WHERE format = $2 ORDER BY id LIMIT $1) \
+         RETURNING id, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
+                   account_id, serial, names, reason, detail",
+    )
+    .bind(SEAL_BATCH)
+    .bind(FORMAT_V1)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut pending = rows
+        .iter()
+        .map(|row| Ok((row.try_get::<i64, _>("id")?, Columns::read(row)?)))
+        .collect::<Result<Vec<_>>>()?;
+    // RETURNING promises no order.
+    pending.sort_by_key(|(id, _)| *id);
+    let count = u64::try_from(pending.len()).unwrap_or(u64::MAX);
+    let head = chain_after(conn, head, pending.into_iter().map(|(_, c)| c).collect()).await?;
+    Ok((head, count))
+}
+
+/// PostgreSQL runs the sealer's statements under READ COMMITTED whatever the database's
+/// default: the lock-then-read order above relies on each statement's fresh snapshot, which
+/// REPEATABLE READ or SERIALIZABLE would replace with a serialization failure on every
+/// contended pass.
+async fn read_committed(conn: &mut Conn) -> Result<()> {
+    if conn.backend() == Backend::Postgres {
+        sql::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// The most pending records one sealing transaction chains (15 parameters each, one statement).
@@ -667,13 +759,26 @@ impl Storage {
     /// Records `event` in a transaction of its own (a config reload, an admin action that
     /// changes nothing else); returns its seq.
     /// Chained at once on both backends: the transaction is the record alone, so the head's
-    /// lock is held for its commit only.
+    /// lock is held for its commit only. On PostgreSQL what is pending is sealed first, in the
+    /// same transaction, so that the record follows every committed record it may be about
+    /// (a reload after the change it reverts).
     pub async fn append_audit(&self, event: &AuditEvent, now: OffsetDateTime) -> Result<i64> {
         let columns = Columns::of(event, now)?;
         let mut tx = self.begin_write().await?;
-        let seq = chain_onto_head(&mut tx, vec![columns]).await?;
+        read_committed(&mut tx).await?;
+        let mut head = lock_head(&mut tx).await?;
+        if self.backend == Backend::Postgres {
+            loop {
+                let (sealed_to, count) = seal_batch_in(&mut tx, head).await?;
+                head = sealed_to;
+                if count < SEAL_BATCH.unsigned_abs() {
+                    break;
+                }
+            }
+        }
+        let head = chain_after(&mut tx, head, vec![columns]).await?;
         tx.commit().await?;
-        Ok(seq)
+        Ok(head.seq)
     }
 
     /// The sealer (PostgreSQL; nothing to do on SQLite): chains every record committed to
@@ -694,15 +799,22 @@ impl Storage {
         }
     }
 
-    /// Records waiting to be chained (always 0 on SQLite).
-    pub async fn audit_pending_count(&self) -> Result<u64> {
+    /// The records waiting to be chained and when the oldest of them was decided (none on
+    /// SQLite).
+    pub async fn audit_pending(&self) -> Result<Pending> {
         if self.backend != Backend::Postgres {
-            return Ok(0);
+            return Ok(Pending::default());
         }
-        let n = sql::query_scalar::<i64>("SELECT COUNT(*) FROM audit_pending")
+        let row = sql::query("SELECT COUNT(*) AS records, MIN(at_ms) AS oldest FROM audit_pending")
             .fetch_one(&self.db)
             .await?;
-        Ok(n.unsigned_abs())
+        Ok(Pending {
+            records: row.try_get::<i64, _>("records")?.unsigned_abs(),
+            oldest: row
+                .try_get::<Option<i64>, _>("oldest")?
+                .map(time_from_ms)
+                .transpose()?,
+        })
     }
 
     /// What every read of the log does first, so that it sees every committed record. A read
@@ -721,36 +833,18 @@ impl Storage {
     async fn seal_batch(&self) -> Result<u64> {
         // An idle server's probe: no transaction and no lock when nothing waits.
         let waiting = sql::query_scalar::<i64>(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM audit_pending LIMIT 1) AS waiting",
+            "SELECT COUNT(*) FROM (SELECT 1 FROM audit_pending WHERE format = $1 LIMIT 1) AS w",
         )
+        .bind(FORMAT_V1)
         .fetch_one(&self.db)
         .await?;
         if waiting == 0 {
             return Ok(0);
         }
         let mut tx = self.begin_write().await?;
-        // The head's lock first, the batch after: a sealer that waited for another's commit
-        // then reads the pending rows in a snapshot taken after it, without those it sealed.
-        sql::query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE")
-            .fetch_optional(&mut *tx)
-            .await?;
-        let rows = sql::query(
-            "DELETE FROM audit_pending WHERE id IN \
-                 (SELECT id FROM audit_pending ORDER BY id LIMIT $1) \
-             RETURNING id, format, at_ms, kind, actor_kind, actor, operator, client_ip, \
-                       account_id, serial, names, reason, detail",
-        )
-        .bind(SEAL_BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut pending = rows
-            .iter()
-            .map(|row| Ok((row.try_get::<i64, _>("id")?, Columns::read(row)?)))
-            .collect::<Result<Vec<_>>>()?;
-        // RETURNING promises no order.
-        pending.sort_by_key(|(id, _)| *id);
-        let count = u64::try_from(pending.len()).unwrap_or(u64::MAX);
-        chain_onto_head(&mut tx, pending.into_iter().map(|(_, c)| c).collect()).await?;
+        read_committed(&mut tx).await?;
+        let head = lock_head(&mut tx).await?;
+        let (_, count) = seal_batch_in(&mut tx, head).await?;
         tx.commit().await?;
         Ok(count)
     }
@@ -916,7 +1010,7 @@ impl Storage {
             head_seq,
             head_hash,
             first_broken,
-            pending: self.audit_pending_count().await?,
+            pending: self.audit_pending().await?,
         })
     }
 

@@ -376,7 +376,10 @@ async fn verify(
     println!("head seq:  {}", doc.head_seq);
     println!("head hash: {}", doc.head_hash);
     if doc.pending > 0 {
-        println!("{}", crate::audit_offline::pending_line(doc.pending));
+        println!(
+            "{}",
+            crate::audit_offline::pending_line(doc.pending, doc.pending_oldest, doc.pending_stale)
+        );
     }
     if let Some(expected) = &doc.expected_head {
         match expected.seq {

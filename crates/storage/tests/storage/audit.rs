@@ -223,7 +223,7 @@ async fn intact_chain_verifies_clean(s: &Storage) {
             head_seq: 0,
             head_hash: GENESIS_HASH.into(),
             first_broken: None,
-            pending: 0,
+            pending: storage::audit::Pending::default(),
         }
     );
     five_records(s).await;

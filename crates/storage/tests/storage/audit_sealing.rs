@@ -2,7 +2,8 @@
 //! the chain head, and `seal_audit` chains what has committed. Under concurrent audited writes
 //! from two instances with a sealer running in each, the chain is one, with no gap, no fork and
 //! no record twice or lost; records left pending by an instance that stopped are chained by
-//! another; every read of the log seals first, and still answers where it cannot seal. On SQLite records are chained as they are
+//! another; every read of the log, and a record appended in a transaction of its own, seals
+//! first, and a read still answers where it cannot seal. On SQLite records are chained as they are
 //! written and there is nothing to seal.
 
 use std::collections::BTreeSet;
@@ -220,7 +221,13 @@ async fn postgres_verify_reports_what_sealing_could_not_chain() {
     assert!(s.seal_audit().await.is_err(), "the log refuses the insert");
     let check = s.verify_audit_chain(&|_| {}).await.unwrap();
     assert_eq!(check.first_broken, None, "{check:?}");
-    assert_eq!((check.records, check.head_seq, check.pending), (1, 1, 1));
+    assert_eq!(
+        (check.records, check.head_seq, check.pending.records),
+        (1, 1, 1)
+    );
+    assert_eq!(check.pending.oldest, Some(t0()));
+    assert!(check.pending.is_stale(t0() + time::Duration::minutes(2)));
+    assert!(!check.pending.is_stale(t0() + time::Duration::seconds(5)));
     assert_eq!(
         s.audit_records(&AuditFilter::default())
             .await
@@ -237,7 +244,54 @@ async fn postgres_verify_reports_what_sealing_could_not_chain() {
     execute(pg.url(), "DROP TRIGGER refuse ON audit_log").await;
     let check = s.verify_audit_chain(&|_| {}).await.unwrap();
     assert_eq!(check.first_broken, None, "{check:?}");
-    assert_eq!((check.records, check.pending), (2, 0));
+    assert_eq!((check.records, check.pending.records), (2, 0));
+}
+
+/// A pending record this version cannot hash (format 2: a newer version's, or written by hand)
+/// does not stop sealing: the records after it are chained, it stays pending, and once it has
+/// waited past `STALE_PENDING` verification says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_record_of_an_unknown_format_waits_without_blocking_the_rest() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let s = Storage::connect(pg.url()).await.unwrap();
+    execute(
+        pg.url(),
+        "INSERT INTO audit_pending (format, at_ms, kind, actor_kind, actor, names, reason, detail) \
+         VALUES (2, 1700000000000, 'admin_action', 'system', '', '', 'from the future', 'null')",
+    )
+    .await;
+    s.block_key(&key(4, 0), "compromised", t0(), &blocked(4, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.seal_audit().await.unwrap(), 1);
+    let check = s.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+    assert_eq!((check.records, check.pending.records), (1, 1));
+    assert_eq!(check.pending.oldest, Some(t0()));
+    assert!(check.pending.is_stale(t0() + time::Duration::minutes(5)));
+}
+
+/// A record in a transaction of its own (a reload, an admin action) comes after every record
+/// committed before it: `append_audit` seals what is pending first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_record_of_its_own_follows_what_was_pending() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let s = Storage::connect(pg.url()).await.unwrap();
+    for i in 0..2 {
+        s.block_key(&key(5, i), "compromised", t0(), &blocked(5, i))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let own = AuditEvent::new(AuditKind::ConfigReloaded, Actor::System, "SIGHUP");
+    assert_eq!(s.append_audit(&own, t0()).await.unwrap(), 3);
+    assert_eq!(count(pg.url(), "audit_pending").await, 0);
+    let newest = s.audit_records(&AuditFilter::default()).await.unwrap();
+    let events: Vec<AuditEvent> = newest.into_iter().rev().map(|r| r.event).collect();
+    assert_eq!(events, [blocked(5, 0), blocked(5, 1), own]);
 }
 
 async fn execute(url: &str, sql: &str) {
