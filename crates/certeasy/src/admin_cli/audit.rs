@@ -58,11 +58,16 @@ pub enum AuditCommand {
     /// Write records as JSON lines (one per line, oldest first) for a SIEM: to stdout, or to
     /// --out FILE with a progress bar on a terminal.
     #[command(
-        after_long_help = "Examples:\n  certeasy admin audit export --since 2026-01-01 --out audit-2026.jsonl\n  certeasy admin audit export --kind certificate-issued | jq .names"
+        after_long_help = "Examples:\n  certeasy admin audit export --since 2026-01-01 --out audit-2026.jsonl\n  certeasy admin audit export --kind certificate-issued | jq .names\n  certeasy admin audit export --after-seq \"$(tail -n1 shipped.jsonl | jq .seq)\" >> shipped.jsonl"
     )]
     Export {
         #[command(flatten)]
         filter: AuditFilterArgs,
+        /// Only records after this seq: the seq of the last line already shipped, for a
+        /// continuous feed. Prefer it to --since there: seq is the chain's order, and a record
+        /// chained a moment after its decision can carry an earlier time than one shipped before.
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        after_seq: i64,
         /// The file to write (created, or truncated); default stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -232,9 +237,11 @@ pub(super) async fn audit(
             seq: None,
             serial: None,
         } => anyhow::bail!("name a record's seq or --serial"),
-        AuditCommand::Export { filter, out: path } => {
-            export(client, filter.query(now)?, path).await
-        }
+        AuditCommand::Export {
+            filter,
+            after_seq,
+            out: path,
+        } => export(client, filter.query(now)?, after_seq, path).await,
         AuditCommand::Verify { expect_head } => verify(client, out, expect_head).await,
     }
 }
@@ -282,6 +289,7 @@ async fn show_serial(client: &AdminClient, out: Out, serial: &str) -> anyhow::Re
 async fn export(
     client: &AdminClient,
     query: AuditQuery,
+    after_seq: i64,
     path: Option<PathBuf>,
 ) -> anyhow::Result<bool> {
     let mut sink: Box<dyn Write> = match &path {
@@ -305,7 +313,7 @@ async fn export(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mut after = 0_i64;
+    let mut after = after_seq;
     let mut written = 0_u64;
     loop {
         let page = AuditQuery {

@@ -252,6 +252,25 @@ async fn audit_cli(db: Db) {
         12,
         "seq, at, kind, actor, client_ip, account, serial, names, reason, detail, prev_hash, hash"
     );
+    // A continuous feed resumes after the last seq shipped: exactly the lines after it.
+    let shipped = lines.len() - 2;
+    let resumed = admin(
+        &env,
+        &["audit", "export", "--after-seq", &shipped.to_string()],
+    )
+    .await;
+    assert!(resumed.ok, "{resumed:?}");
+    let rest: Vec<i64> = resumed
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert!(rest.len() >= 2, "{rest:?}");
+    assert_eq!(&rest[..2], &[shipped as i64 + 1, shipped as i64 + 2]);
     let filtered = admin(&env, &["audit", "export", "--kind", "certificate_revoked"]).await;
     assert!(filtered.ok, "{filtered:?}");
     let revoked: Vec<Value> = filtered
