@@ -117,6 +117,7 @@ pub(crate) fn revoked(
     );
     event.account = Some(certificate.account_id);
     event.serial = Some(certificate.serial.clone());
+    event.names = crate::certificate_names::of_der(&certificate.der);
     event.detail = serde_json::json!({
         "certificate_id": certificate.id.0,
         "reason_code": reason.code(),

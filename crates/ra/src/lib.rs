@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod attempts;
 pub mod audit;
 pub mod caa;
+mod certificate_names;
 pub mod challenges;
 pub mod eab;
 pub mod error;

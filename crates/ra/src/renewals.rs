@@ -14,13 +14,13 @@ use storage::model::RenewEarly;
 use time::Duration;
 use time::OffsetDateTime;
 use x509_parser::certificate::X509Certificate;
-use x509_parser::extensions::GeneralName;
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::FromDer;
 
 use crate::Ra;
 use crate::audit::AuditKind;
 use crate::audit::Requester;
+use crate::certificate_names;
 use crate::error::Error;
 use crate::error::Refusal;
 
@@ -74,37 +74,16 @@ fn parse_cert_id(text: &str) -> Result<(Vec<u8>, Serial), Refusal> {
 /// The Authority Key Identifier's keyIdentifier and the names of a certificate.
 fn certificate_facts(der: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
-    let mut aki = None;
-    let mut names = Vec::new();
-    for ext in cert.extensions() {
-        match ext.parsed_extension() {
+    let aki = cert
+        .extensions()
+        .iter()
+        .find_map(|ext| match ext.parsed_extension() {
             ParsedExtension::AuthorityKeyIdentifier(a) => {
-                aki = a.key_identifier.as_ref().map(|k| k.0.to_vec());
+                a.key_identifier.as_ref().map(|k| k.0.to_vec())
             }
-            ParsedExtension::SubjectAlternativeName(san) => {
-                for name in &san.general_names {
-                    match name {
-                        GeneralName::DNSName(d) => names.push(d.to_ascii_lowercase()),
-                        GeneralName::IPAddress(bytes) => {
-                            let ip = match bytes.len() {
-                                4 => <[u8; 4]>::try_from(*bytes)
-                                    .ok()
-                                    .map(|b| std::net::IpAddr::from(b).to_string()),
-                                16 => <[u8; 16]>::try_from(*bytes)
-                                    .ok()
-                                    .map(|b| std::net::IpAddr::from(b).to_string()),
-                                _ => None,
-                            };
-                            names.extend(ip);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    Some((aki?, names))
+            _ => None,
+        });
+    Some((aki?, certificate_names::of_parsed(&cert)))
 }
 
 impl Ra {
