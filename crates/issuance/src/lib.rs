@@ -29,11 +29,11 @@ mod settings;
 
 pub use alternate_chains::download_pem;
 pub use ca::Ca;
-pub use ca_handle::CaHandle;
 pub use ca::Intent;
 pub use ca::IssuedCertificate;
 pub use ca::RevokedEntry;
 pub use ca::TlsIdentity;
+pub use ca_handle::CaHandle;
 pub use ca_key::CaKey;
 pub use ca_key::generate_key_on_token;
 pub use crl_distribution::CrlDistribution;

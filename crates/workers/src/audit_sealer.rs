@@ -44,8 +44,7 @@ async fn seal(storage: &Storage, clock: &SharedClock) {
             metrics::counter!("certeasy_audit_records_sealed_total").increment(sealed);
         }
         Err(e) => {
-            metrics::counter!("certeasy_worker_errors_total", "stage" => "audit_seal")
-                .increment(1);
+            metrics::counter!("certeasy_worker_errors_total", "stage" => "audit_seal").increment(1);
             tracing::warn!(error = %e, "sealing audit records failed; the next pass tries again");
         }
     }

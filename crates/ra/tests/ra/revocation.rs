@@ -82,7 +82,11 @@ async fn the_holder_of_the_certificates_key_may_revoke_it_without_an_account() {
     assert_eq!(record.event.actor.kind(), "certificate_key");
     assert_eq!(record.event.client_ip, Some(client_ip()));
     assert_eq!(record.event.account, Some(account.id));
-    assert_eq!(record.event.names, ["a.example.com"], "the names it certified");
+    assert_eq!(
+        record.event.names,
+        ["a.example.com"],
+        "the names it certified"
+    );
     assert_eq!(
         record.event.reason,
         format!(
