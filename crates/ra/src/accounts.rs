@@ -233,7 +233,7 @@ impl Ra {
         let mut audit = requester.event(
             AuditKind::AccountKeyChanged,
             format!(
-                "key changed by {}: the request was signed by the old key and its inner JWS by                  the new one, which is neither weak nor blocked",
+                "key changed by {}: the request was signed by the old key and its inner JWS by the new one, which is neither weak nor blocked",
                 requester.who()
             ),
         );

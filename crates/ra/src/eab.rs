@@ -117,7 +117,7 @@ impl Ra {
         let mut bound = requester.event(
             AuditKind::EabKeyBound,
             format!(
-                "external account key {kid} bound to the new account: its MAC verified, the key                  neither revoked, expired nor (single-use) bound before"
+                "external account key {kid} bound to the new account: its MAC verified, the key neither revoked, expired nor (single-use) bound before"
             ),
         );
         bound.account = None;
@@ -323,7 +323,7 @@ impl Ra {
                     requester,
                     account,
                     format!(
-                        "deactivated by {} with the revocation of external account key {kid}                          it was bound with",
+                        "deactivated by {} with the revocation of external account key {kid} it was bound with",
                         requester.who()
                     ),
                 );
@@ -352,7 +352,7 @@ fn account_created(requester: &Requester, new: &NewAccount, kid: Option<&EabKid>
     let mut audit = requester.event(
         AuditKind::AccountCreated,
         format!(
-            "created by the holder of its key (neither weak nor blocked){binding}; contacts              checked; terms of service agreed: {}",
+            "created by the holder of its key (neither weak nor blocked){binding}; contacts checked; terms of service agreed: {}",
             if new.tos_agreed { "yes" } else { "not asked" }
         ),
     );

@@ -209,7 +209,7 @@ impl Ra {
             let mut event = requester.event(
                 AuditKind::AdminAction,
                 format!(
-                    "certificates marked for early renewal by {} (their ARI window moves into                      the past)",
+                    "certificates marked for early renewal by {} (their ARI window moves into the past)",
                     requester.who()
                 ),
             );

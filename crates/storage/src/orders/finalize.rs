@@ -383,7 +383,7 @@ async fn evidence_digest(
     kept_until: i64,
 ) -> Result<String> {
     let rows = sql::query(
-        "SELECT a.identifier_value, c.type, COALESCE(c.validated_at, $2) AS validated_at,          COALESCE(c.evidence, $3) AS evidence          FROM order_authorizations oa JOIN authorizations a ON a.id = oa.authz_id          JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid'          WHERE oa.order_id = $1 ORDER BY oa.position",
+        "SELECT a.identifier_value, c.type, COALESCE(c.validated_at, $2) AS validated_at, COALESCE(c.evidence, $3) AS evidence FROM order_authorizations oa JOIN authorizations a ON a.id = oa.authz_id JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' WHERE oa.order_id = $1 ORDER BY oa.position",
     )
     .bind(id.0)
     .bind(now_s)
