@@ -96,9 +96,11 @@ async fn verify(url: &str, expect_head: Option<String>) -> anyhow::Result<bool> 
     let check = storage.verify_audit_chain(&|n| bar.set_position(n)).await?;
     bar.finish_and_clear();
     let mut ok = true;
+    let stale = check.pending.is_stale(time::OffsetDateTime::now_utc());
     match &check.first_broken {
         None => println!(
-            "audit chain intact: {} records verified in {:.1} s",
+            "{}: {} records verified in {:.1} s",
+            intact_headline(stale),
             check.records,
             started.elapsed().as_secs_f64()
         ),
@@ -114,7 +116,6 @@ async fn verify(url: &str, expect_head: Option<String>) -> anyhow::Result<bool> 
     println!("head seq:  {}", check.head_seq);
     println!("head hash: {}", check.head_hash);
     if check.pending.records > 0 {
-        let stale = check.pending.is_stale(time::OffsetDateTime::now_utc());
         ok &= !stale;
         println!(
             "{}",
@@ -137,6 +138,16 @@ async fn verify(url: &str, expect_head: Option<String>) -> anyhow::Result<bool> 
     Ok(ok)
 }
 
+/// What both verify commands say first of a chain with no broken record: records committed
+/// long ago and still outside it make it incomplete, not intact.
+pub(crate) fn intact_headline(stale_pending: bool) -> &'static str {
+    if stale_pending {
+        "audit chain INCOMPLETE (committed records are not chained, see below), what is chained is intact"
+    } else {
+        "audit chain intact"
+    }
+}
+
 /// The line both verify commands print when records wait outside the chain.
 pub(crate) fn pending_line(
     records: u64,
@@ -152,7 +163,7 @@ pub(crate) fn pending_line(
         .unwrap_or_default();
     if stale {
         format!(
-            "pending:   {records} records committed but NOT CHAINED for over {} s{since}: sealing is failing (see the servers' logs, certeasy_worker_errors_total{{stage=\"audit_seal\"}}); they are not covered by this check",
+            "pending:   {records} records committed but NOT CHAINED for over {} s{since}: sealing is failing (see the servers' logs, certeasy_worker_errors_total{{stage=\"audit_seal\"}}) or they were written by a newer version of certeasy; they are not covered by this check",
             storage::audit::STALE_PENDING.whole_seconds()
         )
     } else {

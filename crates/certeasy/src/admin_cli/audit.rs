@@ -370,8 +370,10 @@ async fn verify(
     }
     match &doc.first_broken {
         None => println!(
-            "audit chain intact: {} records verified in {:.1} s",
-            doc.records, doc.seconds
+            "{}: {} records verified in {:.1} s",
+            crate::audit_offline::intact_headline(doc.pending_stale),
+            doc.records,
+            doc.seconds
         ),
         Some(broken) => {
             println!(
