@@ -102,14 +102,7 @@ fn ca_section(entries: &str) -> String {
 }
 
 fn leaf_issuer_cn(chain_pem: &str) -> String {
-    let der = crate::certcheck::pem_ders(chain_pem).remove(0);
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
-    cert.issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_owned()
+    crate::certcheck::issuer_cn(&crate::certcheck::pem_ders(chain_pem)[0])
 }
 
 /// The configured issuers' names as `certeasy admin ca list --json` shows them.
