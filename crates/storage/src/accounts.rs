@@ -3,6 +3,7 @@
 use acme_core::ids::AccountId;
 use time::OffsetDateTime;
 
+use crate::Backend;
 use crate::Result;
 use crate::Storage;
 use crate::audit;
@@ -28,6 +29,9 @@ impl Storage {
         audit: &AuditEvent,
     ) -> Result<Account> {
         let began = self.accounts.as_ref().map(|cache| cache.generation());
+        if self.backend == Backend::Postgres {
+            return create_account_pg(self, new, now, audit, began).await;
+        }
         let mut tx = self.begin_write().await?;
         // ON CONFLICT instead of catching the unique violation: a failed statement would abort a
         // PostgreSQL transaction, and the existing id is what the caller needs anyway.
@@ -191,6 +195,57 @@ impl Storage {
 
 /// `audit` naming the new account `id`, known once its row is written: as the account, and as
 /// the actor when an account is (the holder of the new account's key asked for it).
+/// [`Storage::create_account`] on PostgreSQL: one statement in autocommit, one round trip (a
+/// transaction around the insert and its record took four: BEGIN, the two inserts, COMMIT).
+/// The CTE `l` inserts the pending audit record (`audit::bind_pg_append`'s twelve columns, `$6`
+/// to `$17`) from the account the CTE `a` created, so the record names the new id exactly as
+/// [`for_new_account`] would (`actor` is the id in text when the actor is the account, and
+/// `account_id` is the id; `$10` and `$13` stand unused then); nothing is recorded when the key
+/// was already registered.
+async fn create_account_pg(
+    s: &Storage,
+    new: NewAccount,
+    now: OffsetDateTime,
+    audit: &AuditEvent,
+    began: Option<u64>,
+) -> Result<Account> {
+    let query = sql::query(concat!(
+        "WITH a AS (INSERT INTO accounts (thumbprint, jwk, status, contacts, tos_agreed, \
+             created_at) VALUES ($1, $2, 'valid', $3, $4, $5) \
+             ON CONFLICT (thumbprint) DO NOTHING RETURNING ",
+        account_cols!(),
+        "), \
+         l AS (INSERT INTO audit_pending (format, at_ms, kind, actor_kind, actor, operator, \
+             client_ip, account_id, serial, names, reason, detail) \
+             SELECT $6, $7, $8, $9, CASE WHEN $9 = 'account' THEN a.id::text ELSE $10 END, \
+             $11, $12, a.id, $14, $15, $16, $17 FROM a) \
+         SELECT ",
+        account_cols!(),
+        " FROM a"
+    ))
+    .bind(&new.thumbprint)
+    .bind(&new.jwk_json)
+    .bind(codec::encode_list(&new.contacts))
+    .bind(i64::from(new.tos_agreed))
+    .bind(codec::unix(now));
+    // The id is not known yet: the record is bound for id 0 and the statement puts the new id
+    // in its place.
+    let row = audit::bind_pg_append(query, &for_new_account(audit, AccountId(0)), now)?
+        .fetch_optional(&s.db)
+        .await?;
+    let Some(row) = row else {
+        return match holder_of(s, &new.thumbprint).await? {
+            Some(existing) => Err(Error::Conflict(existing)),
+            None => Err(Error::NotFound),
+        };
+    };
+    let account = rows::account(&row)?;
+    if let (Some(cache), Some(began)) = (&s.accounts, began) {
+        cache.keep(began, &account);
+    }
+    Ok(account)
+}
+
 pub(crate) fn for_new_account(audit: &AuditEvent, id: AccountId) -> AuditEvent {
     let mut event = audit.clone();
     event.account = Some(id);

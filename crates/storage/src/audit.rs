@@ -586,9 +586,10 @@ fn bind_columns(query: sql::Query, c: Columns) -> sql::Query {
 }
 
 /// Binds, in order, the twelve columns of a pending record (`format` to `detail`), for a
-/// PostgreSQL statement that records `event` as one of its parts: storing a certificate inserts
-/// its pending record in the same round trip (`orders/finalize.rs`, whose statement spells
-/// [`PENDING_INSERT`]'s insert as a CTE).
+/// PostgreSQL statement that records `event` as one of its parts: storing a certificate and
+/// creating an account insert their pending record in the same round trip
+/// (`orders/finalize.rs`, `accounts.rs`, whose statements spell [`PENDING_INSERT`]'s insert as
+/// a CTE).
 pub(crate) fn bind_pg_append(
     query: sql::Query,
     event: &AuditEvent,

@@ -294,6 +294,44 @@ async fn postgres_a_record_of_its_own_follows_what_was_pending() {
     assert_eq!(events, [blocked(5, 0), blocked(5, 1), own]);
 }
 
+/// A new account and its record are one statement on PostgreSQL: the record names the new id
+/// as actor and account, exactly as the transaction on SQLite does; an already registered key
+/// creates nothing and records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_account_and_its_record_are_written_together() {
+    sqlx::any::install_default_drivers();
+    let pg = PgDatabase::create("certeasy_test_").unwrap();
+    let s = Storage::connect(pg.url()).await.unwrap();
+    let new = || storage::model::NewAccount {
+        jwk_json: r#"{"kty":"EC","x":"k1"}"#.to_owned(),
+        thumbprint: "k1".to_owned(),
+        contacts: vec!["mailto:ops@example.com".to_owned()],
+        tos_agreed: true,
+    };
+    let mut event = AuditEvent::new(
+        AuditKind::AccountCreated,
+        Actor::Account(acme_core::ids::AccountId(0)),
+        "created by the holder of its key",
+    );
+    event.client_ip = Some("192.0.2.9".parse().unwrap());
+    let account = s.create_account(new(), t0(), &event).await.unwrap();
+    let again = s.create_account(new(), t0(), &event).await;
+    assert!(
+        matches!(again, Err(storage::error::Error::Conflict(id)) if id == account.id.0),
+        "{again:?}"
+    );
+    let records = s.audit_records(&AuditFilter::default()).await.unwrap();
+    let [record] = records.as_slice() else {
+        panic!("one record, got {records:#?}");
+    };
+    let mut expected = event.clone();
+    expected.actor = Actor::Account(account.id);
+    expected.account = Some(account.id);
+    assert_eq!(record.event, expected);
+    let check = s.verify_audit_chain(&|_| {}).await.unwrap();
+    assert_eq!(check.first_broken, None, "{check:?}");
+}
+
 async fn execute(url: &str, sql: &str) {
     let mut conn = AnyConnection::connect(url).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
