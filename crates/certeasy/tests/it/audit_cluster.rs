@@ -13,6 +13,9 @@ use serde_json::Value;
 use crate::flow::issue;
 use crate::harness::Db;
 use crate::harness::TestEnv;
+use crate::issuer_reload::ca_section;
+use crate::issuer_reload::leaf_issuer_cn;
+use crate::issuer_reload::second_intermediate;
 
 /// Certificates each instance issues, all at once.
 const PER_INSTANCE: usize = 6;
@@ -92,27 +95,6 @@ async fn two_instances_issuing_at_once_write_one_audit_chain() {
     assert_eq!(accounts.len(), 2 * PER_INSTANCE, "one account per flow");
 }
 
-/// Runs `certeasy ca ...` to its end; its stdout.
-fn ca_command(args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
-        .arg("ca")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "certeasy ca {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// The common name of the issuer of the first certificate of `chain_pem`.
-fn leaf_issuer_cn(chain_pem: &str) -> String {
-    let der = crate::certcheck::pem_ders(chain_pem).remove(0);
-    crate::certcheck::issuer_cn(&der)
-}
-
 /// Issuer rotation in a cluster: both instances are configured with a second issuer; an
 /// operator activates it through instance a's admin API, and instance b, never restarted and
 /// never asked, signs its next certificate with it (it re-reads the active issuer from the
@@ -120,40 +102,11 @@ fn leaf_issuer_cn(chain_pem: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_activation_through_one_instance_switches_the_other_without_a_restart() {
     let mut a = TestEnv::new(Db::Postgres).await;
-    let root_key = a.dir.path().join("offline/root.key");
-    let issuers = a.dir.path().join("issuers");
-    let config = a.config_path.display().to_string();
-    a.write_config_for_test();
-    ca_command(&[
-        "init",
-        "--config",
-        &config,
-        "--root-key-out",
-        &root_key.display().to_string(),
-    ]);
-    let ca = a.dir.path().join("data/ca");
-    let root = ca.join("root.pem");
-    ca_command(&[
-        "new-intermediate",
-        "--config",
-        &config,
-        "--name",
+    let second = ca_section(&second_intermediate(
+        &a,
         "int-2027",
-        "--common-name",
         "Rotated Intermediate 2027",
-        "--root-cert",
-        &root.display().to_string(),
-        "--root-key",
-        &root_key.display().to_string(),
-        "--out-dir",
-        &issuers.display().to_string(),
-    ]);
-    let second = format!(
-        "  issuers:\n    - name: int-2027\n      certificate: \"{}\"\n      private-key: \"{}\"\n      chain: \"{}\"\n",
-        issuers.join("int-2027.pem").display(),
-        issuers.join("int-2027.key").display(),
-        root.display()
-    );
+    ));
     a.section("ca", &second);
     a.start().await;
     let mut b = TestEnv::new(Db::Sqlite).await;

@@ -28,7 +28,7 @@ const ROTATED_CN: &str = "Reloaded Intermediate 2027";
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs `certeasy ca ...` to its end.
-fn ca_command(args: &[&str]) {
+pub(crate) fn ca_command(args: &[&str]) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_certeasy"))
         .arg("ca")
         .args(args)
@@ -44,6 +44,12 @@ fn ca_command(args: &[&str]) {
 /// The CA made by `ca init` with the root key kept offline, then a second intermediate under
 /// that root in `<dir>/issuers`, as an operator rotating would: the `ca.issuers` entry for it.
 fn ca_with_second_intermediate(env: &TestEnv) -> String {
+    second_intermediate(env, ROTATED, ROTATED_CN)
+}
+
+/// [`ca_with_second_intermediate`] for an issuer named `name` with common name `cn` (also what
+/// `audit_cluster.rs` rotates to).
+pub(crate) fn second_intermediate(env: &TestEnv, name: &str, cn: &str) -> String {
     let root_key = env.dir.path().join("offline/root.key");
     let issuers = env.dir.path().join("issuers");
     let config = env.config_path.display().to_string();
@@ -61,9 +67,9 @@ fn ca_with_second_intermediate(env: &TestEnv) -> String {
         "--config",
         &config,
         "--name",
-        ROTATED,
+        name,
         "--common-name",
-        ROTATED_CN,
+        cn,
         "--root-cert",
         &root.display().to_string(),
         "--root-key",
@@ -72,9 +78,9 @@ fn ca_with_second_intermediate(env: &TestEnv) -> String {
         &issuers.display().to_string(),
     ]);
     issuer_entry(
-        ROTATED,
-        &issuers.join(format!("{ROTATED}.pem")),
-        &issuers.join(format!("{ROTATED}.key")),
+        name,
+        &issuers.join(format!("{name}.pem")),
+        &issuers.join(format!("{name}.key")),
         &root,
     )
 }
@@ -93,7 +99,7 @@ fn issuer_entry(name: &str, certificate: &Path, key: &Path, chain: &Path) -> Str
     )
 }
 
-fn ca_section(entries: &str) -> String {
+pub(crate) fn ca_section(entries: &str) -> String {
     if entries.is_empty() {
         String::new()
     } else {
@@ -101,7 +107,7 @@ fn ca_section(entries: &str) -> String {
     }
 }
 
-fn leaf_issuer_cn(chain_pem: &str) -> String {
+pub(crate) fn leaf_issuer_cn(chain_pem: &str) -> String {
     crate::certcheck::issuer_cn(&crate::certcheck::pem_ders(chain_pem)[0])
 }
 
