@@ -531,7 +531,7 @@ fn new_intermediate(args: &NewIntermediateArgs) -> Result<(), Failure> {
         }
     }
     println!(
-        "\nAdd this entry to the configuration, then `certeasy admin ca activate {}`:\n",
+        "\nAdd this entry to the configuration, reload every instance (SIGHUP or `certeasy admin reload`; no restart), then `certeasy admin ca activate {}`:\n",
         args.name
     );
     print!("{entry}");

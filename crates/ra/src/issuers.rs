@@ -141,8 +141,8 @@ pub fn longest_validity(profiles: &Profiles) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// Whether `name` may become the active issuer at `now`: configured and loaded (`NotFound`),
-/// not retired and valid for at least `longest` more (`Conflict`, saying why).
+/// Whether `name` may become the active issuer at `now`: configured and loaded, not retired
+/// and valid for at least `longest` more (`Conflict`, saying why).
 pub fn may_activate(
     ca: &Ca,
     name: &IssuerName,
@@ -156,7 +156,13 @@ pub fn may_activate(
         )));
     }
     let Some(issuer) = ca.issuer(name) else {
-        return Err(Refusal::NotFound("issuer"));
+        // Named in full: the usual cause is an entry added to the file and not yet reloaded.
+        let loaded: Vec<String> = ca.issuers().map(|i| i.name().to_string()).collect();
+        return Err(Refusal::Conflict(format!(
+            "no issuer {name} is loaded on this instance (loaded: {}): add it to ca.issuers, \
+             reload (SIGHUP or `certeasy admin reload`) and activate it then",
+            loaded.join(", ")
+        )));
     };
     let not_after = issuer.issuing_not_after();
     if not_after <= now {
