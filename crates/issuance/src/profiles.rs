@@ -12,12 +12,15 @@ use std::str::FromStr;
 
 use acme_core::identifier::Identifier;
 use acme_core::identifier::IdentifierKind;
+use acme_core::ids::AccountId;
+use acme_core::status::ChallengeType;
 use time::Duration;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::csr::CheckedCsr;
 use crate::error::Error;
+use crate::issuers::IssuerName;
 use crate::key_algorithm::KeyAlgorithm;
 
 /// Lifetime of a certificate whose order does not ask for one, for profiles that set none.
@@ -27,6 +30,12 @@ pub const DEFAULT_VALIDITY: Duration = Duration::days(90);
 pub const DEFAULT_MAX_VALIDITY: Duration = Duration::days(397);
 /// The profile an order without `profile` gets, in the shipped set.
 pub const SHIPPED_DEFAULT: &str = "tls-server";
+/// The shipped profile of short-lived certificates, the only shipped one that certifies IP
+/// addresses (as Let's Encrypt's `shortlived`).
+pub const SHIPPED_SHORT_LIVED: &str = "short-lived";
+/// How long an authorization validated for the shipped short-lived profile serves its orders
+/// (Let's Encrypt's 7 hours): an IP address changes hands faster than a domain name.
+pub const SHORT_LIVED_AUTHORIZATION_LIFETIME: Duration = Duration::hours(7);
 
 /// A key usage a profile may grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -124,6 +133,57 @@ pub struct ProfileDefinition {
     pub identifier_types: Vec<IdentifierKind>,
     /// Key types (and sizes) of CSRs this profile certifies.
     pub key_types: Vec<KeyAlgorithm>,
+    /// The validation policy (Boulder's validation profiles): lifetimes and limits of orders
+    /// under this profile, and who may use it.
+    pub validation: ValidationPolicy,
+    /// The issuer that signs this profile's certificates; `None` is the active issuer.
+    pub issuer: Option<IssuerName>,
+}
+
+/// How orders of a profile are validated and who may ask for it. A `None` lifetime or limit is
+/// the CA-wide one (`acme.*`): the policy layer resolves it, so each default has one source.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValidationPolicy {
+    /// How long a new authorization stays pending.
+    pub pending_authorization_lifetime: Option<Duration>,
+    /// How long after its validation an authorization serves orders of this profile: the
+    /// expiry of an authorization validated for it, and the limit on reusing any other.
+    pub valid_authorization_lifetime: Option<Duration>,
+    /// How long a new order lives (never longer than its authorizations).
+    pub order_lifetime: Option<Duration>,
+    /// Most identifiers one order may hold.
+    pub max_identifiers: Option<usize>,
+    /// Challenge types offered; empty offers every type the identifier allows.
+    pub challenge_types: Vec<ChallengeType>,
+    /// Accounts that may use the profile; with `eab_key_ids` also empty, every account may.
+    pub accounts: Vec<AccountId>,
+    /// Accounts bound with one of these external account binding keys may use the profile.
+    pub eab_key_ids: Vec<String>,
+}
+
+impl ValidationPolicy {
+    /// Whether any account may use the profile.
+    pub fn open_to_all(&self) -> bool {
+        self.accounts.is_empty() && self.eab_key_ids.is_empty()
+    }
+
+    /// Whether the account `id`, bound with the EAB key `eab_kid` if any, may use the profile.
+    pub fn allows_account(&self, id: AccountId, eab_kid: Option<&str>) -> bool {
+        self.open_to_all()
+            || self.accounts.contains(&id)
+            || eab_kid.is_some_and(|kid| self.eab_key_ids.iter().any(|k| k == kid))
+    }
+
+    /// `offered` narrowed to the types this profile allows, in their order.
+    pub fn filter_challenges(&self, offered: Vec<ChallengeType>) -> Vec<ChallengeType> {
+        if self.challenge_types.is_empty() {
+            return offered;
+        }
+        offered
+            .into_iter()
+            .filter(|t| self.challenge_types.contains(t))
+            .collect()
+    }
 }
 
 impl Default for ProfileDefinition {
@@ -138,14 +198,22 @@ impl Default for ProfileDefinition {
             extended_key_usages: vec![ExtendedKeyUsage::ServerAuth],
             identifier_types: vec![IdentifierKind::Dns, IdentifierKind::Ip],
             key_types: KeyAlgorithm::ALL.to_vec(),
+            validation: ValidationPolicy::default(),
+            issuer: None,
         }
     }
 }
 
 impl ProfileDefinition {
-    /// The profiles Certeasy ships with, by name; [`SHIPPED_DEFAULT`] is the default.
+    /// The profiles Certeasy ships with, by name; [`SHIPPED_DEFAULT`] is the default. As at
+    /// Let's Encrypt, IP addresses are certified only by the short-lived profile, whose
+    /// authorizations serve its orders for [`SHORT_LIVED_AUTHORIZATION_LIFETIME`]; the others
+    /// certify DNS names.
     pub fn shipped() -> BTreeMap<String, ProfileDefinition> {
-        let base = Self::default();
+        let base = Self {
+            identifier_types: vec![IdentifierKind::Dns],
+            ..Self::default()
+        };
         let mut profiles = BTreeMap::new();
         profiles.insert(
             SHIPPED_DEFAULT.to_owned(),
@@ -155,11 +223,18 @@ impl ProfileDefinition {
             },
         );
         profiles.insert(
-            "short-lived".to_owned(),
+            SHIPPED_SHORT_LIVED.to_owned(),
             Self {
-                description: "TLS server certificate valid for 7 days (serverAuth)".to_owned(),
+                description:
+                    "TLS server certificate valid for 7 days, for DNS names and IP addresses (serverAuth)"
+                        .to_owned(),
                 validity: Some(Duration::days(7)),
                 max_validity: Some(Duration::days(7)),
+                identifier_types: vec![IdentifierKind::Dns, IdentifierKind::Ip],
+                validation: ValidationPolicy {
+                    valid_authorization_lifetime: Some(SHORT_LIVED_AUTHORIZATION_LIFETIME),
+                    ..ValidationPolicy::default()
+                },
                 ..base.clone()
             },
         );
@@ -190,6 +265,8 @@ pub struct Profile {
     extended_key_usages: Vec<ExtendedKeyUsage>,
     identifier_types: Vec<IdentifierKind>,
     key_types: Vec<KeyAlgorithm>,
+    validation: ValidationPolicy,
+    issuer: Option<IssuerName>,
 }
 
 impl Profile {
@@ -231,6 +308,16 @@ impl Profile {
     /// Key types certified.
     pub fn key_types(&self) -> &[KeyAlgorithm] {
         &self.key_types
+    }
+
+    /// How its orders are validated and who may ask for it.
+    pub fn validation(&self) -> &ValidationPolicy {
+        &self.validation
+    }
+
+    /// The issuer that signs it; `None` is the active issuer.
+    pub fn issuer(&self) -> Option<&IssuerName> {
+        self.issuer.as_ref()
     }
 
     /// Refuses the identifiers whose type this profile does not certify, one
@@ -388,9 +475,36 @@ impl Profiles {
                 extended_key_usages: def.extended_key_usages.clone(),
                 identifier_types: def.identifier_types.clone(),
                 key_types: def.key_types.clone(),
+                validation: def.validation.clone(),
+                issuer: def.issuer.clone(),
             };
             if !profile.validity.is_positive() {
                 return Err(invalid(name, "the validity must be longer than zero"));
+            }
+            let v = &profile.validation;
+            for (what, lifetime) in [
+                (
+                    "pending authorization lifetime",
+                    v.pending_authorization_lifetime,
+                ),
+                (
+                    "valid authorization lifetime",
+                    v.valid_authorization_lifetime,
+                ),
+                ("order lifetime", v.order_lifetime),
+            ] {
+                if lifetime.is_some_and(|l| !l.is_positive()) {
+                    return Err(invalid(
+                        name,
+                        &format!("the {what} must be longer than zero"),
+                    ));
+                }
+            }
+            if v.max_identifiers == Some(0) {
+                return Err(invalid(
+                    name,
+                    "the most identifiers per order must be at least 1",
+                ));
             }
             if profile.max_validity < profile.validity {
                 return Err(invalid(

@@ -12,6 +12,8 @@ use super::KeyUsage;
 use super::ProfileDefinition;
 use super::Profiles;
 use super::SHIPPED_DEFAULT;
+use super::SHORT_LIVED_AUTHORIZATION_LIFETIME;
+use super::ValidationPolicy;
 use crate::error::Error;
 
 /// 2026-01-01T00:00:00Z.
@@ -245,4 +247,103 @@ fn usage_names_round_trip() {
         "code-signing".parse::<ExtendedKeyUsage>(),
         Err(Error::InvalidRequest(m)) if m.contains("server-auth, client-auth")
     ));
+}
+
+#[test]
+fn ip_addresses_are_certified_only_by_the_shipped_short_lived_profile() {
+    let profiles = Profiles::shipped();
+    let ip = Identifier::ip("192.0.2.1").unwrap();
+    for profile in profiles.iter() {
+        let allowed = profile.check_identifiers(std::slice::from_ref(&ip)).is_ok();
+        assert_eq!(
+            allowed,
+            profile.name() == "short-lived",
+            "{}",
+            profile.name()
+        );
+        assert_eq!(profile.issuer(), None);
+        assert!(profile.validation().open_to_all());
+    }
+    let short = profiles.select(Some("short-lived")).unwrap();
+    assert_eq!(
+        short.validation().valid_authorization_lifetime,
+        Some(SHORT_LIVED_AUTHORIZATION_LIFETIME)
+    );
+    // The other lifetimes and limits are the CA-wide ones.
+    assert_eq!(short.validation().order_lifetime, None);
+    assert_eq!(short.validation().max_identifiers, None);
+    let default = profiles.default_profile();
+    assert_eq!(default.validation(), &ValidationPolicy::default());
+}
+
+#[test]
+fn the_validation_policy_filters_challenges_and_accounts() {
+    use acme_core::ids::AccountId;
+    use acme_core::status::ChallengeType;
+
+    let all = vec![
+        ChallengeType::Http01,
+        ChallengeType::Dns01,
+        ChallengeType::TlsAlpn01,
+    ];
+    let open = ValidationPolicy::default();
+    assert_eq!(open.filter_challenges(all.clone()), all);
+    assert!(open.allows_account(AccountId(7), None));
+
+    let narrow = ValidationPolicy {
+        challenge_types: vec![ChallengeType::Dns01, ChallengeType::Http01],
+        accounts: vec![AccountId(7)],
+        eab_key_ids: vec!["kid-1".to_owned()],
+        ..ValidationPolicy::default()
+    };
+    // The identifier's own order is kept; a type the identifier is not offered stays out.
+    assert_eq!(
+        narrow.filter_challenges(all),
+        [ChallengeType::Http01, ChallengeType::Dns01]
+    );
+    assert_eq!(narrow.filter_challenges(vec![ChallengeType::TlsAlpn01]), []);
+    assert!(narrow.allows_account(AccountId(7), None));
+    assert!(narrow.allows_account(AccountId(8), Some("kid-1")));
+    assert!(!narrow.allows_account(AccountId(8), Some("kid-2")));
+    assert!(!narrow.allows_account(AccountId(8), None));
+}
+
+#[test]
+fn validation_lifetimes_and_limits_must_be_positive() {
+    for (validation, why) in [
+        (
+            ValidationPolicy {
+                order_lifetime: Some(Duration::ZERO),
+                ..ValidationPolicy::default()
+            },
+            "the order lifetime must be longer than zero",
+        ),
+        (
+            ValidationPolicy {
+                valid_authorization_lifetime: Some(Duration::seconds(-1)),
+                ..ValidationPolicy::default()
+            },
+            "the valid authorization lifetime must be longer than zero",
+        ),
+        (
+            ValidationPolicy {
+                max_identifiers: Some(0),
+                ..ValidationPolicy::default()
+            },
+            "the most identifiers per order must be at least 1",
+        ),
+    ] {
+        let mut defs = BTreeMap::new();
+        defs.insert(
+            "p".to_owned(),
+            ProfileDefinition {
+                validation,
+                ..ProfileDefinition::default()
+            },
+        );
+        match Profiles::new("p", &defs, DEFAULT_VALIDITY, DEFAULT_MAX_VALIDITY) {
+            Err(Error::InvalidProfile(detail)) => assert!(detail.contains(why), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
