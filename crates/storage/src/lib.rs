@@ -24,6 +24,7 @@ mod issuer_chains;
 mod jobs;
 pub mod model;
 mod orders;
+pub mod overrides;
 mod pauses;
 mod private_file;
 mod prune;

@@ -28,6 +28,7 @@ mod issuer_chains;
 mod issuers;
 mod jobs;
 mod orders;
+mod overrides;
 mod pauses;
 mod prune;
 mod reservations;
