@@ -36,6 +36,18 @@ impl AccountUris {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+
+    /// The `accountHashPrefix` of dns-persist-01 (draft-ietf-acme-dns-persist-02 §4.1): hashed
+    /// account URIs are this followed by `sha-256/<digest>`. Announced in the directory and
+    /// compared by the validator, so it has one definition; stable for as long as the base URL
+    /// is, as the draft requires. Nothing is served there.
+    pub fn hash_prefix(&self) -> String {
+        let base = self.prefix.strip_suffix(Self::PATH).unwrap_or(&self.prefix);
+        format!("{base}{}", Self::HASH_PATH)
+    }
+
+    /// The path of [`AccountUris::hash_prefix`] under the base URL.
+    pub const HASH_PATH: &'static str = "/acme/account-hash/";
 }
 
 #[cfg(test)]
@@ -54,6 +66,10 @@ mod tests {
                 "https://acme.internal:14000/acme/acct/7"
             );
             assert_eq!(uris.prefix(), "https://acme.internal:14000/acme/acct/");
+            assert_eq!(
+                uris.hash_prefix(),
+                "https://acme.internal:14000/acme/account-hash/"
+            );
         }
     }
 }

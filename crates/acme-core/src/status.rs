@@ -119,6 +119,12 @@ wire_enum!(
         Dns01 => "dns-01",
         /// RFC 8737.
         TlsAlpn01 => "tls-alpn-01",
+        /// draft-ietf-acme-dns-account-label-02: dns-01 at a label derived from the account URL,
+        /// so several accounts can validate one name at once. Offered only when enabled.
+        DnsAccount01 => "dns-account-01",
+        /// draft-ietf-acme-dns-persist-02: a standing TXT record naming this CA and the account.
+        /// Offered only when enabled.
+        DnsPersist01 => "dns-persist-01",
     }
 );
 
@@ -177,6 +183,9 @@ mod tests {
             ChallengeType::TlsAlpn01
         );
         assert!("http-02".parse::<ChallengeType>().is_err());
+        for s in ["dns-account-01", "dns-persist-01"] {
+            assert_eq!(s.parse::<ChallengeType>().unwrap().as_str(), s);
+        }
         assert_eq!(RevocationReason::from_code(2), None);
         assert_eq!(RevocationReason::from_code(4).unwrap().code(), 4);
     }

@@ -308,9 +308,35 @@ async fn swap_key(
         return Ok(None);
     };
     let account = rows::account(&row)?;
+    // The replaced key stays known (migration 0024): dns-persist-01 records made with it keep
+    // validating. A key used twice keeps its latest retirement.
+    sql::query(
+        "INSERT INTO account_key_history (account_id, thumbprint, retired_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (account_id, thumbprint) DO UPDATE SET retired_at = excluded.retired_at",
+    )
+    .bind(id.0)
+    .bind(old_thumbprint)
+    .bind(codec::unix(now))
+    .execute(&mut *tx)
+    .await?;
     audit::append_in(&mut tx, audit, now).await?;
     tx.commit().await?;
     Ok(Some(account))
+}
+
+impl Storage {
+    /// Thumbprints of the keys account `id` had before its current one (replaced by key
+    /// changes since migration 0024), newest first: what dns-persist-01 recomputes hashed
+    /// account URIs over after the current key.
+    pub async fn earlier_thumbprints(&self, id: AccountId) -> Result<Vec<String>> {
+        sql::query_scalar::<String>(
+            "SELECT thumbprint FROM account_key_history WHERE account_id = $1 \
+             ORDER BY retired_at DESC, thumbprint",
+        )
+        .bind(id.0)
+        .fetch_all(&self.db)
+        .await
+    }
 }
 
 async fn holder_of(s: &Storage, thumbprint: &str) -> Result<Option<i64>> {

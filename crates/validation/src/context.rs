@@ -18,4 +18,6 @@ pub(crate) struct CheckContext {
     pub(crate) tls: Arc<rustls::ClientConfig>,
     /// `caa_identities`, lower-cased and without trailing dots, for comparison.
     pub(crate) caa_identities: Vec<String>,
+    /// `dns_persist_issuer_domain_names`, normalised the same way.
+    pub(crate) dns_persist_issuers: Vec<String>,
 }

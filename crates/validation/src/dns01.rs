@@ -20,12 +20,22 @@ pub(crate) async fn validate(
     identifier: &Identifier,
     key_authorization: &str,
 ) -> Result<Seen, Failure> {
+    let name = format!("_acme-challenge.{}", identifier.base_name());
+    validate_at(context, &name, key_authorization).await
+}
+
+/// The dns-01 check at the validation domain name `name`; dns-account-01 uses it at its
+/// account-scoped name.
+pub(crate) async fn validate_at(
+    context: &CheckContext,
+    name: &str,
+    key_authorization: &str,
+) -> Result<Seen, Failure> {
     // A missing or stale TXT record is what propagation looks like, and retrying only queries
     // DNS again: those failures may be retried. A DNS server failing (SERVFAIL, timeout) is no
     // propagation and is the verdict (see `failure.rs`).
-    let name = format!("_acme-challenge.{}", identifier.base_name());
     let expected = key_authorization::dns01_txt_value(key_authorization);
-    let values = match context.dns.query(&name, RecordType::TXT).await {
+    let values = match context.dns.query(name, RecordType::TXT).await {
         Answer::Records(records) => records
             .iter()
             .filter_map(|r| match r {

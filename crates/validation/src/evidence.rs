@@ -13,6 +13,9 @@ pub struct Evidence {
     /// The CAA records that allowed issuance and the name they were found at, that none exist
     /// up to the root, or why no CAA check applies.
     pub caa: Vec<String>,
+    /// dns-persist-01: the `persistUntil` (UNIX seconds) of the record that validated, which the
+    /// authorization must not outlive (draft-ietf-acme-dns-persist-02 §4.1). `None` otherwise.
+    pub persist_until: Option<i64>,
 }
 
 /// What a challenge check saw; the validator adds the CAA part.

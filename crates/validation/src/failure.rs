@@ -19,6 +19,11 @@
 //! | | DNS SERVFAIL, REFUSED, timeout (dns-01 included); NXDOMAIN or no A/AAAA for an http-01 or tls-alpn-01 target | http-01 answered 4xx (404 included), 3xx that is not followed, or a body too large |
 //! | | http-01 answered 5xx (a reverse proxy whose backend restarts) | a redirect refused by the rules; an address the target-address policy refuses; a TLS alert or ALPN mismatch; CAA refusals and CAA lookup failures; a malformed challenge |
 //!
+//! dns-account-01 is dns-01 at another name and is classed the same. dns-persist-01 counts as
+//! propagation only while no record naming this CA is there (none at all, or only other CAs'):
+//! a record of ours that is malformed, for another account, expired or not for wildcards is
+//! definite.
+//!
 //! A TXT set that holds other values but not ours counts as propagation because it is what a
 //! subscriber sees while an update propagates: secondaries and caches serve the previous set
 //! (often the value of an earlier order, or of the other authorization of a `*.name` + `name`

@@ -1,5 +1,7 @@
 //! Challenge validation for Certeasy: http-01 and dns-01 (RFC 8555 §8.3, §8.4), tls-alpn-01
-//! (RFC 8737), IP identifiers (RFC 8738) and CAA checking (RFC 8659, RFC 8657 parameters).
+//! (RFC 8737), dns-account-01 (draft-ietf-acme-dns-account-label-02), dns-persist-01
+//! (draft-ietf-acme-dns-persist-02), IP identifiers (RFC 8738) and CAA checking (RFC 8659, RFC
+//! 8657 parameters).
 //!
 //! One [`Validator`] performs single validation attempts; retries, scheduling and persistence of the
 //! outcome belong to the caller. [`Validator::attempt`] says, as a [`Failure`], whether a failed
@@ -20,6 +22,8 @@ mod address_policy;
 mod caa;
 mod context;
 mod dns01;
+mod dns_account01;
+mod dns_persist01;
 mod error;
 mod evidence;
 mod failure;
@@ -37,4 +41,4 @@ pub use evidence::Evidence;
 pub use failure::{Failure, Retry};
 pub use resolver::MAX_ADDRESSES_PER_NAME;
 pub use settings::{DEFAULT_ALLOW_PRIVATE_REDIRECTS, ValidationSettings};
-pub use validator::Validator;
+pub use validator::{AttemptAccount, MAX_ISSUER_DOMAIN_NAMES, Validator};

@@ -58,6 +58,13 @@ pub struct ValidationSettings {
     pub max_body_bytes: usize,
     /// Issuer domain names under which CAA records authorize this CA. Empty disables CAA checks.
     pub caa_identities: Vec<String>,
+    /// The issuer domain names a dns-persist-01 record may name (draft-ietf-acme-dns-persist-02
+    /// §3.1): at most 10 domain names. Empty when dns-persist-01 is not offered, and then every
+    /// dns-persist-01 attempt fails.
+    pub dns_persist_issuer_domain_names: Vec<String>,
+    /// The `accountHashPrefix` of dns-persist-01 hashed account URIs
+    /// (`acme_core::account_uri::AccountUris::hash_prefix`).
+    pub account_hash_prefix: String,
 }
 
 impl Default for ValidationSettings {
@@ -73,6 +80,8 @@ impl Default for ValidationSettings {
             max_redirects: 10,
             max_body_bytes: 64 * 1024,
             caa_identities: Vec::new(),
+            dns_persist_issuer_domain_names: Vec::new(),
+            account_hash_prefix: String::new(),
         }
     }
 }

@@ -22,7 +22,45 @@ use crate::evidence::Evidence;
 use crate::failure::Failure;
 use crate::resolver::DnsClient;
 use crate::settings::ValidationSettings;
-use crate::{caa, dns01, http01, tls_alpn01};
+use crate::{caa, dns_account01, dns_persist01, dns01, http01, tls_alpn01};
+
+/// Most issuer domain names dns-persist-01 may name (draft-ietf-acme-dns-persist-02 §3.1).
+pub const MAX_ISSUER_DOMAIN_NAMES: usize = 10;
+
+/// The account an attempt is made for, as the DNS-scoped challenges need it: dns-account-01
+/// derives its label from the URI, dns-persist-01 recomputes the hashed account URI over every
+/// key the account has had.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptAccount<'a> {
+    /// The account URL exactly as the server hands it out (also what CAA `accounturi` names).
+    pub uri: &'a str,
+    /// RFC 7638 thumbprint (base64url) of the account's current key.
+    pub thumbprint: &'a str,
+    /// Thumbprints of the keys the account had before, newest first (dns-persist-01 records
+    /// made with them keep validating after a key change, draft §4.2).
+    pub earlier_thumbprints: &'a [String],
+    /// The time of the attempt in seconds since the epoch, from the caller's clock
+    /// (dns-persist-01's `persistUntil`).
+    pub now_unix: i64,
+}
+
+/// Lower case, no trailing dot, and a domain name: what the drafts and RFC 8659 compare.
+fn normalised_names(names: &[String], what: &str) -> Result<Vec<String>, Error> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let normalised = name.trim().trim_end_matches('.').to_ascii_lowercase();
+        if normalised.is_empty()
+            || normalised.len() > 253
+            || normalised.contains(|c: char| c.is_whitespace() || c == ';')
+        {
+            return Err(Error::Settings(format!(
+                "{what} {name:?} is not a domain name"
+            )));
+        }
+        out.push(normalised);
+    }
+    Ok(out)
+}
 
 /// Performs validation attempts. Cheap to clone; clones share the resolver and TLS configuration.
 #[derive(Debug, Clone)]
@@ -48,16 +86,15 @@ impl Validator {
                 "http_port and tls_alpn_port must not be 0".to_owned(),
             ));
         }
-        let mut caa_identities = Vec::with_capacity(settings.caa_identities.len());
-        for identity in &settings.caa_identities {
-            let normalised = identity.trim().trim_end_matches('.').to_ascii_lowercase();
-            if normalised.is_empty() || normalised.contains(|c: char| c.is_whitespace() || c == ';')
-            {
-                return Err(Error::Settings(format!(
-                    "CAA identity {identity:?} is not a domain name"
-                )));
-            }
-            caa_identities.push(normalised);
+        let caa_identities = normalised_names(&settings.caa_identities, "CAA identity")?;
+        let dns_persist_issuers = normalised_names(
+            &settings.dns_persist_issuer_domain_names,
+            "dns-persist-01 issuer domain name",
+        )?;
+        if dns_persist_issuers.len() > MAX_ISSUER_DOMAIN_NAMES {
+            return Err(Error::Settings(format!(
+                "at most {MAX_ISSUER_DOMAIN_NAMES} dns-persist-01 issuer domain names may be given"
+            )));
         }
         let policy = Arc::new(AddressPolicy::new(
             settings.allow_loopback,
@@ -72,6 +109,7 @@ impl Validator {
                 dns,
                 tls,
                 caa_identities,
+                dns_persist_issuers,
             }),
         })
     }
@@ -125,6 +163,35 @@ impl Validator {
         key_authorization: &str,
         account_uri: &str,
     ) -> Result<Evidence, Failure> {
+        // The thumbprint is the key authorization's second part (RFC 8555 §8.1); no earlier
+        // keys are known here, and the time is the system's.
+        let thumbprint = key_authorization
+            .rsplit_once('.')
+            .map_or("", |(_, thumbprint)| thumbprint);
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let account = AttemptAccount {
+            uri: account_uri,
+            thumbprint,
+            earlier_thumbprints: &[],
+            now_unix,
+        };
+        self.attempt_for(identifier, challenge, token, key_authorization, &account)
+            .await
+    }
+
+    /// [`Validator::attempt`] for `account`, with the account's earlier keys and the caller's
+    /// time: what the workers call.
+    pub async fn attempt_for(
+        &self,
+        identifier: &Identifier,
+        challenge: ChallengeType,
+        token: &str,
+        key_authorization: &str,
+        account: &AttemptAccount<'_>,
+    ) -> Result<Evidence, Failure> {
+        let account_uri = account.uri;
         check_applicable(identifier, challenge)?;
         if !token_is_valid(token) {
             return Err(Problem::new(
@@ -135,7 +202,7 @@ impl Validator {
         }
         let context = &*self.context;
         let challenge_check = async {
-            match challenge {
+            let seen = match challenge {
                 ChallengeType::Http01 => {
                     http01::validate(context, identifier, token, key_authorization).await
                 }
@@ -145,7 +212,15 @@ impl Validator {
                 ChallengeType::TlsAlpn01 => {
                     tls_alpn01::validate(context, identifier, key_authorization).await
                 }
-            }
+                ChallengeType::DnsAccount01 => {
+                    dns_account01::validate(context, identifier, key_authorization, account_uri)
+                        .await
+                }
+                ChallengeType::DnsPersist01 => {
+                    return persist(context, identifier, account).await;
+                }
+            };
+            seen.map(|seen| (seen, None))
         };
         // CAA failures are definite, lookup failures included: RFC 8659 makes a CA refuse when
         // CAA cannot be checked, and a refusal is not worth repeating within the attempt budget.
@@ -165,7 +240,7 @@ impl Validator {
                     result = &mut caa_check, if caa_result.is_none() => caa_result = Some(result),
                 }
             };
-            let seen = challenge_result?;
+            let (seen, persist_until) = challenge_result?;
             let caa = match caa_result {
                 Some(result) => result?,
                 None => caa_check.await?,
@@ -174,6 +249,7 @@ impl Validator {
                 addresses: seen.addresses,
                 observed: seen.observed,
                 caa,
+                persist_until,
             })
         };
         let limit = context.settings.timeout;
@@ -254,23 +330,66 @@ async fn caa_permits(
     caa::check(&context.dns, &context.caa_identities, request).await
 }
 
+/// dns-persist-01 with this validator's issuer domain names and the account's keys, current
+/// first.
+async fn persist(
+    context: &CheckContext,
+    identifier: &Identifier,
+    account: &AttemptAccount<'_>,
+) -> Result<(crate::evidence::Seen, Option<i64>), Failure> {
+    if context.dns_persist_issuers.is_empty() {
+        return Err(Failure::definite(Problem::new(
+            ProblemType::Malformed,
+            "dns-persist-01 is not offered by this CA (no issuer domain names are configured)",
+        )));
+    }
+    let mut thumbprints = Vec::with_capacity(1 + account.earlier_thumbprints.len());
+    thumbprints.push(account.thumbprint.to_owned());
+    thumbprints.extend(
+        account
+            .earlier_thumbprints
+            .iter()
+            .filter(|t| t.as_str() != account.thumbprint)
+            .cloned(),
+    );
+    let expected = dns_persist01::Expected {
+        issuer_domain_names: &context.dns_persist_issuers,
+        account_hash_prefix: &context.settings.account_hash_prefix,
+        account_uri: account.uri,
+        thumbprints: &thumbprints,
+        now_unix: account.now_unix,
+    };
+    let (seen, accepted) = dns_persist01::validate(context, identifier, &expected).await?;
+    Ok((seen, accepted.persist_until))
+}
+
+/// Whether `challenge` validates through DNS records at the name (and so may validate a
+/// wildcard's base name, and never an IP address).
+fn is_dns_based(challenge: ChallengeType) -> bool {
+    matches!(
+        challenge,
+        ChallengeType::Dns01 | ChallengeType::DnsAccount01 | ChallengeType::DnsPersist01
+    )
+}
+
 /// Refuses combinations the RFCs exclude before any network traffic.
 fn check_applicable(identifier: &Identifier, challenge: ChallengeType) -> Result<(), Problem> {
-    if identifier.is_wildcard() && challenge != ChallengeType::Dns01 {
+    if identifier.is_wildcard() && !is_dns_based(challenge) {
         return Err(Problem::new(
             ProblemType::Malformed,
             format!(
-                "{} cannot validate the wildcard identifier {}; wildcards can only be validated with dns-01",
+                "{} cannot validate the wildcard identifier {}; wildcards can only be validated with dns-01, dns-account-01 or dns-persist-01",
                 challenge.as_str(),
                 identifier.value()
             ),
         ));
     }
-    if identifier.kind() == IdentifierKind::Ip && challenge == ChallengeType::Dns01 {
+    if identifier.kind() == IdentifierKind::Ip && is_dns_based(challenge) {
         return Err(Problem::new(
             ProblemType::Malformed,
             format!(
-                "dns-01 cannot validate the IP identifier {}; use http-01 or tls-alpn-01 (RFC 8738)",
+                "{} cannot validate the IP identifier {}; use http-01 or tls-alpn-01 (RFC 8738)",
+                challenge.as_str(),
                 identifier.value()
             ),
         ));
@@ -293,7 +412,15 @@ mod tests {
     #[test]
     fn wildcards_need_dns01_and_ips_refuse_it() {
         let wildcard = Identifier::dns("*.example.com").unwrap();
-        assert!(check_applicable(&wildcard, ChallengeType::Dns01).is_ok());
+        for challenge in [
+            ChallengeType::Dns01,
+            ChallengeType::DnsAccount01,
+            ChallengeType::DnsPersist01,
+        ] {
+            assert!(check_applicable(&wildcard, challenge).is_ok());
+            let ip = Identifier::ip("192.0.2.1").unwrap();
+            assert!(check_applicable(&ip, challenge).is_err());
+        }
         for challenge in [ChallengeType::Http01, ChallengeType::TlsAlpn01] {
             let problem = check_applicable(&wildcard, challenge).unwrap_err();
             assert_eq!(problem.kind, ProblemType::Malformed);

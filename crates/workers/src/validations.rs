@@ -2,7 +2,8 @@
 //! `ra::attempts::decide` says it comes to (valid, invalid, or a retry) recorded.
 
 use acme_core::ids::ChallengeId;
-use acme_core::status::ChallengeStatus;
+use acme_core::problem::{Problem, ProblemType};
+use acme_core::status::{ChallengeStatus, ChallengeType};
 use ra::attempts::AttemptOutcome;
 use ra::attempts::AttemptsSoFar;
 use ra::attempts::Decision;
@@ -65,13 +66,14 @@ pub(crate) async fn validate_at_once(
             changed: true,
         };
         cx.hook.on_validation(&verdict).await;
+        let now = cx.clock.now();
         let recorded = cx
             .storage
             .record_valid_at_once_with_evidence(
                 id,
                 &kept(seen),
-                cx.settings.valid_authorization_lifetime,
-                cx.clock.now(),
+                valid_lifetime(cx, seen.persist_until, now),
+                now,
             )
             .await;
         drop(held);
@@ -154,20 +156,59 @@ async fn attempt_validation(
             observed: "test mode (--always-valid): recorded valid without any network traffic"
                 .to_owned(),
             caa: vec!["no CAA check: test mode (--always-valid)".to_owned()],
+            persist_until: None,
         });
     }
     let key_authorization = format!("{}.{}", target.challenge.token, target.thumbprint);
     let account_uri = cx.settings.account_uris.uri(target.account_id);
+    // dns-persist-01 accepts records made with the account's earlier keys (draft §4.2); the
+    // other types need only the current one, so nothing is read for them.
+    let earlier = if target.challenge.kind == ChallengeType::DnsPersist01 {
+        match cx.storage.earlier_thumbprints(target.account_id).await {
+            Ok(earlier) => earlier,
+            Err(e) => {
+                span.in_scope(
+                    || tracing::warn!(error = %e, "reading the account's earlier keys failed"),
+                );
+                return Err(validation::Failure::transient(Problem::new(
+                    ProblemType::ServerInternal,
+                    "the account's keys could not be read; try again",
+                )));
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let account = validation::AttemptAccount {
+        uri: &account_uri,
+        thumbprint: &target.thumbprint,
+        earlier_thumbprints: &earlier,
+        now_unix: cx.clock.now().unix_timestamp(),
+    };
     cx.validator
-        .attempt(
+        .attempt_for(
             &target.identifier,
             target.challenge.kind,
             &target.challenge.token,
             &key_authorization,
-            &account_uri,
+            &account,
         )
         .instrument(span.clone())
         .await
+}
+
+/// How long a validated authorization lives: `valid-authorization-lifetime`, but never past a
+/// dns-persist-01 record's `persistUntil` (draft-ietf-acme-dns-persist-02 §4.1).
+fn valid_lifetime(
+    cx: &WorkerContext,
+    persist_until: Option<i64>,
+    now: time::OffsetDateTime,
+) -> time::Duration {
+    let lifetime = cx.settings.valid_authorization_lifetime;
+    match persist_until.and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok()) {
+        Some(until) => lifetime.min(until - now).max(time::Duration::ZERO),
+        None => lifetime,
+    }
 }
 
 /// The validator's evidence as storage keeps it.
@@ -199,10 +240,12 @@ async fn record_attempt(
     let id = challenge.id;
     let attempt = job.retries.saturating_add(1);
     let mut evidence = Evidence::default();
+    let mut persist_until = None;
     let outcome = match outcome {
         Ok(seen) => {
             span.in_scope(|| tracing::info!(attempt, "validation succeeded"));
             evidence = kept(&seen);
+            persist_until = seen.persist_until;
             AttemptOutcome::Succeeded
         }
         // The detail may quote (a short, escaped prefix of) what the target served, which is
@@ -290,8 +333,8 @@ async fn record_attempt(
         .record_validation_with_evidence(
             id,
             outcome,
-            cx.settings.valid_authorization_lifetime,
-            cx.clock.now(),
+            valid_lifetime(cx, persist_until, now),
+            now,
             Some(job),
         )
         .await?;

@@ -188,6 +188,14 @@ async fn contacts_and_key_change(s: &Storage) {
             .unwrap(),
         KeyChange::Changed(account) if account.id == a.id
     ));
+    // Every replaced key is remembered for dns-persist-01 (migration 0024), once each; an
+    // account created with a key another account used has no earlier keys.
+    let mut earlier = s.earlier_thumbprints(a.id).await.unwrap();
+    earlier.sort();
+    let mut want = vec![a.thumbprint.clone(), "tp-new".to_owned()];
+    want.sort();
+    assert_eq!(earlier, want);
+    assert!(s.earlier_thumbprints(c.id).await.unwrap().is_empty());
     assert!(matches!(
         s.change_account_key(
             AccountId(999_999),
