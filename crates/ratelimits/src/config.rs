@@ -23,6 +23,10 @@ pub struct RateLimitingConfig {
     #[serde(deserialize_with = "failed_validation")]
     pub failed_validation: WindowLimit,
     pub pending_authorizations: PendingAuthorizationsLimit,
+    /// How often each instance looks for changes of the overrides kept in the database
+    /// (`certeasy admin overrides`) and for their expiries: a change applies everywhere within
+    /// this long, without a reload.
+    pub overrides_refresh: ConfigDuration,
     /// Consecutive validation failures per (account, identifier) before the pair is paused.
     /// Not a key of this block: the binary fills it from the top-level `zombie-pausing:` block.
     #[serde(skip)]
@@ -49,6 +53,7 @@ impl Default for RateLimitingConfig {
             duplicate_certificate: WindowLimit::DUPLICATE_CERTIFICATE,
             failed_validation: WindowLimit::FAILED_VALIDATION,
             pending_authorizations: PendingAuthorizationsLimit::default(),
+            overrides_refresh: DEFAULT_OVERRIDES_REFRESH,
             zombie_pausing: ZombiePausingLimit::default(),
             ipv6_prefix_length: 64,
             overrides_file: None,
@@ -56,6 +61,12 @@ impl Default for RateLimitingConfig {
         }
     }
 }
+
+/// Default of `rate-limiting.overrides-refresh`: an operator who adds an override while a
+/// customer waits sees it applied in about the time the command takes, and one small query per
+/// instance every two seconds costs the database nothing it would notice.
+pub const DEFAULT_OVERRIDES_REFRESH: ConfigDuration =
+    ConfigDuration(std::time::Duration::from_secs(2));
 
 /// Whether a limit's decisions are enforced or only logged and counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

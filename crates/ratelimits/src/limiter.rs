@@ -60,6 +60,9 @@ const MAX_PENDING_RESETS: usize = 100_000;
 /// requests in between do not wait for it.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub use crate::store::REDIS_ERRORS;
+/// Metric (gauge): the (limit, id) pairs overridden, by `source`: `file` (the overrides file)
+/// or `database` (`certeasy admin overrides`, those not expired).
+pub const OVERRIDES_IN_EFFECT: &str = "certeasy_ratelimit_overrides";
 
 /// One bucket a request wants to spend from (or check).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,10 +216,14 @@ struct Policy {
     overrides: ResolvedOverrides,
     whitelist: Vec<IpNet>,
     ipv6_prefix: u8,
+    /// What it was built from, so that a change of one source rebuilds it with the others.
+    config: RateLimitingConfig,
+    file: Overrides,
+    database: Overrides,
 }
 
 impl Policy {
-    fn build(config: &RateLimitingConfig, overrides: &Overrides) -> Result<Self> {
+    fn build(config: &RateLimitingConfig, file: &Overrides, database: &Overrides) -> Result<Self> {
         if !(1..=128).contains(&config.ipv6_prefix_length) {
             return Err(Error::InvalidLimit {
                 limit: "ipv6-prefix-length".to_owned(),
@@ -225,10 +232,20 @@ impl Policy {
         }
         Ok(Self {
             limits: Limits::from_config(config)?,
-            overrides: ResolvedOverrides::build(overrides, config)?,
+            overrides: ResolvedOverrides::build_merged(file, database, config)?,
             whitelist: config.whitelist.clone(),
             ipv6_prefix: config.ipv6_prefix_length,
+            config: config.clone(),
+            file: file.clone(),
+            database: database.clone(),
         })
+    }
+
+    /// Sets [`OVERRIDES_IN_EFFECT`] to what this policy holds.
+    fn publish(&self) {
+        metrics::gauge!(OVERRIDES_IN_EFFECT, "source" => "file").set(self.file.pairs() as f64);
+        metrics::gauge!(OVERRIDES_IN_EFFECT, "source" => "database")
+            .set(self.database.pairs() as f64);
     }
 
     /// The limit for a bucket, or None if the limit is disabled or the client whitelisted.
@@ -285,6 +302,10 @@ impl Policy {
 /// The rate limiter shared by every request handler.
 pub struct Limiter {
     policy: ArcSwap<Policy>,
+    /// Held while a new policy is built from the one in force, so that a reload (the file) and
+    /// a refresh of the database's overrides never build from the same old policy and lose one
+    /// another's change.
+    rebuilding: Mutex<()>,
     store: Arc<dyn Store>,
     /// Only for a remote store (Redis).
     fallback: Option<Fallback>,
@@ -449,20 +470,37 @@ impl Limiter {
         overrides: &Overrides,
         store: Arc<dyn Store>,
     ) -> Result<Self> {
+        let policy = Policy::build(config, overrides, &Overrides::empty())?;
+        policy.publish();
         Ok(Self {
-            policy: ArcSwap::from_pointee(Policy::build(config, overrides)?),
+            policy: ArcSwap::from_pointee(policy),
+            rebuilding: Mutex::new(()),
             fallback: store.is_remote().then(Fallback::new),
             store,
             instruments: OnceLock::new(),
         })
     }
 
-    /// Replaces limits and overrides atomically (SIGHUP). On error the old ones stay in force.
-    /// Buckets are kept: a raised limit applies to them at once (see [`crate::gcra::effective_tat`]).
+    /// Replaces limits and the file's overrides atomically (SIGHUP); the database's overrides
+    /// in force stay. On error the old ones stay in force. Buckets are kept: a raised limit
+    /// applies to them at once (see [`crate::gcra::effective_tat`]).
     pub fn reload(&self, config: &RateLimitingConfig, overrides: &Overrides) -> Result<()> {
-        self.policy
-            .store(Arc::new(Policy::build(config, overrides)?));
-        Ok(())
+        self.rebuild(|current| Policy::build(config, overrides, &current.database))
+            .map(|_| ())
+    }
+
+    /// Builds a policy from the one in force and swaps it in, under [`Limiter::rebuilding`];
+    /// returns the old and the new one.
+    fn rebuild(
+        &self,
+        build: impl FnOnce(&Policy) -> Result<Policy>,
+    ) -> Result<(Arc<Policy>, Arc<Policy>)> {
+        let _rebuilding = self.rebuilding.lock();
+        let current = self.policy.load_full();
+        let new = Arc::new(build(&current)?);
+        new.publish();
+        self.policy.store(Arc::clone(&new));
+        Ok((current, new))
     }
 
     /// Like [`Limiter::reload`], then gives a fresh bucket to every id listed explicitly in an
@@ -479,10 +517,46 @@ impl Limiter {
         config: &RateLimitingConfig,
         overrides: &Overrides,
     ) -> Result<usize> {
-        let new = Arc::new(Policy::build(config, overrides)?);
-        let old = self.policy.swap(Arc::clone(&new));
+        let (old, new) =
+            self.rebuild(|current| Policy::build(config, overrides, &current.database))?;
+        self.refresh_raised(&old, &new, [overrides, &new.database])
+            .await
+    }
+
+    /// Puts `database` in force as the overrides kept in the database (those not expired),
+    /// beside the file's, which it wins over for a bucket both name; refreshes the buckets it
+    /// raised as [`Limiter::reload_and_refresh`] does, and returns how many. Nothing changes
+    /// when `database` is what is in force already.
+    pub async fn set_database_overrides(&self, database: &Overrides) -> Result<usize> {
+        if self.policy.load().database == *database {
+            return Ok(0);
+        }
+        let (old, new) =
+            self.rebuild(|current| Policy::build(&current.config, &current.file, database))?;
+        self.refresh_raised(&old, &new, [database, &old.database])
+            .await
+    }
+
+    /// The overrides of the file and of the database in force now.
+    pub fn overrides_in_force(&self) -> (Overrides, Overrides) {
+        let policy = self.policy.load();
+        (policy.file.clone(), policy.database.clone())
+    }
+
+    /// Resets the buckets of the ids listed explicitly in `sources` whose limit is more
+    /// generous under `new` than under `old`.
+    async fn refresh_raised(
+        &self,
+        old: &Policy,
+        new: &Policy,
+        sources: [&Overrides; 2],
+    ) -> Result<usize> {
         let mut keys = Vec::new();
-        for entry in overrides.entries() {
+        for entry in sources.iter().flat_map(|o| o.entries()) {
+            // Per (account, identifier) buckets cannot be enumerated from the account alone.
+            if entry.limit.id_kind() == crate::limit::IdKind::AccountIdentifier {
+                continue;
+            }
             for id in &entry.ids {
                 let bucket = match id {
                     crate::overrides::OverrideId::Account(account) => BucketId::Account(*account),

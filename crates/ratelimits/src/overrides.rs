@@ -16,6 +16,13 @@
 //! (e.g. `requests-per-minute`); unset numbers come from the configured default. Parsing is
 //! strict, and every error names the entry, its limit and its line, because an operator who
 //! mistypes an override should learn it at reload, not by a customer hitting the default.
+//!
+//! Overrides kept in the database (`certeasy admin overrides add`) are parsed by the same
+//! [`validate`] through [`OverrideEntry::single`], one limit and one id each, and merged with the
+//! file's by [`ResolvedOverrides::build_merged`]: where both name the same bucket (the same limit
+//! and the same address, range or account), the database's wins, because it is the operator's
+//! change of the moment and the file is what was deployed. A range and an address inside it are
+//! different buckets: the most specific one applies, whichever source holds it.
 
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -71,6 +78,30 @@ pub enum OverrideId {
     Account(i64),
 }
 
+impl OverrideId {
+    /// Parses an id of `limit`'s kind as the overrides file does: an address or range for the
+    /// per-IP limits (IPv4-mapped forms read as IPv4), a decimal account id for the others. The
+    /// error says what the limit wants.
+    pub fn parse(limit: LimitName, text: &str) -> Result<Self, String> {
+        parse_id(limit, text)
+    }
+}
+
+/// The canonical text, the same for every way of writing one id: an address alone for a /32 or
+/// /128, a range in CIDR form with its host bits cleared, an account in decimal. Stored as the
+/// database's bucket column, so that `10.0.0.1` and `10.0.0.1/32` are one override.
+impl std::fmt::Display for OverrideId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Net(net) if net.prefix_len() == net.max_prefix_len() => {
+                write!(f, "{}", net.addr())
+            }
+            Self::Net(net) => write!(f, "{net}"),
+            Self::Account(account) => write!(f, "{account}"),
+        }
+    }
+}
+
 /// One validated entry, not yet combined with the defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverrideEntry {
@@ -90,6 +121,68 @@ pub struct OverrideEntry {
     pub ids: Vec<OverrideId>,
 }
 
+impl OverrideEntry {
+    /// One override of one bucket, as `certeasy admin overrides add` gives it: the generic
+    /// `burst`, `count` and `period`, checked by the parser of the file (the limit's name, the
+    /// id's kind and form, at least one number, none zero). Unset numbers come from the
+    /// configured default, as in the file.
+    pub fn single(
+        limit: &str,
+        id: &str,
+        burst: Option<u64>,
+        count: Option<u64>,
+        period: Option<Duration>,
+    ) -> Result<Self> {
+        let raw = RawEntry {
+            limit: limit.to_owned(),
+            burst,
+            count,
+            period: period.map(ConfigDuration),
+            requests_per_minute: None,
+            per_ip_per_hour: None,
+            orders_per_account_per_hour: None,
+            order_burst: None,
+            san_budget_per_account_per_hour: None,
+            max_per_window: None,
+            window: None,
+            max_consecutive_failures: None,
+            forgive_one_per: None,
+            ids: vec![id.to_owned()],
+            comment: None,
+        };
+        validate(0, None, raw).map_err(|e| match e {
+            Error::OverrideEntry { limit, reason, .. } => Error::InvalidLimit { limit, reason },
+            other => other,
+        })
+    }
+
+    /// The numbers this entry puts in force under `config`: its own, and the default's for those
+    /// it leaves unset. An error when they describe no bucket (finer than one per nanosecond).
+    pub fn resolve(&self, config: &RateLimitingConfig) -> Result<Limit> {
+        let base = config_numbers(config, self.limit);
+        Limit::new(
+            self.limit.as_str(),
+            self.burst.unwrap_or(base.burst),
+            self.count.unwrap_or(base.count),
+            self.period.unwrap_or(base.period),
+            base.mode,
+        )
+    }
+}
+
+/// A limit's configured numbers, without overrides; `None` when they describe no bucket.
+pub fn default_limit(config: &RateLimitingConfig, limit: LimitName) -> Option<Limit> {
+    let base = config_numbers(config, limit);
+    Limit::new(
+        limit.as_str(),
+        base.burst,
+        base.count,
+        base.period,
+        base.mode,
+    )
+    .ok()
+}
+
 /// A parsed overrides file.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Overrides {
@@ -100,6 +193,17 @@ impl Overrides {
     /// No overrides.
     pub fn empty() -> Self {
         Self::default()
+    }
+
+    /// Overrides from entries validated one by one ([`OverrideEntry::single`]): those of the
+    /// database, whose (limit, id) pairs are unique by the table's key.
+    pub fn from_entries(entries: Vec<OverrideEntry>) -> Self {
+        Self { entries }
+    }
+
+    /// How many (limit, id) pairs the entries name.
+    pub fn pairs(&self) -> usize {
+        self.entries.iter().map(|e| e.ids.len()).sum()
     }
 
     /// The validated entries.
@@ -350,45 +454,67 @@ struct NetOverrides {
 impl ResolvedOverrides {
     /// Fills each entry's unset numbers from the configuration and validates the result.
     /// Entries for a disabled limit are kept valid but unused: a disabled limit has no buckets.
+    #[cfg(test)]
     pub(crate) fn build(overrides: &Overrides, config: &RateLimitingConfig) -> Result<Self> {
+        Self::build_merged(overrides, &Overrides::empty(), config)
+    }
+
+    /// The file's overrides, then the database's over them (a bucket both name takes the
+    /// database's numbers). An entry of the file that describes no bucket is an error, as at
+    /// reload; one of the database is left out with a warning, because it was valid when it was
+    /// added and only a changed default can make it invalid, which must not refuse the reload.
+    pub(crate) fn build_merged(
+        file: &Overrides,
+        database: &Overrides,
+        config: &RateLimitingConfig,
+    ) -> Result<Self> {
         let mut resolved = Self::default();
-        for entry in overrides.entries() {
-            let base = config_numbers(config, entry.limit);
-            let limit = Limit::new(
-                entry.limit.as_str(),
-                entry.burst.unwrap_or(base.burst),
-                entry.count.unwrap_or(base.count),
-                entry.period.unwrap_or(base.period),
-                base.mode,
-            )
-            .map_err(|e| Error::OverrideEntry {
+        for entry in file.entries() {
+            let limit = entry.resolve(config).map_err(|e| Error::OverrideEntry {
                 index: entry.index,
                 limit: entry.limit.to_string(),
                 line: entry.line,
-                reason: e.to_string(),
+                reason: match e {
+                    Error::InvalidLimit { reason, .. } => reason,
+                    other => other.to_string(),
+                },
             })?;
-            for id in &entry.ids {
-                match id {
-                    OverrideId::Net(net) => {
-                        let nets = resolved.nets.entry(entry.limit).or_default();
-                        nets.exact.insert(*net, limit);
-                        let lengths = if matches!(net, IpNet::V4(_)) {
-                            &mut nets.v4_lengths
-                        } else {
-                            &mut nets.v6_lengths
-                        };
-                        if !lengths.contains(&net.prefix_len()) {
-                            lengths.push(net.prefix_len());
-                            lengths.sort_unstable_by(|a, b| b.cmp(a));
-                        }
-                    }
-                    OverrideId::Account(account) => {
-                        resolved.accounts.insert((entry.limit, *account), limit);
-                    }
-                }
+            resolved.insert(entry, limit);
+        }
+        for entry in database.entries() {
+            match entry.resolve(config) {
+                Ok(limit) => resolved.insert(entry, limit),
+                Err(e) => tracing::warn!(
+                    limit = %entry.limit,
+                    error = %e,
+                    "a rate-limit override of the database describes no bucket under the limits in force; it does not apply"
+                ),
             }
         }
         Ok(resolved)
+    }
+
+    fn insert(&mut self, entry: &OverrideEntry, limit: Limit) {
+        for id in &entry.ids {
+            match id {
+                OverrideId::Net(net) => {
+                    let nets = self.nets.entry(entry.limit).or_default();
+                    nets.exact.insert(*net, limit);
+                    let lengths = if matches!(net, IpNet::V4(_)) {
+                        &mut nets.v4_lengths
+                    } else {
+                        &mut nets.v6_lengths
+                    };
+                    if !lengths.contains(&net.prefix_len()) {
+                        lengths.push(net.prefix_len());
+                        lengths.sort_unstable_by(|a, b| b.cmp(a));
+                    }
+                }
+                OverrideId::Account(account) => {
+                    self.accounts.insert((entry.limit, *account), limit);
+                }
+            }
+        }
     }
 
     /// The override for a bucket network: the exact network first, then the most specific range

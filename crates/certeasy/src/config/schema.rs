@@ -80,6 +80,10 @@ pub(super) struct RateLimiting {
     failed_validation: FailedValidationLimit,
     /// Cap on in-flight pending authorizations per account.
     pending_authorizations: PendingAuthorizationsLimit,
+    /// How often each instance looks for changes and expiries of the overrides kept in the
+    /// database (`certeasy admin overrides`); a change applies everywhere within this long.
+    #[schemars(with = "Duration")]
+    overrides_refresh: (),
 }
 
 /// The two keys every limit has.

@@ -5,6 +5,7 @@
 // reach; configs are built by tweaking the defaults on purpose, to show what each test changes.
 #![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 
+mod database_overrides;
 mod fallback;
 mod limiter;
 mod model;
