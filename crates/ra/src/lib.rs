@@ -24,6 +24,7 @@ pub mod keys;
 pub mod limits;
 pub mod operator;
 pub mod orders;
+pub mod overrides;
 pub mod pausing;
 mod profiles;
 pub mod rate_info;
