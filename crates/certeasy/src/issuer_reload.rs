@@ -36,6 +36,10 @@ pub struct IssuerReload {
     /// One reload of the issuers at a time: two at once would each build on the set the other
     /// is about to replace.
     running: Arc<tokio::sync::Mutex<()>>,
+    /// The issuers certificate profiles name (`issuance.profiles.<name>.issuer`), by profile:
+    /// a reload that would leave one of them unloaded is refused, since that profile's orders
+    /// could no longer be signed.
+    profile_issuers: Vec<(String, IssuerName)>,
 }
 
 /// What a reload changed in the issuer set, for the log and the `config_reloaded` record.
@@ -77,7 +81,17 @@ impl IssuerReload {
             storage,
             clock,
             running: Arc::default(),
+            profile_issuers: Vec::new(),
         }
+    }
+
+    /// The issuers named by `profiles`, each of which every reload must keep loaded.
+    pub fn with_profile_issuers(mut self, profiles: &issuance::Profiles) -> Self {
+        self.profile_issuers = profiles
+            .iter()
+            .filter_map(|p| p.issuer().map(|i| (p.name().to_owned(), i.clone())))
+            .collect();
+        self
     }
 
     /// Reads `ca.issuers` and `ca.active-issuer` from `config_path` again (in test mode with
@@ -111,6 +125,13 @@ impl IssuerReload {
             tokio::task::spawn_blocking(move || building.with_reloaded_issuers(&settings, now))
                 .await
                 .context("loading ca.issuers")??;
+        for (profile, name) in &self.profile_issuers {
+            if reloaded.issuer(name).is_none() {
+                anyhow::bail!(
+                    "issuer {name} signs profile {profile:?} (issuance.profiles.{profile}.issuer): it stays in ca.issuers, unexpired, while the profile names it"
+                );
+            }
+        }
         let before = current.configured_names();
         let after = reloaded.configured_names();
         let added: Vec<IssuerName> = after

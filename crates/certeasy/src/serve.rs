@@ -339,12 +339,15 @@ pub async fn start(
     )
     .with_blocked_keys(blocked_keys)
     .with_audit(storage.clone(), Arc::clone(&clock))
-    .with_issuers(crate::issuer_reload::IssuerReload::new(
-        ca.clone(),
-        Arc::clone(&active_issuer),
-        storage.clone(),
-        Arc::clone(&clock),
-    ));
+    .with_issuers(
+        crate::issuer_reload::IssuerReload::new(
+            ca.clone(),
+            Arc::clone(&active_issuer),
+            storage.clone(),
+            Arc::clone(&clock),
+        )
+        .with_profile_issuers(&ra.settings().profiles),
+    );
     let admin_router = crate::admin::router(crate::admin::AdminContext {
         storage: storage.clone(),
         ra,

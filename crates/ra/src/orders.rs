@@ -33,6 +33,7 @@ use crate::in_flight::Key;
 use crate::jobs::Finalized;
 use crate::jobs::ISSUE_WAIT;
 use crate::profiles;
+use crate::profiles::OrderRules;
 use crate::profiles::ProfileRequest;
 use crate::rate_info::RateLimitInfo;
 
@@ -63,7 +64,9 @@ pub struct CreatedOrder {
 }
 
 impl Ra {
-    /// Creates an order for `account`: identifiers under the identifier policy, the validity
+    /// Creates an order for `account`: identifiers under the identifier policy, the profile's
+    /// validation policy (`profiles::check`: the account allowed, the name limit, the identifier
+    /// types; then its challenge types, lifetimes and authorization reuse), the validity
     /// window within the CA's limits, paused pairs refused, then the limiter chain (GCRA layers
     /// first, the database guards in the creating transaction). Tokens are refunded when the
     /// order is not created.
@@ -76,7 +79,8 @@ impl Ra {
         let now = self.now();
         let identifiers = self.check_identifiers(&request.identifiers)?;
         let profile = profiles::new_order(
-            &settings.profiles,
+            settings,
+            account,
             ProfileRequest {
                 profile: request.profile.as_deref(),
                 identifiers: &identifiers,
@@ -84,9 +88,19 @@ impl Ra {
                 not_after: request.not_after,
             },
             now,
-            settings.backdate,
         )
         .map_err(Refusal::Problem)?;
+        let rules = OrderRules::of(profile, settings);
+        // Decided before anything is charged: an identifier left without a challenge type is
+        // refused as the profile's other checks are.
+        let offered = identifiers
+            .iter()
+            .map(|id| {
+                let offered = offered_challenges(id);
+                profiles::challenges(profile, id, offered)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Refusal::Problem)?;
         let not_after = self
             .check_key_policy(
                 account,
@@ -112,14 +126,14 @@ impl Ra {
         let mut spent = self.charge_order(account.id, &identifiers, exempt).await?;
 
         let mut authorizations = Vec::with_capacity(identifiers.len());
-        for id in &identifiers {
-            let challenges = offered_challenges(id)
+        for (id, offered) in identifiers.iter().zip(offered) {
+            let challenges = offered
                 .into_iter()
                 .map(|kind| Ok((kind, random_token()?)))
                 .collect::<Result<Vec<_>, Error>>()?;
             authorizations.push(NewAuthz {
                 identifier: id.clone(),
-                expires_at: now + settings.authorization_lifetime,
+                expires_at: now + rules.pending_authorization_lifetime,
                 challenges,
             });
         }
@@ -129,13 +143,14 @@ impl Ra {
             identifiers,
             not_before: request.not_before,
             not_after,
-            expires_at: now + settings.order_lifetime,
+            expires_at: now + rules.order_lifetime,
             authorizations,
             reuse_valid_until: settings.reuse_valid_authorizations.then(|| {
-                now + crate::settings::reuse_margin(settings.valid_authorization_lifetime)
+                now + crate::settings::reuse_margin(rules.valid_authorization_lifetime)
             }),
             replaces: replacement.map(|r| r.cert_id),
             profile,
+            valid_authz_lifetime: Some(rules.valid_authorization_lifetime),
         };
         let order = match self.create_with_guards(new, now).await {
             Ok((order, db_policies)) => {

@@ -295,6 +295,7 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
                 reuse_valid_until: None,
                 replaces: None,
                 profile: "tls-server".to_owned(),
+                valid_authz_lifetime: None,
             },
             &OrderGuards::default(),
             now,

@@ -261,15 +261,26 @@ async fn start_if_first(
 }
 
 /// A challenge of the authorization was validated: a pending authorization becomes valid for
-/// `valid_for` (the policy layer's valid-authorization lifetime), the unfinished orders holding
-/// it expire no later, and those whose authorizations are now all valid become ready.
+/// its own lifetime, the one of the profile it was created for (migration 0025), or else
+/// `valid_for` (the policy layer's valid-authorization lifetime); the unfinished orders holding
+/// it expire no later, and those whose authorizations are now all valid become ready. The
+/// PostgreSQL function `certeasy_record_valid_at_once` decides the expiry alike.
 async fn authz_validated(
     conn: &mut Conn,
     authz_id: AuthzId,
     valid_for: Duration,
     now: OffsetDateTime,
 ) -> Result<()> {
-    let expires = codec::unix(now + valid_for);
+    let own: Option<i64> =
+        sql::query_scalar::<Option<i64>>("SELECT valid_lifetime FROM authorizations WHERE id = $1")
+            .bind(authz_id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+            .flatten();
+    let expires = match own {
+        Some(secs) => codec::unix(now).saturating_add(secs),
+        None => codec::unix(now + valid_for),
+    };
     if decide_authz(conn, authz_id, AuthzStatus::Valid, Some(expires)).await? {
         state::cap_orders_expiry(conn, authz_id, expires).await?;
         state::promote_orders_holding(conn, authz_id, codec::unix(now)).await?;

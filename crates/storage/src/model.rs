@@ -103,6 +103,13 @@ pub struct NewOrder {
     pub replaces: Option<String>,
     /// The certificate profile the order is signed with.
     pub profile: String,
+    /// The profile's own valid-authorization lifetime (migration 0025), `None` for the CA-wide
+    /// one. Each authorization the order creates keeps it and expires this long after its
+    /// validation; a valid authorization is reused only when it was validated less than this
+    /// long before `reuse_valid_until`, and the order then expires no later than its validation
+    /// plus this lifetime: whichever profile it was validated for, it serves this order only
+    /// under this order's rule.
+    pub valid_authz_lifetime: Option<time::Duration>,
 }
 
 /// An authorization to create with an order.

@@ -79,7 +79,7 @@ pub(crate) async fn finalize(
     }
     // One issuer set for the whole finalization, whatever a reload swaps in meanwhile.
     let ca = cx.ca.current();
-    let issuer = resumed_or_active_issuer(cx, &ca, id).await?;
+    let issuer = resumed_or_active_issuer(cx, &ca, &order).await?;
     let intent = match prepare(cx, issuer, &order, &checked, now) {
         Ok(intent) => intent,
         Err(problem) => return fail(cx, job, id, problem, now).await,
@@ -130,7 +130,7 @@ pub(crate) async fn finalize_at_once(
     // anything is recorded, and a refusal fails the order as the job records it.
     // Without the active issuer the durable way too: its job waits for an instance that has it.
     let ca = cx.ca.current();
-    let issuer = active_issuer(cx, &ca).await;
+    let issuer = issuer_of(cx, &ca, &order).await;
     let prepared = match &issuer {
         Err(_) => None,
         Ok(issuer) => match caa_rechecks_due(cx, &order, now).await {
@@ -486,25 +486,47 @@ async fn active_issuer<'a>(cx: &WorkerContext, ca: &'a Ca) -> Result<&'a Ca, Err
     })
 }
 
+/// The issuer that signs `order`: the one its profile names (issue 30: a profile may be signed
+/// by an issuer of its own rather than the active one), else the active issuer. A profile's
+/// issuer that this instance has not loaded is [`Error::IssuerNotLoaded`], as for the active
+/// one: the job waits for an instance that has it; configuration validation and reloads keep
+/// it loaded.
+async fn issuer_of<'a>(cx: &WorkerContext, ca: &'a Ca, order: &Order) -> Result<&'a Ca, Error> {
+    // An order whose profile is gone fails in `prepare`, whichever issuer is picked here.
+    let named = cx
+        .settings
+        .profiles
+        .select(order.profile.as_deref())
+        .ok()
+        .and_then(|p| p.issuer());
+    let Some(name) = named else {
+        return active_issuer(cx, ca).await;
+    };
+    ca.issuer(name).ok_or_else(|| {
+        tracing::error!(order_id = %order.id, issuer = %name, "the issuer of the order's profile is not loaded on this instance; nothing is signed here until a reload adds it to ca.issuers");
+        Error::IssuerNotLoaded(name.clone())
+    })
+}
+
 /// The issuer of the order's open reservation when a job resumes one (a crash between
 /// reserving and storing) and this instance has it loaded, so that the serial is signed again
 /// by the key it was recorded for even if another issuer was activated meanwhile; otherwise the
-/// active one (and storage abandons a reservation of another issuer).
+/// order's ([`issuer_of`]; storage abandons a reservation of another issuer).
 async fn resumed_or_active_issuer<'a>(
     cx: &WorkerContext,
     ca: &'a Ca,
-    id: OrderId,
+    order: &Order,
 ) -> Result<&'a Ca, Error> {
     let open = cx
         .storage
-        .serial_reservations(id)
+        .serial_reservations(order.id)
         .await?
         .into_iter()
         .find(|r| r.state == ReservationState::Reserved);
     if let Some(issuer) = open.and_then(|r| loaded_issuer(ca, &r.issuer)) {
         return Ok(issuer);
     }
-    active_issuer(cx, ca).await
+    issuer_of(cx, ca, order).await
 }
 
 /// The issuer of `ca` a reservation names.

@@ -86,6 +86,12 @@ impl ConfigName for ExtendedKeyUsage {
     }
 }
 
+impl ConfigName for acme_core::status::ChallengeType {
+    fn config_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl ConfigName for IdentifierKind {
     fn config_name(&self) -> &'static str {
         self.as_str()

@@ -13,10 +13,13 @@ use std::path::PathBuf;
 use acme_api::settings::ApiSettings;
 use acme_core::duration::ConfigDuration;
 use acme_core::identifier::{IdentifierKind, IdentifierPolicy};
+use acme_core::ids::AccountId;
+use acme_core::status::ChallengeType;
 use ipnet::IpNet;
+use issuance::IssuerName;
 pub use issuance::KeyAlgorithm;
 use issuance::Profiles;
-use issuance::profiles::{self, ExtendedKeyUsage, KeyUsage, ProfileDefinition};
+use issuance::profiles::{self, ExtendedKeyUsage, KeyUsage, ProfileDefinition, ValidationPolicy};
 use ra::settings::PolicySettings;
 use ratelimits::config::{RateLimitingConfig, RedisConfig as RateLimitRedis};
 use schemars::JsonSchema;
@@ -674,6 +677,49 @@ pub struct ProfileConfig {
     )]
     #[schemars(with = "Vec<schema::Name>")]
     pub key_types: Vec<KeyAlgorithm>,
+    /// How long an authorization created for an order of this profile stays pending; empty means
+    /// `acme.authorization-lifetime`.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
+    pub pending_authorization_lifetime: Option<ConfigDuration>,
+    /// How long after its validation an authorization serves orders of this profile; empty means
+    /// `acme.valid-authorization-lifetime`. An authorization validated for an order of this
+    /// profile expires then; any valid authorization of the account (whichever profile it was
+    /// validated for) is reused by an order of this profile only while it is valid by both its
+    /// own expiry and this lifetime counted from its validation, with the reuse margin of
+    /// `acme.valid-authorization-lifetime` left, and the order expires no later.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
+    pub valid_authorization_lifetime: Option<ConfigDuration>,
+    /// How long a new order of this profile lives; empty means `acme.order-lifetime`.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    #[schemars(with = "Option<schema::Duration>")]
+    pub order_lifetime: Option<ConfigDuration>,
+    /// Most identifiers one order of this profile may name (more is `rejectedIdentifier`); 0
+    /// means `acme.max-identifiers-per-order`, and more than that is refused.
+    pub max_identifiers_per_order: usize,
+    /// Challenge types offered to orders of this profile, among those each identifier allows
+    /// (`http-01`, `dns-01`, `tls-alpn-01`, ...); empty offers them all. An identifier left with
+    /// no type (a wildcard under a profile without `dns-01`) is refused with
+    /// `rejectedIdentifier`.
+    #[serde(
+        deserialize_with = "deserialize_names",
+        serialize_with = "serialize_names"
+    )]
+    #[schemars(with = "Vec<schema::Name>")]
+    pub challenge_types: Vec<ChallengeType>,
+    /// Ids of the accounts that may use this profile (the number at the end of the account URL).
+    /// With `eab-key-ids` also empty, every account may; otherwise an order of another account is
+    /// refused with `unauthorized`.
+    pub accounts: Vec<i64>,
+    /// Accounts bound with one of these external account binding key ids (`certeasy admin eab
+    /// create`) may use this profile, besides those of `accounts`.
+    #[serde(deserialize_with = "deserialize_strings")]
+    pub eab_key_ids: Vec<String>,
+    /// The issuer that signs this profile's certificates: `default` or a name of `ca.issuers`,
+    /// which must be loaded (a reload that would drop it is refused). Empty means the active
+    /// issuer (`ca.active-issuer`, `certeasy admin ca activate`).
+    pub issuer: String,
 }
 
 impl Default for ProfileConfig {
@@ -692,6 +738,20 @@ impl From<ProfileDefinition> for ProfileConfig {
             extended_key_usages: d.extended_key_usages,
             identifier_types: d.identifier_types,
             key_types: d.key_types,
+            pending_authorization_lifetime: d
+                .validation
+                .pending_authorization_lifetime
+                .map(config_duration),
+            valid_authorization_lifetime: d
+                .validation
+                .valid_authorization_lifetime
+                .map(config_duration),
+            order_lifetime: d.validation.order_lifetime.map(config_duration),
+            max_identifiers_per_order: d.validation.max_identifiers.unwrap_or(0),
+            challenge_types: d.validation.challenge_types,
+            accounts: d.validation.accounts.iter().map(|a| a.0).collect(),
+            eab_key_ids: d.validation.eab_key_ids,
+            issuer: d.issuer.map(|i| i.as_str().to_owned()).unwrap_or_default(),
         }
     }
 }
@@ -706,6 +766,25 @@ impl ProfileConfig {
             extended_key_usages: self.extended_key_usages.clone(),
             identifier_types: self.identifier_types.clone(),
             key_types: self.key_types.clone(),
+            validation: ValidationPolicy {
+                pending_authorization_lifetime: self
+                    .pending_authorization_lifetime
+                    .map(ConfigDuration::time),
+                valid_authorization_lifetime: self
+                    .valid_authorization_lifetime
+                    .map(ConfigDuration::time),
+                order_lifetime: self.order_lifetime.map(ConfigDuration::time),
+                max_identifiers: (self.max_identifiers_per_order > 0)
+                    .then_some(self.max_identifiers_per_order),
+                challenge_types: self.challenge_types.clone(),
+                accounts: self.accounts.iter().copied().map(AccountId).collect(),
+                eab_key_ids: self.eab_key_ids.clone(),
+            },
+            // `validate` refuses a name that is not one; a configuration never validated gets
+            // the active issuer rather than a panic.
+            issuer: (!self.issuer.is_empty())
+                .then(|| IssuerName::new(&self.issuer).ok())
+                .flatten(),
         }
     }
 }

@@ -5,10 +5,12 @@
 use std::net::{IpAddr, SocketAddr};
 
 use acme_core::duration::ConfigDuration;
+use issuance::IssuerName;
 use tracing_subscriber::EnvFilter;
 use url::Url;
 
 use super::model::Config;
+use super::model::ProfileConfig;
 
 /// The most CRL shards: each is a CRL rebuilt and stored on its own, and a certificate's
 /// distribution point names one by number.
@@ -474,6 +476,75 @@ impl Checker {
             ] {
                 if empty {
                     self.fail(at(key), "must list at least one value");
+                }
+            }
+            self.profile_validation(config, name, profile);
+        }
+    }
+
+    /// A profile's validation policy: lifetimes longer than zero, a name limit within the
+    /// CA-wide one (checked first, at new-order), account ids that can be ids, and an issuer
+    /// that is loaded (the implicit `default` or an entry of `ca.issuers`).
+    fn profile_validation(&mut self, config: &Config, name: &str, profile: &ProfileConfig) {
+        let at = |key: &str| format!("issuance.profiles.{name}.{key}");
+        for (key, lifetime) in [
+            (
+                "pending-authorization-lifetime",
+                profile.pending_authorization_lifetime,
+            ),
+            (
+                "valid-authorization-lifetime",
+                profile.valid_authorization_lifetime,
+            ),
+            ("order-lifetime", profile.order_lifetime),
+        ] {
+            if let Some(lifetime) = lifetime {
+                self.positive_duration(&at(key), lifetime);
+            }
+        }
+        let global = config.acme.max_identifiers_per_order;
+        if profile.max_identifiers_per_order > global {
+            self.fail_related(
+                &at("max-identifiers-per-order"),
+                "acme.max-identifiers-per-order",
+                format!(
+                    "{} is more than acme.max-identifiers-per-order ({global}), which every order is held to",
+                    profile.max_identifiers_per_order
+                ),
+            );
+        }
+        for (index, id) in profile.accounts.iter().enumerate() {
+            if *id < 1 {
+                self.fail(
+                    format!("{}[{index}]", at("accounts")),
+                    format!("{id} is not an account id (1 or more)"),
+                );
+            }
+        }
+        for (index, kid) in profile.eab_key_ids.iter().enumerate() {
+            if kid.trim().is_empty() {
+                self.fail(format!("{}[{index}]", at("eab-key-ids")), "is empty");
+            }
+        }
+        if !profile.issuer.is_empty() {
+            match IssuerName::new(&profile.issuer) {
+                Err(e) => self.fail(at("issuer"), e),
+                Ok(issuer) => {
+                    let loaded = issuer.is_implicit()
+                        || config.ca.issuers.iter().any(|i| i.name == profile.issuer);
+                    if !loaded {
+                        let names: Vec<&str> = std::iter::once(IssuerName::DEFAULT)
+                            .chain(config.ca.issuers.iter().map(|i| i.name.as_str()))
+                            .collect();
+                        self.fail(
+                            at("issuer"),
+                            format!(
+                                "{:?} is not a loaded issuer ({}): add it to ca.issuers first",
+                                profile.issuer,
+                                names.join(", ")
+                            ),
+                        );
+                    }
                 }
             }
         }

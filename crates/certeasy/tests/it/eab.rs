@@ -218,11 +218,13 @@ async fn raw_bindings_on(db: Db) {
     let r = winner
         .post(
             &new_order,
+            // The shipped profile that certifies IP addresses, so that the key's policy judges
+            // both identifiers.
             Some(&json!({"identifiers": [
                 {"type": "dns", "value": inside},
                 {"type": "dns", "value": "elsewhere.example.org"},
                 {"type": "ip", "value": "192.0.2.7"},
-            ]})),
+            ], "profile": "short-lived"})),
         )
         .await;
     assert_eq!(r.status, 400, "{r:?}");

@@ -128,11 +128,12 @@ async fn tls_alpn01_for_a_dns_name_and_an_ip_address() {
     )
     .await;
     assert_chain(&chain, &env.root_pem(), &[&name]);
-    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let chain = issue(
+    // IP addresses are certified by the shipped short-lived profile only.
+    let ip = [Identifier::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST))];
+    let (chain, _) = issue_order(
         &env,
         &account,
-        &[Identifier::Ip(ip)],
+        &NewOrder::new(&ip).profile("short-lived"),
         ChallengeType::TlsAlpn01,
     )
     .await;
@@ -143,13 +144,16 @@ async fn tls_alpn01_for_a_dns_name_and_an_ip_address() {
 async fn http01_ip_identifier() {
     let env = started(Db::Sqlite).await;
     let account = env.account().await;
-    let chain = issue(
+    // IP addresses are certified by the shipped short-lived profile only.
+    let ip = [Identifier::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST))];
+    let (chain, profile) = issue_order(
         &env,
         &account,
-        &[Identifier::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST))],
+        &NewOrder::new(&ip).profile("short-lived"),
         ChallengeType::Http01,
     )
     .await;
+    assert_eq!(profile.as_deref(), Some("short-lived"));
     assert_chain(&chain, &env.root_pem(), &["127.0.0.1"]);
 }
 

@@ -34,6 +34,7 @@ mod key_change;
 mod kill_under_load;
 mod listener;
 mod nonce_instances;
+mod profile_policy;
 mod profiles;
 mod pruning;
 mod ratelimit;

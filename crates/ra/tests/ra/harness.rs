@@ -345,8 +345,11 @@ pub(crate) fn account_request(jwk: Jwk) -> AccountRequest {
     }
 }
 
-/// A new-order request for DNS names (or IP addresses, when they parse as one).
+/// A new-order request for DNS names (or IP addresses, when they parse as one). An order with an
+/// IP address asks for the shipped `short-lived` profile, the only shipped one that certifies IP
+/// addresses (as at Let's Encrypt).
 pub(crate) fn order_request(names: &[&str]) -> OrderRequest {
+    let any_ip = names.iter().any(|n| n.parse::<IpAddr>().is_ok());
     OrderRequest {
         identifiers: names
             .iter()
@@ -363,7 +366,7 @@ pub(crate) fn order_request(names: &[&str]) -> OrderRequest {
         not_before: None,
         not_after: None,
         replaces: None,
-        profile: None,
+        profile: any_ip.then(|| "short-lived".to_owned()),
     }
 }
 

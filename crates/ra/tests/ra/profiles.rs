@@ -90,10 +90,10 @@ async fn an_identifier_type_the_profile_does_not_certify_is_rejected_one_by_one(
     .unwrap();
     let h = harness().settings(|s| s.profiles = profiles).build().await;
     let (account, _) = h.account().await;
-    let Refusal::Problem(problem) = refusal(
-        h.order(&account, &["a.example.com", "192.0.2.7", "198.51.100.7"])
-            .await,
-    ) else {
+    // The configured default profile, not the shipped one `order_request` picks for addresses.
+    let mut request = order_request(&["a.example.com", "192.0.2.7", "198.51.100.7"]);
+    request.profile = None;
+    let Refusal::Problem(problem) = refusal(h.ra.new_order(&account, request).await) else {
         panic!("a problem refusal");
     };
     assert_eq!(problem.kind, ProblemType::RejectedIdentifier);

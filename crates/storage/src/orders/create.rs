@@ -103,12 +103,12 @@ async fn create(
     for authz in &new.authorizations {
         reused.push(match new.reuse_valid_until {
             Some(until) => {
-                reusable_authz(
+                reusable_authz_within(
                     &mut tx,
                     new.account_id,
-                    authz.identifier.kind().as_str(),
-                    authz.identifier.value(),
+                    (authz.identifier.kind().as_str(), authz.identifier.value()),
                     codec::unix(until),
+                    new.valid_authz_lifetime.map(|l| l.whole_seconds()),
                 )
                 .await?
             }
@@ -266,7 +266,10 @@ async fn insert(conn: &mut Conn, new: &NewOrder, plan: &Plan, now_s: i64) -> Res
     for (position, (authz, existing)) in new.authorizations.iter().zip(&plan.reused).enumerate() {
         let authz_id = match existing {
             Some((id, _)) => *id,
-            None => insert_authz(&mut *conn, new.account_id, authz, now_s).await?,
+            None => {
+                let lifetime = new.valid_authz_lifetime.map(|l| l.whole_seconds());
+                insert_authz_with(&mut *conn, new.account_id, authz, lifetime, now_s).await?
+            }
         };
         authz_ids.push(AuthzId(authz_id));
         sql::query(
@@ -301,7 +304,8 @@ fn bind_order(query: sql::Query, new: &NewOrder, plan: &Plan, now_s: i64) -> sql
 }
 
 /// [`insert`] on PostgreSQL, with the account's status read under its lock before it: the
-/// function `certeasy_create_order` (migration 0013), one round trip instead of three per
+/// function `certeasy_create_order` (migration 0013, with the authorizations' lifetime of
+/// migration 0025), one round trip instead of three per
 /// authorization and two more, whether on its own or inside the caller's transaction. The
 /// account's status, when it is not valid and so nothing was written.
 async fn insert_pg(
@@ -313,7 +317,7 @@ async fn insert_pg(
     let lists = AuthzLists::of(new, &plan.reused)?;
     let row = bind_order(
         sql::query(
-            "SELECT * FROM certeasy_create_order($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            "SELECT * FROM certeasy_create_order($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         ),
         new,
         plan,
@@ -324,6 +328,7 @@ async fn insert_pg(
     .bind(lists.expires)
     .bind(lists.reused)
     .bind(lists.challenges)
+    .bind(new.valid_authz_lifetime.map(|l| l.whole_seconds()))
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::NotFound)?;
@@ -448,44 +453,78 @@ const INSERT_CHALLENGES: [&str; 3] = [
 ];
 
 /// The account's valid authorization for the identifier that lives longest, if it is still
-/// valid at `until`: its id and expiry.
-async fn reusable_authz(
+/// valid at `until`: its id and expiry. Under a valid-authorization lifetime `within` (seconds)
+/// when one is given, the authorization must also have been validated less than `within` before `until`,
+/// and the expiry returned is the earlier of its own and its validation plus `within`, so the
+/// order that reuses it expires no later (`Plan::of`).
+async fn reusable_authz_within(
     conn: &mut Conn,
     account: AccountId,
-    kind: &str,
-    value: &str,
+    (kind, value): (&str, &str),
     until: i64,
+    within: Option<i64>,
 ) -> Result<Option<(i64, i64)>> {
+    let Some(within) = within else {
+        let row = sql::query(
+            "SELECT id, expires_at FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
+             AND identifier_value = $3 AND status = 'valid' AND expires_at > $4 \
+             ORDER BY expires_at DESC, id DESC LIMIT 1",
+        )
+        .bind(account.0)
+        .bind(kind)
+        .bind(value)
+        .bind(until)
+        .fetch_optional(&mut *conn)
+        .await?;
+        return row
+            .map(|r| Ok((r.try_get("id")?, r.try_get("expires_at")?)))
+            .transpose();
+    };
+    // The validation instant is the valid challenge's (one per authorization).
     let row = sql::query(
-        "SELECT id, expires_at FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
-         AND identifier_value = $3 AND status = 'valid' AND expires_at > $4 \
-         ORDER BY expires_at DESC, id DESC LIMIT 1",
+        "SELECT a.id AS id, a.expires_at AS expires_at, c.validated_at AS validated_at \
+         FROM authorizations a JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
+         WHERE a.account_id = $1 AND a.identifier_type = $2 AND a.identifier_value = $3 \
+         AND a.status = 'valid' AND a.expires_at > $4 AND c.validated_at > $4 - $5 \
+         ORDER BY c.validated_at DESC, a.expires_at DESC, a.id DESC LIMIT 1",
     )
     .bind(account.0)
     .bind(kind)
     .bind(value)
     .bind(until)
+    .bind(within)
     .fetch_optional(&mut *conn)
     .await?;
-    row.map(|r| Ok((r.try_get("id")?, r.try_get("expires_at")?)))
-        .transpose()
+    row.map(|r| {
+        let expires: i64 = r.try_get("expires_at")?;
+        let validated: i64 = r.try_get("validated_at")?;
+        Ok((
+            r.try_get("id")?,
+            expires.min(validated.saturating_add(within)),
+        ))
+    })
+    .transpose()
 }
 
-async fn insert_authz(
+/// Writes a pending authorization and its challenges; `valid_lifetime` (seconds) is the
+/// profile's own valid-authorization lifetime it keeps, `None` for the CA-wide one.
+async fn insert_authz_with(
     conn: &mut Conn,
     account: AccountId,
     authz: &crate::model::NewAuthz,
+    valid_lifetime: Option<i64>,
     now: i64,
 ) -> Result<i64> {
     let id: i64 = sql::query_scalar(
-        "INSERT INTO authorizations (account_id, identifier_type, identifier_value, status, expires_at, created_at) \
-         VALUES ($1, $2, $3, 'pending', $4, $5) RETURNING id",
+        "INSERT INTO authorizations (account_id, identifier_type, identifier_value, status, expires_at, created_at, valid_lifetime) \
+         VALUES ($1, $2, $3, 'pending', $4, $5, $6) RETURNING id",
     )
     .bind(account.0)
     .bind(authz.identifier.kind().as_str())
     .bind(authz.identifier.value())
     .bind(codec::unix(authz.expires_at))
     .bind(now)
+    .bind(valid_lifetime)
     .fetch_one(&mut *conn)
     .await?;
     for chunk in authz.challenges.chunks(INSERT_CHALLENGES.len()) {

@@ -372,6 +372,7 @@ pub(crate) fn new_order_expiring(
         reuse_valid_until,
         replaces: None,
         profile: "tls-server".to_owned(),
+        valid_authz_lifetime: None,
     }
 }
 

@@ -95,6 +95,7 @@ pub(crate) async fn pending_order(
                 reuse_valid_until: None,
                 replaces: None,
                 profile: "tls-server".to_owned(),
+                valid_authz_lifetime: None,
             },
             &OrderGuards::default(),
             now,
