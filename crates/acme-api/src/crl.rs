@@ -105,6 +105,7 @@ impl PublishedCrls {
             let key = (state.issuer.clone(), state.shard);
             if shards.get(&key).is_none_or(|held| held.number < crl.number) {
                 tracing::debug!(issuer = %state.issuer, shard = state.shard, number = crl.number, "CRL loaded");
+                export_served(&state.issuer, state.shard, &crl);
                 shards.insert(key, Arc::new(ServedCrl::from(crl)));
                 loaded += 1;
             }
@@ -134,6 +135,22 @@ impl PublishedCrls {
     fn is_loaded(&self) -> bool {
         self.loaded.load(Ordering::Acquire)
     }
+}
+
+/// Metric (gauge, unix seconds, by `issuer` and `shard`): `thisUpdate` of the CRL this instance
+/// serves. `time() - it` beyond `crl.update-interval` means the publisher has fallen behind.
+pub const CRL_THIS_UPDATE: &str = "certeasy_crl_this_update_timestamp_seconds";
+/// Metric (gauge, unix seconds, by `issuer` and `shard`): `nextUpdate` of the CRL this instance
+/// serves; past it, relying parties treat the CRL as expired.
+pub const CRL_NEXT_UPDATE: &str = "certeasy_crl_next_update_timestamp_seconds";
+
+/// Exports the dates of a CRL as it starts being served: what is served is what relying parties
+/// see, whichever instance published it.
+#[allow(clippy::cast_precision_loss)] // unix seconds, far below 2^52
+fn export_served(issuer: &str, shard: u16, crl: &PublishedCrl) {
+    let labels = [("issuer", issuer.to_owned()), ("shard", shard.to_string())];
+    metrics::gauge!(CRL_THIS_UPDATE, &labels).set(crl.this_update.unix_timestamp() as f64);
+    metrics::gauge!(CRL_NEXT_UPDATE, &labels).set(crl.next_update.unix_timestamp() as f64);
 }
 
 /// What the CRL routes need.

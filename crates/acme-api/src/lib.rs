@@ -15,6 +15,7 @@ mod methods;
 pub mod nonce;
 mod problem;
 mod refusal;
+mod request_metrics;
 mod response;
 pub mod settings;
 pub mod state;

@@ -285,6 +285,7 @@ fn from_browser(headers: &HeaderMap) -> bool {
 async fn metrics_text(State(state): State<AdminState>) -> (StatusCode, String) {
     match &state.metrics {
         Some(handle) => {
+            crate::admin_metrics::collect(&state.ctx).await;
             handle.run_upkeep();
             (StatusCode::OK, handle.render())
         }

@@ -143,6 +143,15 @@ impl ListenerCert {
         }))
     }
 
+    /// When the certificate served now expires (its leaf's notAfter); `None` if it cannot be
+    /// parsed, which rustls would not have accepted in the first place.
+    pub fn not_after(&self) -> Option<time::OffsetDateTime> {
+        let key = self.current.load();
+        let leaf = key.cert.first()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+        Some(cert.validity().not_after.to_datetime())
+    }
+
     /// The TLS session store to give rustls alongside this certificate resolver.
     pub fn sessions(&self) -> Arc<ListenerSessions> {
         Arc::clone(&self.sessions)

@@ -80,6 +80,11 @@ impl Reloader {
         }
     }
 
+    /// The listener certificate in force (its expiry is exported on `/metrics`).
+    pub fn listener_cert(&self) -> &ListenerCert {
+        &self.listener_cert
+    }
+
     /// Reloads `ca.issuers` too.
     #[must_use]
     pub fn with_issuers(mut self, issuers: IssuerReload) -> Self {

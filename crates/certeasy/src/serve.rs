@@ -138,6 +138,7 @@ pub async fn start(
     // The recorder goes in first: components take metric handles when they start, and a handle
     // taken before the recorder exists counts nowhere.
     crate::admin::prometheus();
+    crate::admin_metrics::register();
     if config.test_mode.enabled {
         let t = &config.test_mode;
         tracing::warn!(

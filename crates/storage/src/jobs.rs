@@ -15,6 +15,7 @@ use crate::codec;
 use crate::error::Error;
 use crate::model::ChallengeAttempt;
 use crate::model::Job;
+use crate::model::JobBacklog;
 use crate::model::JobKind;
 use crate::sql;
 use crate::state;
@@ -226,6 +227,34 @@ impl Storage {
         .fetch_optional(&self.db)
         .await?;
         codec::opt_time_from_unix(due)
+    }
+
+    /// The backlog at `now` per job kind (`validate`, `finalize`): jobs due and not leased. One
+    /// small query, run by each scrape of the admin listener's `/metrics`; on a shared database
+    /// every instance reports the same queue.
+    pub async fn job_backlog(
+        &self,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(&'static str, JobBacklog)>> {
+        let rows = sql::query(
+            "SELECT kind, COUNT(*) AS waiting, MIN(run_at) AS oldest FROM jobs \
+             WHERE run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) GROUP BY kind",
+        )
+        .bind(codec::unix(now))
+        .fetch_all(&self.db)
+        .await?;
+        let mut backlog =
+            [state::JOB_VALIDATE, state::JOB_FINALIZE].map(|kind| (kind, JobBacklog::default()));
+        for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            if let Some((_, slot)) = backlog.iter_mut().find(|(k, _)| *k == kind) {
+                *slot = JobBacklog {
+                    waiting: row.try_get::<i64, _>("waiting")?.unsigned_abs(),
+                    oldest_due: codec::opt_time_from_unix(row.try_get("oldest")?)?,
+                };
+            }
+        }
+        Ok(backlog.into())
     }
 
     /// When the next job becomes due (run_at or lease expiry), so a worker can sleep until then.

@@ -364,6 +364,15 @@ pub struct NewCertificate {
     pub crl_shard: Option<u16>,
 }
 
+/// The jobs of one kind that are due and held by no worker: the queue's backlog, as the admin
+/// listener's metrics show it. Jobs being run (leased) are not waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobBacklog {
+    pub waiting: u64,
+    /// The due time of the one that has waited longest.
+    pub oldest_due: Option<OffsetDateTime>,
+}
+
 /// Kinds of durable work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobKind {

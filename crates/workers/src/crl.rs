@@ -84,6 +84,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let handle: CaHandle = ca.into();
+    // Exported so that an alert can compare a served CRL's age with the interval it is kept to.
+    metrics::gauge!("certeasy_crl_update_interval_seconds")
+        .set(settings.update_interval.as_secs_f64());
     let mut ticker = tokio::time::interval(CHECK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The set whose shards were created last.

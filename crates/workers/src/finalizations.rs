@@ -380,7 +380,11 @@ async fn fail(
 ) -> Result<JobAfter, Error> {
     Ok(
         match cx.storage.fail_order(id, problem, now, Some(job)).await? {
-            StatusChange::Changed(_) => JobAfter::Settled,
+            StatusChange::Changed(_) => {
+                // What the operators' "issuance failing" alert weighs against issued ones.
+                metrics::counter!("certeasy_finalizations_failed_total").increment(1);
+                JobAfter::Settled
+            }
             // A repeated failure report: storage settled the job all the same.
             StatusChange::Unchanged(order) if order.status == OrderStatus::Invalid => {
                 JobAfter::Settled

@@ -49,5 +49,6 @@ pub fn router(state: ApiState) -> Router {
         .route("/docs/rate-limits", get(directory::rate_limit_docs))
         .route("/root.pem", get(directory::root_pem))
         .merge(crate::unpause::routes())
+        .layer(middleware::from_fn(crate::request_metrics::record))
         .with_state(state)
 }
