@@ -39,6 +39,7 @@ mod issuer_reload;
 mod key_change;
 mod kill_under_load;
 mod listener;
+mod metrics_named;
 mod nonce_instances;
 mod profile_policy;
 mod profiles;
