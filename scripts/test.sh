@@ -38,6 +38,8 @@ need_pkg psql postgresql-client
 need_pkg sqlite3 sqlite3
 need_pkg curl curl
 need_pkg openssl openssl
+# promtool checks and unit-tests the alert rules in contrib/prometheus (Debian prometheus).
+need_pkg promtool prometheus
 # SoftHSM2: the PKCS#11 token the tests of a CA key on an HSM use (issuance, certeasy hsm).
 need_pkg softhsm2-util softhsm2
 # nginx is in /usr/sbin, which a non-root PATH may lack.
@@ -103,6 +105,10 @@ if ! cargo deny --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-deny --version '~0.20'
 fi
 cargo deny --locked check bans licenses sources
+
+log "alert rules (promtool check and unit tests)"
+promtool check rules contrib/prometheus/certeasy-alerts.yml
+(cd contrib/prometheus && promtool test rules certeasy-alerts.test.yml)
 
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
