@@ -96,7 +96,7 @@ impl Ra {
         let offered = identifiers
             .iter()
             .map(|id| {
-                let offered = offered_challenges(id);
+                let offered = offered_challenges_for(id, settings.optional_challenges);
                 profiles::challenges(profile, id, offered)
             })
             .collect::<Result<Vec<_>, _>>()
@@ -417,10 +417,63 @@ fn offered_challenges(id: &Identifier) -> Vec<ChallengeType> {
     }
 }
 
-fn random_token() -> Result<String, Error> {
+/// [`offered_challenges`] and the draft types `optional` enables, which validate DNS names only
+/// (a wildcard at its base name, as dns-01).
+pub(crate) fn offered_challenges_for(
+    id: &Identifier,
+    optional: crate::settings::OptionalChallenges,
+) -> Vec<ChallengeType> {
+    let mut offered = offered_challenges(id);
+    if id.kind() == IdentifierKind::Dns {
+        if optional.dns_account_01 {
+            offered.push(ChallengeType::DnsAccount01);
+        }
+        if optional.dns_persist_01 {
+            offered.push(ChallengeType::DnsPersist01);
+        }
+    }
+    offered
+}
+
+pub(crate) fn random_token() -> Result<String, Error> {
     let mut bytes = [0_u8; 32];
     SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| Error::internal("random token", &"the system RNG failed"))?;
     Ok(URL_SAFE_NO_PAD.encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::OptionalChallenges;
+
+    #[test]
+    fn draft_challenge_types_are_offered_for_dns_names_only_when_enabled() {
+        let name = Identifier::dns("a.example.com").unwrap();
+        let wildcard = Identifier::dns("*.example.com").unwrap();
+        let ip = Identifier::ip("192.0.2.1").unwrap();
+        let off = OptionalChallenges::default();
+        for id in [&name, &wildcard, &ip] {
+            assert_eq!(offered_challenges_for(id, off), offered_challenges(id));
+        }
+        let on = OptionalChallenges {
+            dns_account_01: true,
+            dns_persist_01: true,
+        };
+        for id in [&name, &wildcard] {
+            let offered = offered_challenges_for(id, on);
+            assert!(offered.contains(&ChallengeType::DnsAccount01), "{offered:?}");
+            assert!(offered.contains(&ChallengeType::DnsPersist01), "{offered:?}");
+        }
+        assert_eq!(
+            offered_challenges_for(&wildcard, on),
+            [
+                ChallengeType::Dns01,
+                ChallengeType::DnsAccount01,
+                ChallengeType::DnsPersist01
+            ]
+        );
+        assert_eq!(offered_challenges_for(&ip, on), offered_challenges(&ip));
+    }
 }

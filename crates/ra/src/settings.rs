@@ -49,6 +49,19 @@ pub struct PolicySettings {
     pub renewal: RenewalSettings,
     /// The operator's blocked-keys file (`acme.blocked-keys-file`); empty without one.
     pub blocked_keys: crate::keys::BlockedKeysFile,
+    /// The draft challenge types offered besides RFC 8555's and RFC 8737's.
+    pub optional_challenges: OptionalChallenges,
+}
+
+/// Challenge types from Internet-Drafts, each offered for DNS identifiers (wildcards included)
+/// only when its key enables it (`validation.dns-account-01`, `validation.dns-persist-01`): an
+/// operator opts in to a method whose text may still change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OptionalChallenges {
+    /// dns-account-01 (draft-ietf-acme-dns-account-label-02).
+    pub dns_account_01: bool,
+    /// dns-persist-01 (draft-ietf-acme-dns-persist-02).
+    pub dns_persist_01: bool,
 }
 
 /// Where in a certificate's lifetime ARI suggests renewing it. Fractions of the lifetime
@@ -91,6 +104,7 @@ impl Default for PolicySettings {
             backdate: DEFAULT_BACKDATE,
             renewal: RenewalSettings::default(),
             blocked_keys: crate::keys::BlockedKeysFile::default(),
+            optional_challenges: OptionalChallenges::default(),
         }
     }
 }
