@@ -21,6 +21,12 @@ pub(crate) fn render(settings: &ApiSettings, policy: &PolicySettings, urls: &Url
     if !settings.caa_identities.is_empty() {
         meta["caaIdentities"] = json!(settings.caa_identities);
     }
+    // draft-ietf-acme-dns-persist-02 §3.2, §4.1: what a client needs to publish a record before
+    // any order.
+    if !settings.dns_persist_issuer_domain_names.is_empty() {
+        meta["issuerDomainNames"] = json!(settings.dns_persist_issuer_domain_names);
+        meta["accountHashPrefix"] = json!(urls.account_hash_prefix());
+    }
     // draft-ietf-acme-profiles: name → human-readable description.
     let profiles: serde_json::Map<String, serde_json::Value> = policy
         .profiles

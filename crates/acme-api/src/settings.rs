@@ -11,6 +11,10 @@ pub struct ApiSettings {
     pub base_url: String,
     pub website: Option<String>,
     pub caa_identities: Vec<String>,
+    /// dns-persist-01's issuer domain names (lower case, no trailing dot; at most 10), announced
+    /// in the directory's `meta.issuerDomainNames` and in every dns-persist-01 challenge. Empty
+    /// when dns-persist-01 is not offered.
+    pub dns_persist_issuer_domain_names: Vec<String>,
     pub orders_per_page: u32,
     /// Retry-After sent with pending authorizations and processing orders.
     pub retry_after: Duration,
@@ -34,6 +38,7 @@ impl ApiSettings {
             base_url: base_url.trim_end_matches('/').to_owned(),
             website: None,
             caa_identities: Vec::new(),
+            dns_persist_issuer_domain_names: Vec::new(),
             orders_per_page: 100,
             retry_after: Duration::seconds(3),
             max_body_bytes: 64 * 1024,

@@ -51,7 +51,8 @@ impl ApiState {
         clock: SharedClock,
         nonces: NonceService,
     ) -> Self {
-        let urls = Urls::new(&settings.base_url);
+        let urls = Urls::new(&settings.base_url)
+            .with_issuer_domain_names(&settings.dns_persist_issuer_domain_names);
         let index_link =
             HeaderValue::from_str(&format!("<{}>;rel=\"index\"", urls.directory())).ok();
         let directory = crate::directory_object::render(&settings, ra.settings(), &urls);

@@ -21,6 +21,10 @@ pub(crate) struct Urls {
     base: String,
     /// Account URLs, whose one definition `acme-core` shares with the CAA check (RFC 8657).
     accounts: AccountUris,
+    /// dns-persist-01's issuer domain names, which every dns-persist-01 challenge object
+    /// carries (draft-ietf-acme-dns-persist-02 §3.1); empty when it is not offered. Kept with
+    /// the URLs because every renderer of a challenge already takes this value.
+    issuer_domain_names: std::sync::Arc<[String]>,
 }
 
 impl Urls {
@@ -28,7 +32,24 @@ impl Urls {
         Self {
             base: base_url.trim_end_matches('/').to_owned(),
             accounts: AccountUris::new(base_url),
+            issuer_domain_names: std::sync::Arc::from(Vec::new()),
         }
+    }
+
+    /// The same URLs, with dns-persist-01's issuer domain names (`ApiSettings`).
+    pub(crate) fn with_issuer_domain_names(mut self, names: &[String]) -> Self {
+        self.issuer_domain_names = std::sync::Arc::from(names.to_vec());
+        self
+    }
+
+    /// dns-persist-01's issuer domain names; empty when it is not offered.
+    pub(crate) fn issuer_domain_names(&self) -> &[String] {
+        &self.issuer_domain_names
+    }
+
+    /// dns-persist-01's `accountHashPrefix` (one definition in `acme-core`).
+    pub(crate) fn account_hash_prefix(&self) -> String {
+        self.accounts.hash_prefix()
     }
 
     /// `path` (starting with `/`, query included) under the base URL.

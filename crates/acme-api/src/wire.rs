@@ -3,6 +3,7 @@
 
 use acme_core::identifier::Identifier;
 use acme_core::problem::Problem;
+use acme_core::status::ChallengeType;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::json;
@@ -105,6 +106,11 @@ pub(crate) fn challenge_json(urls: &Urls, ch: &Challenge) -> Value {
         "status": ch.status.as_str(),
         "token": ch.token,
     });
+    // draft-ietf-acme-dns-persist-02 §3.1. The token stays, unused by the record, so clients
+    // that read every challenge's token keep working.
+    if ch.kind == ChallengeType::DnsPersist01 {
+        v["issuerDomainNames"] = json!(urls.issuer_domain_names());
+    }
     if let Some(t) = ch.validated_at {
         v["validated"] = json!(rfc3339(t));
     }
