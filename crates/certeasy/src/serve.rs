@@ -478,6 +478,8 @@ fn validation_settings(config: &Config) -> ValidationSettings {
         allow_private_redirects: v.allow_private_redirects,
         timeout: v.timeout.std(),
         caa_identities: config.acme.caa_identities.clone(),
+        dns_persist_issuer_domain_names: v.dns_persist_issuers(&config.acme.caa_identities),
+        account_hash_prefix: AccountUris::new(&config.external_url()).hash_prefix(),
         // Redirects and body size are not configurable: the validator's own limits.
         ..ValidationSettings::default()
     }
@@ -517,6 +519,9 @@ fn api_settings(config: &Config) -> ApiSettings {
         base_url: config.external_url().trim_end_matches('/').to_owned(),
         website: non_empty(&a.website),
         caa_identities: a.caa_identities.clone(),
+        dns_persist_issuer_domain_names: config
+            .validation
+            .dns_persist_issuers(&a.caa_identities),
         orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
         retry_after: a.retry_after.time(),
         max_body_bytes: config.server.max_body_bytes,
@@ -550,6 +555,10 @@ fn policy_settings(
             retry_after: a.renewal_info_retry_after.time(),
         },
         blocked_keys,
+        optional_challenges: ra::settings::OptionalChallenges {
+            dns_account_01: config.validation.dns_account_01,
+            dns_persist_01: config.validation.dns_persist_01,
+        },
     }
 }
 

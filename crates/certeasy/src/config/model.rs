@@ -1046,6 +1046,52 @@ pub struct ValidationConfig {
     /// timeout instead of the problem. Longer than zero.
     #[schemars(with = "schema::Duration")]
     pub retry_window: ConfigDuration,
+    /// Offer dns-account-01 (draft-ietf-acme-dns-account-label-02) for DNS names, wildcards
+    /// included: dns-01's TXT value at `_<label>._acme-challenge.<name>`, where `<label>` is the
+    /// lower-case base32 of the first 10 octets of SHA-256 of the account URL, so several accounts
+    /// (an HA pair, several regions) can validate one name at once without overwriting each
+    /// other's record. Retried while it may be propagating, as dns-01 (`retries`). Off by
+    /// default: the draft may still change. With it on, every profile offers it unless the
+    /// profile's challenge list leaves it out.
+    pub dns_account_01: bool,
+    /// Offer dns-persist-01 (draft-ietf-acme-dns-persist-02, CA/Browser Forum ballot SC-088) for
+    /// DNS names, wildcards included: a standing TXT record at `_validation-persist.<name>`,
+    /// `<issuer-domain-name>; accounturi=<accountHashPrefix>sha-256/<hash>[; policy=wildcard]
+    /// [; persistUntil=<unix seconds>]`, validates the name for that account again and again with
+    /// no DNS change per order. The directory's `meta` announces `issuerDomainNames` and
+    /// `accountHashPrefix` (`<external-url>/acme/account-hash/`); the hash is over the name (or
+    /// `*`), the account key's thumbprint and the account URL, and records made with the account's
+    /// earlier keys keep validating after a key change. A wildcard needs `policy=wildcard`; a
+    /// record past its `persistUntil` is refused, and an authorization it validates expires no
+    /// later than that time. A CAA `validationmethods` list may name `dns-persist-01`. Off by
+    /// default; with it on, every profile offers it unless the profile's challenge list leaves it
+    /// out.
+    pub dns_persist_01: bool,
+    /// The issuer domain names a dns-persist-01 record may name (lower-case domain names without
+    /// a trailing dot, at most 10). Empty means `acme.caa-identities`, which is what a domain
+    /// owner already names this CA by; with `caa-identities` set, each must be one of them
+    /// (draft §3.2). Required (here or through `caa-identities`) when `dns-persist-01` is on.
+    #[serde(deserialize_with = "deserialize_strings")]
+    pub dns_persist_issuer_domain_names: Vec<String>,
+}
+
+impl ValidationConfig {
+    /// The issuer domain names dns-persist-01 uses, lower case without trailing dots: empty when
+    /// it is off, `dns-persist-issuer-domain-names` when given, else `caa_identities`.
+    pub fn dns_persist_issuers(&self, caa_identities: &[String]) -> Vec<String> {
+        if !self.dns_persist_01 {
+            return Vec::new();
+        }
+        let names = if self.dns_persist_issuer_domain_names.is_empty() {
+            caa_identities
+        } else {
+            &self.dns_persist_issuer_domain_names
+        };
+        names
+            .iter()
+            .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
+            .collect()
+    }
 }
 
 impl Default for ValidationConfig {
@@ -1070,6 +1116,9 @@ impl Default for ValidationConfig {
             retries: workers::settings::DEFAULT_VALIDATION_RETRIES,
             retry_backoff: config_duration(workers::settings::DEFAULT_RETRY_BACKOFF),
             retry_window: config_duration(workers::settings::DEFAULT_RETRY_WINDOW),
+            dns_account_01: false,
+            dns_persist_01: false,
+            dns_persist_issuer_domain_names: Vec::new(),
         }
     }
 }

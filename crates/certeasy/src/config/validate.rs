@@ -602,6 +602,7 @@ impl Checker {
     }
 
     fn validation(&mut self, config: &Config) {
+        self.dns_persist(config);
         let validation = &config.validation;
         for (index, server) in validation.dns_servers.iter().enumerate() {
             if server.port() == 0 {
@@ -647,6 +648,53 @@ impl Checker {
                     validation.caa_recheck_after
                 ),
             );
+        }
+    }
+
+    /// dns-persist-01's issuer domain names (draft-ietf-acme-dns-persist-02 §3.1, §3.2): when
+    /// it is on, one to ten domain names, each among `acme.caa-identities` when those are set.
+    fn dns_persist(&mut self, config: &Config) {
+        let v = &config.validation;
+        let key = "validation.dns-persist-issuer-domain-names";
+        for (index, name) in v.dns_persist_issuer_domain_names.iter().enumerate() {
+            self.dns_name(&format!("{key}[{index}]"), name);
+        }
+        if !v.dns_persist_01 {
+            return;
+        }
+        let names = v.dns_persist_issuers(&config.acme.caa_identities);
+        if names.is_empty() {
+            self.fail_related(
+                key,
+                "validation.dns-persist-01",
+                "dns-persist-01 is on but names no issuer domain name: list them here or set acme.caa-identities",
+            );
+        } else if names.len() > validation::MAX_ISSUER_DOMAIN_NAMES {
+            self.fail(
+                key,
+                format!(
+                    "at most {} issuer domain names (draft-ietf-acme-dns-persist-02 §3.1), not {}",
+                    validation::MAX_ISSUER_DOMAIN_NAMES,
+                    names.len()
+                ),
+            );
+        }
+        let caa: Vec<String> = config
+            .acme
+            .caa_identities
+            .iter()
+            .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
+            .collect();
+        if !caa.is_empty() {
+            for name in names.iter().filter(|n| !caa.contains(n)) {
+                self.fail_related(
+                    key,
+                    "acme.caa-identities",
+                    format!(
+                        "{name:?} is not one of acme.caa-identities: a CA that announces CAA identities names only those (draft-ietf-acme-dns-persist-02 §3.2)"
+                    ),
+                );
+            }
         }
     }
 
