@@ -66,6 +66,8 @@ use crate::admin_eab::EabAdmin;
 use crate::admin_error::AdminError;
 use crate::admin_keys;
 use crate::admin_keys::KeysAdmin;
+use crate::admin_overrides;
+use crate::admin_overrides::OverridesAdmin;
 use crate::admin_token::AdminToken;
 use crate::admin_wire::AccountDoc;
 use crate::admin_wire::AccountList;
@@ -141,6 +143,14 @@ impl axum::extract::FromRef<AdminState> for KeysAdmin {
     }
 }
 
+impl axum::extract::FromRef<AdminState> for OverridesAdmin {
+    fn from_ref(state: &AdminState) -> Self {
+        OverridesAdmin {
+            ra: state.ctx.ra.clone(),
+        }
+    }
+}
+
 impl axum::extract::FromRef<AdminState> for AuditAdmin {
     fn from_ref(state: &AdminState) -> Self {
         AuditAdmin {
@@ -192,6 +202,12 @@ pub fn router(ctx: AdminContext) -> Router {
         .route("/admin/keys", get(admin_keys::list))
         .route("/admin/keys/block", post(admin_keys::block))
         .route("/admin/keys/unblock", post(admin_keys::unblock))
+        .route(
+            "/admin/overrides",
+            get(admin_overrides::list).post(admin_overrides::add),
+        )
+        .route("/admin/overrides/show", get(admin_overrides::show))
+        .route("/admin/overrides/remove", post(admin_overrides::remove))
         .route("/admin/backup", post(backup))
         .route("/admin/ca/issuers", get(crate::admin_issuers::list))
         .route(

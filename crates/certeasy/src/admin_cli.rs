@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod ca;
 mod keys;
+pub mod overrides;
 mod records;
 
 use std::io::IsTerminal;
@@ -163,6 +164,7 @@ async fn dispatch(client: &AdminClient, out: Out, command: AdminCommand) -> anyh
         }
         AdminCommand::Eab { command } => keys::eab(client, out, command).await,
         AdminCommand::Keys { command } => keys::keys(client, out, command).await,
+        AdminCommand::Overrides { command } => overrides::overrides(client, out, command).await,
         AdminCommand::Audit { command } => audit::audit(client, out, command).await,
         AdminCommand::Ca { command } => ca::ca(client, out, command).await,
     }

@@ -340,6 +340,35 @@ impl AdminClient {
         Self::doc(self.get(&["keys"], &())?).await
     }
 
+    // ---- rate-limit overrides (`admin_overrides.rs`) ----
+
+    pub async fn overrides(
+        &self,
+    ) -> anyhow::Result<Reply<Vec<crate::admin_overrides::OverrideDoc>>> {
+        Self::doc(self.get(&["overrides"], &())?).await
+    }
+
+    pub async fn override_of(
+        &self,
+        key: &crate::admin_overrides::OverrideKey,
+    ) -> anyhow::Result<Reply<Vec<crate::admin_overrides::OverrideDoc>>> {
+        Self::doc(self.get(&["overrides", "show"], key)?).await
+    }
+
+    pub async fn add_override(
+        &self,
+        body: &crate::admin_overrides::AddOverrideBody,
+    ) -> anyhow::Result<Reply<crate::admin_overrides::OverrideDoc>> {
+        Self::doc(self.post(&["overrides"], &(), body)?).await
+    }
+
+    pub async fn remove_override(
+        &self,
+        key: &crate::admin_overrides::OverrideKey,
+    ) -> anyhow::Result<Reply<crate::admin_overrides::OverrideDoc>> {
+        Self::doc(self.post(&["overrides", "remove"], &(), key)?).await
+    }
+
     // ---- issuers (`admin_issuers.rs`) ----
 
     pub async fn issuers(&self) -> anyhow::Result<Reply<Vec<crate::admin_issuers::IssuerDoc>>> {

@@ -10,6 +10,7 @@ pub mod admin_eab;
 pub mod admin_error;
 pub mod admin_issuers;
 pub mod admin_keys;
+pub mod admin_overrides;
 pub mod admin_metrics;
 pub mod admin_token;
 pub mod admin_wire;

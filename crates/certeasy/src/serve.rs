@@ -238,6 +238,11 @@ pub async fn start(
         Arc::clone(&limits),
         Arc::new(workers.clone()),
     );
+    // The database's rate-limit overrides are in force before the first request; then every
+    // `rate-limiting.overrides-refresh` (`ra::overrides::run_refresh`, started below).
+    ra.reload_overrides()
+        .await
+        .context("loading the rate-limit overrides of the database")?;
     let mut settings = api_settings(config);
     settings.unpause = Some(unpause_settings(config, &data_dir, &settings.base_url)?);
     let directory_url = format!("{}/directory", settings.base_url);
@@ -293,6 +298,10 @@ pub async fn start(
         shutdown.clone(),
     ));
     tasks.spawn(Arc::clone(&listener_cert).renew_until(shutdown.clone()));
+    tasks.spawn(ra::overrides::run_refresh(
+        ra.clone(),
+        shutdown.clone().cancelled_owned(),
+    ));
     // Chains the audit records of PostgreSQL transactions (returns at once on SQLite).
     tasks.spawn(workers::audit_sealer::run(
         storage.clone(),

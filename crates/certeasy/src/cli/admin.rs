@@ -88,6 +88,12 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: crate::admin_cli::audit::AuditCommand,
     },
+    /// Rate-limit overrides kept in the database, applied by every instance within seconds
+    /// without a reload: add, list (with the overrides file's), show, remove.
+    Overrides {
+        #[command(subcommand)]
+        command: crate::admin_cli::overrides::OverridesCommand,
+    },
     /// The issuing CAs: list them, activate one (issuer rotation).
     Ca {
         #[command(subcommand)]
@@ -136,6 +142,7 @@ impl AdminCommand {
             | Self::Certificates { .. }
             | Self::Eab { .. }
             | Self::Keys { .. }
+            | Self::Overrides { .. }
             | Self::Audit { .. }
             | Self::Ca { .. } => None,
         }

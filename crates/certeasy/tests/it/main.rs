@@ -41,6 +41,8 @@ mod kill_under_load;
 mod listener;
 mod metrics_named;
 mod nonce_instances;
+mod overrides;
+mod pre_authz;
 mod profile_policy;
 mod profiles;
 mod pruning;
