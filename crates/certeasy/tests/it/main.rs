@@ -42,7 +42,6 @@ mod listener;
 mod metrics_named;
 mod nonce_instances;
 mod overrides;
-mod pre_authz;
 mod profile_policy;
 mod profiles;
 mod pruning;
