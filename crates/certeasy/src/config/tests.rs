@@ -1145,3 +1145,84 @@ fn compose_and_scale_config_hold_no_password_and_pass_them_as_docker_secrets() {
         "no URL (nor its password) in config/scale.yaml"
     );
 }
+
+#[test]
+fn a_profiles_validation_policy_is_checked_where_it_is_written() {
+    let text = "\
+acme:
+  max-identifiers-per-order: 10
+issuance:
+  default-profile: p
+  profiles:
+    p:
+      description: partners
+      order-lifetime: 0s
+      max-identifiers-per-order: 11
+      challenge-types: [http-01]
+      accounts: [0]
+      eab-key-ids: [\"\"]
+      issuer: int-2
+";
+    let found: Vec<(String, Option<u64>)> = problems(text)
+        .into_iter()
+        .map(|p| (p.key_path, p.line))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("issuance.profiles.p.order-lifetime".to_owned(), Some(8)),
+            (
+                "issuance.profiles.p.max-identifiers-per-order".to_owned(),
+                Some(9)
+            ),
+            ("issuance.profiles.p.accounts[0]".to_owned(), Some(11)),
+            ("issuance.profiles.p.eab-key-ids[0]".to_owned(), Some(12)),
+            ("issuance.profiles.p.issuer".to_owned(), Some(13)),
+        ]
+    );
+    let issuer = problems(text)
+        .into_iter()
+        .find(|p| p.key_path.ends_with(".issuer"))
+        .unwrap();
+    assert!(
+        issuer.message.contains("add it to ca.issuers"),
+        "{issuer:?}"
+    );
+}
+
+#[test]
+fn a_profiles_validation_policy_reaches_its_profile() {
+    let config = from_str(
+        "issuance:
+  default-profile: p
+  profiles:
+    p:
+      description: partners
+      pending-authorization-lifetime: 1h
+      valid-authorization-lifetime: 7h
+      challenge-types: [dns-01]
+      accounts: [4]
+      eab-key-ids: [kid-1]
+      issuer: default
+",
+        "c.yaml",
+    )
+    .unwrap();
+    let profiles = config.issuance.profiles().unwrap();
+    let p = profiles.default_profile();
+    let v = p.validation();
+    assert_eq!(
+        v.pending_authorization_lifetime,
+        Some(time::Duration::hours(1))
+    );
+    assert_eq!(
+        v.valid_authorization_lifetime,
+        Some(time::Duration::hours(7))
+    );
+    assert_eq!(v.order_lifetime, None);
+    assert_eq!(v.max_identifiers, None);
+    assert_eq!(v.challenge_types, [acme_core::status::ChallengeType::Dns01]);
+    assert_eq!(v.accounts, [acme_core::ids::AccountId(4)]);
+    assert_eq!(v.eab_key_ids, ["kid-1"]);
+    assert_eq!(p.issuer().map(|i| i.as_str()), Some("default"));
+}
