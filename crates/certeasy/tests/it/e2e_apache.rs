@@ -1,9 +1,9 @@
 //! Apache httpd with mod_md (Debian's `apache2`; mod_md 2.6, built with ARI and profiles) gets
 //! its Managed Domain's certificate from the real `certeasy serve` binary over http-01 and over
-//! tls-alpn-01, and serves it after a graceful restart, as an operator's server does. mod_md
-//! reads Certeasy's ARI window (RFC 9773): a fresh certificate is not renewed, and once an
-//! operator marks it for early renewal (`certeasy admin certificates renew-early`), the next
-//! check renews it and the server serves the new one.
+//! tls-alpn-01 (there in the profile `MDProfile` names), and serves it after a graceful restart,
+//! as an operator's server does. mod_md reads Certeasy's ARI window (RFC 9773): a fresh
+//! certificate is not renewed, and once an operator marks it for early renewal (`certeasy admin
+//! certificates renew-early`), the next check renews it and the server serves the new one.
 //!
 //! httpd runs unprivileged in the foreground from its own configuration (own ServerRoot, PidFile,
 //! store and loopback high ports, mapped for mod_md with `MDPortMap`), trusting only the test
@@ -76,7 +76,9 @@ impl Apache {
     }
 }
 
-fn config(env: &TestEnv, dir: &Path, http: u16, https: u16, name: &str, challenge: &str) -> String {
+/// httpd's whole configuration; `md` holds the Managed Domain's own directives (challenge,
+/// profile).
+fn config(env: &TestEnv, dir: &Path, http: u16, https: u16, name: &str, md: &str) -> String {
     let d = dir.display();
     format!(
         r#"ServerRoot "{d}"
@@ -107,10 +109,10 @@ MDCACertificateFile "{root}"
 MDCertificateAgreement accepted
 MDContactEmail apache@example.com
 MDPortMap 80:{http} 443:{https}
-MDCAChallenges {challenge}
 MDRenewWindow 33%
 MDRenewViaARI on
 MDStapling off
+{md}
 MDomain {name}
 
 <VirtualHost 127.0.0.1:{https}>
@@ -132,7 +134,7 @@ MDomain {name}
 
 /// Starts httpd for one Managed Domain answering `challenge`, and waits until it serves
 /// Certeasy's certificate for it.
-async fn apache_serving(env: &mut TestEnv, label: &str, challenge: &str) -> (Apache, String) {
+async fn apache_serving(env: &mut TestEnv, label: &str, md: &str) -> (Apache, String) {
     let (http, https) = (free_port(), free_port());
     env.challenge_ports(http, https);
     env.spawn_binary().await;
@@ -140,7 +142,7 @@ async fn apache_serving(env: &mut TestEnv, label: &str, challenge: &str) -> (Apa
     let dir = env.dir.path().join("apache");
     std::fs::create_dir_all(dir.join("run")).unwrap();
     let conf = dir.join("httpd.conf");
-    std::fs::write(&conf, config(env, &dir, http, https, &name, challenge)).unwrap();
+    std::fs::write(&conf, config(env, &dir, http, https, &name, md)).unwrap();
     let mut cmd = std::process::Command::new(apache2());
     cmd.arg("-f").arg(&conf).arg("-DFOREGROUND");
     let daemon = Daemon::spawn("apache2", cmd, dir.join("stderr.log"));
@@ -167,7 +169,8 @@ fn answered(apache: &Apache, challenge: &str) {
 #[tokio::test]
 async fn apache_mod_md_obtains_over_http01_and_renews_when_ari_says_so() {
     let mut env = TestEnv::new(Db::Sqlite).await;
-    let (mut apache, first) = apache_serving(&mut env, "apache-http", "http-01").await;
+    let (mut apache, first) =
+        apache_serving(&mut env, "apache-http", "MDCAChallenges http-01").await;
     let first_leaf = leaf_of(&first);
     answered(&apache, "http-01");
 
@@ -215,8 +218,17 @@ async fn apache_mod_md_obtains_over_http01_and_renews_when_ari_says_so() {
 }
 
 #[tokio::test]
-async fn apache_mod_md_obtains_over_tls_alpn01_and_serves_the_certificate() {
+async fn apache_mod_md_obtains_a_profile_over_tls_alpn01_and_serves_the_certificate() {
     let mut env = TestEnv::new(Db::Sqlite).await;
-    let (apache, _) = apache_serving(&mut env, "apache-tls", "tls-alpn-01").await;
+    // The shipped short-lived profile, which mod_md must get (MDProfileMandatory): 7 days.
+    let md = "MDCAChallenges tls-alpn-01\nMDProfile short-lived\nMDProfileMandatory on";
+    let (apache, served) = apache_serving(&mut env, "apache-tls", md).await;
     answered(&apache, "tls-alpn-01");
+    let der = leaf_of(&served);
+    let (_, leaf) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let validity = leaf.validity();
+    assert_eq!(
+        validity.not_after.to_datetime() - validity.not_before.to_datetime(),
+        time::Duration::days(7)
+    );
 }
