@@ -34,7 +34,7 @@ pub(crate) fn render(settings: &ApiSettings, policy: &PolicySettings, urls: &Url
         .map(|p| (p.name().to_owned(), json!(p.description())))
         .collect();
     meta["profiles"] = serde_json::Value::Object(profiles);
-    let body = json!({
+    let mut body = json!({
         "newNonce": urls.url("/acme/new-nonce"),
         "newAccount": urls.url("/acme/new-account"),
         "newOrder": urls.url("/acme/new-order"),
@@ -43,5 +43,9 @@ pub(crate) fn render(settings: &ApiSettings, policy: &PolicySettings, urls: &Url
         "renewalInfo": urls.url(RENEWAL_INFO_PATH),
         "meta": meta,
     });
+    if policy.pre_authorization {
+        // RFC 8555 §7.1.1: present only where pre-authorization is offered.
+        body["newAuthz"] = json!(urls.url("/acme/new-authz"));
+    }
     Bytes::from(body.to_string())
 }

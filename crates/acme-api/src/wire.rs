@@ -165,6 +165,12 @@ pub(crate) struct IdentifierRequest {
     pub(crate) value: String,
 }
 
+/// `newAuthz` payload (RFC 8555 §7.4.1): the one identifier to pre-authorize.
+#[derive(Debug, Deserialize)]
+pub(crate) struct NewAuthzRequest {
+    pub(crate) identifier: IdentifierRequest,
+}
+
 /// `finalize` payload.
 #[derive(Debug, Deserialize)]
 pub(crate) struct FinalizeRequest {

@@ -552,6 +552,7 @@ fn policy_settings(
         authorization_lifetime: a.authorization_lifetime.time(),
         valid_authorization_lifetime: a.valid_authorization_lifetime.time(),
         reuse_valid_authorizations: a.reuse_valid_authorizations,
+        pre_authorization: a.pre_authorization,
         max_identifiers_per_order: a.max_identifiers_per_order,
         max_contacts: a.max_contacts,
         identifier_policy: config.identifiers.policy(),

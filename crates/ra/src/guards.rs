@@ -6,14 +6,17 @@
 
 use ratelimits::config::Mode;
 use ratelimits::config::RateLimitingConfig;
+use storage::model::Authorization;
 use storage::model::DuplicateGuard;
 use storage::model::GuardExceeded;
 use storage::model::GuardUsage;
+use storage::model::NewAuthz;
 use storage::model::NewOrder;
 use storage::model::Order;
 use storage::model::OrderCreation;
 use storage::model::OrderGuards;
 use storage::model::PendingAuthzGuard;
+use storage::model::PreAuthorization;
 use time::OffsetDateTime;
 
 use crate::Ra;
@@ -82,6 +85,50 @@ impl Ra {
                 }
                 Err(self.exceeded(&config, exceeded).into())
             }
+        }
+    }
+
+    /// Pre-authorizes under the pending-authorization limit, counted as for an order that
+    /// creates one authorization (the duplicate-certificate limit counts certificates, which a
+    /// pre-authorization does not lead to by itself). Returns the authorization, whether it is
+    /// an existing valid one reused, and the enforced limit's state for the `RateLimit` headers.
+    pub(crate) async fn pre_authorize_with_guard(
+        &self,
+        account: &storage::model::Account,
+        authz: &NewAuthz,
+        reuse_valid_until: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> Result<(Authorization, bool, Vec<PolicyItem>), Error> {
+        let config = self.inner.limits.config();
+        let pending = &config.pending_authorizations;
+        let cap = pending.enabled.then(|| PendingAuthzGuard {
+            max: u32::try_from(pending.max).unwrap_or(u32::MAX),
+            refuse: pending.mode == Mode::Enforce,
+        });
+        match self
+            .inner
+            .storage
+            .pre_authorize(account, authz, reuse_valid_until, cap, now)
+            .await?
+        {
+            PreAuthorization::Created {
+                authz,
+                usage,
+                exceeded,
+            } => {
+                for over in &exceeded {
+                    shadow_db(limit_of(over));
+                }
+                if cap.is_some() && exceeded.is_empty() {
+                    count_db("pending-authorizations", "allowed");
+                }
+                Ok((*authz, false, self.db_policies(&config, usage, now)))
+            }
+            PreAuthorization::Reused(authz) => Ok((*authz, true, Vec::new())),
+            PreAuthorization::AccountNotValid(status) => {
+                Err(Refusal::AccountNotValid(status).into())
+            }
+            PreAuthorization::WouldExceed(over) => Err(self.exceeded(&config, over).into()),
         }
     }
 

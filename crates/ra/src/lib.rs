@@ -26,6 +26,7 @@ pub mod operator;
 pub mod orders;
 pub mod overrides;
 pub mod pausing;
+pub mod pre_authorization;
 mod profiles;
 pub mod rate_info;
 pub mod renewals;

@@ -145,9 +145,9 @@ impl Ra {
             not_after,
             expires_at: now + rules.order_lifetime,
             authorizations,
-            reuse_valid_until: settings.reuse_valid_authorizations.then(|| {
-                now + crate::settings::reuse_margin(rules.valid_authorization_lifetime)
-            }),
+            reuse_valid_until: settings
+                .reuse_valid_authorizations
+                .then(|| now + crate::settings::reuse_margin(rules.valid_authorization_lifetime)),
             replaces: replacement.map(|r| r.cert_id),
             profile,
             valid_authz_lifetime: Some(rules.valid_authorization_lifetime),
@@ -299,7 +299,10 @@ impl Ra {
 
     /// Parses, normalises and judges the identifiers of an order; every refused identifier is
     /// a subproblem. Returns them sorted and without duplicates.
-    fn check_identifiers(&self, raw: &[RawIdentifier]) -> Result<Vec<Identifier>, Error> {
+    pub(crate) fn check_identifiers(
+        &self,
+        raw: &[RawIdentifier],
+    ) -> Result<Vec<Identifier>, Error> {
         let settings = &self.inner.settings;
         if raw.is_empty() {
             return Err(Refusal::malformed("the order has no identifiers").into());
@@ -463,8 +466,14 @@ mod tests {
         };
         for id in [&name, &wildcard] {
             let offered = offered_challenges_for(id, on);
-            assert!(offered.contains(&ChallengeType::DnsAccount01), "{offered:?}");
-            assert!(offered.contains(&ChallengeType::DnsPersist01), "{offered:?}");
+            assert!(
+                offered.contains(&ChallengeType::DnsAccount01),
+                "{offered:?}"
+            );
+            assert!(
+                offered.contains(&ChallengeType::DnsPersist01),
+                "{offered:?}"
+            );
         }
         assert_eq!(
             offered_challenges_for(&wildcard, on),

@@ -38,6 +38,9 @@ pub struct PolicySettings {
     /// has [`reuse_margin`] left.
     pub valid_authorization_lifetime: Duration,
     pub reuse_valid_authorizations: bool,
+    /// `acme.pre-authorization`: whether accounts may ask for an authorization before ordering
+    /// (RFC 8555 §7.4.1, `newAuthz` in the directory).
+    pub pre_authorization: bool,
     pub max_identifiers_per_order: usize,
     pub max_contacts: usize,
     pub identifier_policy: IdentifierPolicy,
@@ -97,6 +100,7 @@ impl Default for PolicySettings {
             authorization_lifetime: Duration::days(7),
             valid_authorization_lifetime: DEFAULT_VALID_AUTHORIZATION_LIFETIME,
             reuse_valid_authorizations: true,
+            pre_authorization: true,
             max_identifiers_per_order: 100,
             max_contacts: 10,
             identifier_policy: IdentifierPolicy::default(),

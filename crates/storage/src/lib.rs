@@ -26,6 +26,7 @@ pub mod model;
 mod orders;
 pub mod overrides;
 mod pauses;
+mod pre_authz;
 mod private_file;
 mod prune;
 mod renewals;

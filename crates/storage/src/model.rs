@@ -174,6 +174,27 @@ pub enum GuardExceeded {
     },
 }
 
+/// What a pre-authorization request (RFC 8555 §7.4.1) found and did
+/// ([`crate::Storage::pre_authorize`]): facts read under the account's lock, like
+/// [`OrderCreation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreAuthorization {
+    /// A new pending authorization was written. `usage`: how full the pending-authorization cap
+    /// is now; `exceeded`: that cap, when it is over and not to refuse on (shadow mode).
+    Created {
+        authz: Box<Authorization>,
+        usage: GuardUsage,
+        exceeded: Vec<GuardExceeded>,
+    },
+    /// The account already holds a valid authorization for the identifier, still valid at the
+    /// reuse instant asked for: nothing was written and it is returned, as an order reuses it.
+    Reused(Box<Authorization>),
+    /// The account is not valid: nothing was written.
+    AccountNotValid(AccountStatus),
+    /// The pending-authorization cap is exceeded and to refuse on: nothing was written.
+    WouldExceed(GuardExceeded),
+}
+
 /// What creating an order found and did ([`crate::Storage::create_order`]). Refusals are the
 /// caller's to make: these are facts read under the account's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]

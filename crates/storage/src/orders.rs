@@ -6,6 +6,9 @@ mod create;
 mod finalize;
 mod read;
 
+pub(crate) use create::count_pending_authz;
+pub(crate) use create::insert_authz;
+pub(crate) use create::reusable_authz;
 pub(crate) use finalize::account_of_order;
 pub(crate) use finalize::not_ready;
 pub(crate) use finalize::take_ready;

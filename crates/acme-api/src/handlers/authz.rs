@@ -9,6 +9,7 @@ use axum::extract::Path;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use ra::orders::RawIdentifier;
 use storage::model::Authorization;
 
 use crate::auth::KidRequest;
@@ -17,10 +18,38 @@ use crate::refusal::refused;
 use crate::response::Resource;
 use crate::state::ApiState;
 use crate::wire::AuthzUpdate;
+use crate::wire::NewAuthzRequest;
 use crate::wire::authz_json;
 use crate::wire::challenge_json;
 
 type ApiResult = Result<Response, ApiError>;
+
+/// `newAuthz` (RFC 8555 §7.4.1). Always `201 Created` with the authorization's URL, also when an
+/// existing valid authorization is returned: Go's `x/crypto/acme` accepts no other status.
+pub(crate) async fn new_authz(
+    State(state): State<ApiState>,
+    KidRequest(req): KidRequest,
+) -> ApiResult {
+    let account = req.account()?;
+    let payload: NewAuthzRequest = req.payload()?;
+    let done = state
+        .ra()
+        .new_authorization(
+            account,
+            RawIdentifier {
+                kind: payload.identifier.kind,
+                value: payload.identifier.value,
+            },
+        )
+        .await
+        .map_err(|e| refused(&state, e))?;
+    let url = state.urls().authz(done.authz.id);
+    Ok(
+        Resource::created(authz_json(state.urls(), &done.authz), &url)
+            .rate_limit(done.rate_limit)
+            .into_response(),
+    )
+}
 
 pub(crate) async fn authz(
     State(state): State<ApiState>,

@@ -32,6 +32,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/acme/acct/{id}/orders", post(account::orders))
         .route("/acme/key-change", post(account::key_change))
         .route("/acme/new-order", post(order::new_order))
+        .route("/acme/new-authz", post(authz::new_authz))
         .route("/acme/order/{id}", post(order::order))
         .route("/acme/order/{id}/finalize", post(order::finalize))
         .route("/acme/authz/{id}", post(authz::authz))

@@ -826,6 +826,14 @@ pub struct AcmeConfig {
     pub valid_authorization_lifetime: ConfigDuration,
     /// Whether new orders reuse the account's still-valid authorizations.
     pub reuse_valid_authorizations: bool,
+    /// Whether an account may validate an identifier before ordering it (RFC 8555 §7.4.1
+    /// pre-authorization): the directory then announces `newAuthz`. A pre-authorization meets the
+    /// identifier policy, the account's external-account key, pausing and the order limits
+    /// (new-orders, failed validations, pending authorizations) as a one-name order does, and an
+    /// order reuses it like any valid authorization (`reuse-valid-authorizations`). Wildcard names
+    /// cannot be pre-authorized (RFC 8555 §7.4.1). `false` takes `newAuthz` out of the directory,
+    /// and requests to it are refused with `unauthorized`.
+    pub pre_authorization: bool,
     /// Replay nonces are accepted for this long.
     #[schemars(with = "schema::Duration")]
     pub nonce_lifetime: ConfigDuration,
@@ -877,6 +885,7 @@ impl Default for AcmeConfig {
             authorization_lifetime: config_duration(policy.authorization_lifetime),
             valid_authorization_lifetime: config_duration(policy.valid_authorization_lifetime),
             reuse_valid_authorizations: policy.reuse_valid_authorizations,
+            pre_authorization: policy.pre_authorization,
             nonce_lifetime: ConfigDuration::from_secs(3600),
             orders_per_page: usize::try_from(api.orders_per_page).unwrap_or(usize::MAX),
             max_identifiers_per_order: policy.max_identifiers_per_order,

@@ -42,6 +42,7 @@ mod listener;
 mod metrics_named;
 mod nonce_instances;
 mod overrides;
+mod pre_authz;
 mod profile_policy;
 mod profiles;
 mod pruning;

@@ -182,7 +182,7 @@ async fn create(
 }
 
 /// What counting one database-backed limit found.
-enum Counted<U> {
+pub(crate) enum Counted<U> {
     /// Within the cap (or not counted: `None`), with how full it is once the order is created.
     Within(Option<U>),
     /// Over the cap, and whether the caller asked to refuse the order then.
@@ -193,7 +193,10 @@ impl<U> Counted<U> {
     /// The usage to report with the created order: `Err` with the limit when it is exceeded and
     /// the caller asked to refuse then; an exceeded limit not to refuse on is added to `exceeded`
     /// and reports no usage.
-    fn settle(self, exceeded: &mut Vec<GuardExceeded>) -> Result<Option<U>, GuardExceeded> {
+    pub(crate) fn settle(
+        self,
+        exceeded: &mut Vec<GuardExceeded>,
+    ) -> Result<Option<U>, GuardExceeded> {
         match self {
             Counted::Within(usage) => Ok(usage),
             Counted::Exceeded(over, true) => Err(over),
@@ -453,8 +456,19 @@ const INSERT_CHALLENGES: [&str; 3] = [
 ];
 
 /// The account's valid authorization for the identifier that lives longest, if it is still
-/// valid at `until`: its id and expiry. Under a valid-authorization lifetime `within` (seconds)
-/// when one is given, the authorization must also have been validated less than `within` before `until`,
+/// valid at `until`: its id and expiry.
+pub(crate) async fn reusable_authz(
+    conn: &mut Conn,
+    account: AccountId,
+    kind: &str,
+    value: &str,
+    until: i64,
+) -> Result<Option<(i64, i64)>> {
+    reusable_authz_within(conn, account, (kind, value), until, None).await
+}
+
+/// [`reusable_authz`] under a valid-authorization lifetime `within` (seconds) when one is
+/// given: the authorization must also have been validated less than `within` before `until`,
 /// and the expiry returned is the earlier of its own and its validation plus `within`, so the
 /// order that reuses it expires no later (`Plan::of`).
 async fn reusable_authz_within(
@@ -506,6 +520,15 @@ async fn reusable_authz_within(
     .transpose()
 }
 
+pub(crate) async fn insert_authz(
+    conn: &mut Conn,
+    account: AccountId,
+    authz: &crate::model::NewAuthz,
+    now: i64,
+) -> Result<i64> {
+    insert_authz_with(conn, account, authz, None, now).await
+}
+
 /// Writes a pending authorization and its challenges; `valid_lifetime` (seconds) is the
 /// profile's own valid-authorization lifetime it keeps, `None` for the CA-wide one.
 async fn insert_authz_with(
@@ -539,7 +562,7 @@ async fn insert_authz_with(
 
 /// An order that creates no new authorization never exceeds this limit: it adds nothing to the
 /// pending count. `fresh` is how many it creates and when the last of them expires.
-async fn count_pending_authz(
+pub(crate) async fn count_pending_authz(
     conn: &mut Conn,
     account: AccountId,
     guards: &OrderGuards,

@@ -30,5 +30,6 @@ mod jobs;
 mod orders;
 mod overrides;
 mod pauses;
+mod pre_authz;
 mod prune;
 mod reservations;
