@@ -528,9 +528,7 @@ fn api_settings(config: &Config) -> ApiSettings {
         base_url: config.external_url().trim_end_matches('/').to_owned(),
         website: non_empty(&a.website),
         caa_identities: a.caa_identities.clone(),
-        dns_persist_issuer_domain_names: config
-            .validation
-            .dns_persist_issuers(&a.caa_identities),
+        dns_persist_issuer_domain_names: config.validation.dns_persist_issuers(&a.caa_identities),
         orders_per_page: u32::try_from(a.orders_per_page).unwrap_or(u32::MAX),
         retry_after: a.retry_after.time(),
         max_body_bytes: config.server.max_body_bytes,
