@@ -95,7 +95,7 @@ BEGIN
         FROM challenges c JOIN authorizations a ON a.id = c.authz_id
         WHERE c.id = p_challenge;
     FOR r IN SELECT * FROM certeasy_record_valid_at_once(p_challenge, p_now,
-            coalesce(v_until, p_valid_until)) LOOP
+            least(v_until, p_valid_until)) LOOP
         IF r.outcome = 'started' THEN
             UPDATE challenges SET evidence = p_evidence WHERE challenges.id = p_challenge;
         END IF;

@@ -91,6 +91,7 @@ impl Ra {
         )
         .map_err(Refusal::Problem)?;
         let rules = OrderRules::of(profile, settings);
+        let profile_challenge_types = profile.validation().challenge_types.clone();
         // Decided before anything is charged: an identifier left without a challenge type is
         // refused as the profile's other checks are.
         let offered = identifiers
@@ -151,6 +152,7 @@ impl Ra {
             replaces: replacement.map(|r| r.cert_id),
             profile,
             valid_authz_lifetime: Some(rules.valid_authorization_lifetime),
+            reuse_challenge_types: profile_challenge_types,
         };
         let order = match self.create_with_guards(new, now).await {
             Ok((order, db_policies)) => {

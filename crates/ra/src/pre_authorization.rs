@@ -10,6 +10,7 @@
 use acme_core::identifier::Identifier;
 use acme_core::problem::Problem;
 use acme_core::problem::ProblemType;
+use acme_core::status::ChallengeType;
 use storage::error::Error as StorageError;
 use storage::model::Account;
 use storage::model::Authorization;
@@ -70,10 +71,10 @@ impl Ra {
             )
             .into());
         }
-        self.check_some_profile_admits(account, identifier).await?;
+        let offered = self.check_some_profile_admits(account, identifier).await?;
         self.refuse_paused(account.id, &identifiers, now).await?;
         let mut spent = self.charge_order(account.id, &identifiers, false).await?;
-        let challenges = match offered_challenges_for(identifier, settings.optional_challenges)
+        let challenges = match offered
             .into_iter()
             .map(|kind| Ok((kind, random_token()?)))
             .collect::<Result<Vec<_>, Error>>()
@@ -127,11 +128,12 @@ impl Ra {
     /// A pre-authorization names no profile, so it needs one profile that would create this
     /// authorization in an order: one the account may use (by id, EAB key, and its key's
     /// profile list), that certifies the identifier's type and offers a challenge type for it.
+    /// Returns the challenge types to offer: those of the profiles that admit it.
     async fn check_some_profile_admits(
         &self,
         account: &Account,
         identifier: &Identifier,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<ChallengeType>, Error> {
         let key_policy = match &account.eab_kid {
             None => None,
             Some(kid) => match self.inner.storage.eab_key(kid).await? {
@@ -156,18 +158,25 @@ impl Ra {
         let offered = offered_challenges_for(identifier, settings.optional_challenges);
         let admitted_by = |profile: &issuance::Profile| {
             profiles::check(profile, account, one, settings)?;
-            profiles::challenges(profile, identifier, offered.clone())?;
-            match &key_policy {
-                Some(policy) => policy.check_profile(profile.name()),
-                None => Ok(()),
+            if let Some(policy) = &key_policy {
+                policy.check_profile(profile.name())?;
             }
+            profiles::challenges(profile, identifier, offered.clone())
         };
-        if settings
-            .profiles
-            .iter()
-            .any(|profile| admitted_by(profile).is_ok())
-        {
-            return Ok(());
+        // The challenge types of every profile that admits it, in the order offered: the
+        // authorization may serve an order of any of them, and each order reuses it only if it
+        // was validated with a type of its own profile (`NewOrder::reuse_challenge_types`).
+        let mut admitted: Vec<ChallengeType> = Vec::new();
+        for profile in settings.profiles.iter() {
+            if let Ok(types) = admitted_by(profile) {
+                admitted.extend(types);
+            }
+        }
+        if !admitted.is_empty() {
+            return Ok(offered
+                .into_iter()
+                .filter(|t| admitted.contains(t))
+                .collect());
         }
         // Refused by every profile: say why the default one refuses, which is the one an order
         // naming no profile would meet.

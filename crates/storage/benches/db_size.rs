@@ -296,6 +296,7 @@ async fn new_order(s: &Storage, account: AccountId, i: u64, now: OffsetDateTime)
                 replaces: None,
                 profile: "tls-server".to_owned(),
                 valid_authz_lifetime: None,
+                reuse_challenge_types: Vec::new(),
             },
             &OrderGuards::default(),
             now,

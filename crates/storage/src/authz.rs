@@ -261,8 +261,10 @@ async fn start_if_first(
 }
 
 /// A challenge of the authorization was validated: a pending authorization becomes valid for
-/// its own lifetime, the one of the profile it was created for (migration 0025), or else
-/// `valid_for` (the policy layer's valid-authorization lifetime); the unfinished orders holding
+/// its own lifetime, the one of the profile it was created for (migration 0025), but never
+/// longer than `valid_for`, the policy layer's valid-authorization lifetime for this validation
+/// (the CA-wide one, which bounds every profile's, cut shorter by a dns-persist-01 record's
+/// `persistUntil`); without its own lifetime, `valid_for`. The unfinished orders holding
 /// it expire no later, and those whose authorizations are now all valid become ready. The
 /// PostgreSQL function `certeasy_record_valid_at_once` decides the expiry alike.
 async fn authz_validated(
@@ -278,7 +280,9 @@ async fn authz_validated(
             .await?
             .flatten();
     let expires = match own {
-        Some(secs) => codec::unix(now).saturating_add(secs),
+        Some(secs) => codec::unix(now)
+            .saturating_add(secs)
+            .min(codec::unix(now + valid_for)),
         None => codec::unix(now + valid_for),
     };
     if decide_authz(conn, authz_id, AuthzStatus::Valid, Some(expires)).await? {

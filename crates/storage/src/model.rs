@@ -110,6 +110,11 @@ pub struct NewOrder {
     /// plus this lifetime: whichever profile it was validated for, it serves this order only
     /// under this order's rule.
     pub valid_authz_lifetime: Option<time::Duration>,
+    /// The challenge types this order's profile validates with; empty for any. A valid
+    /// authorization is reused only if it was validated with one of them, so a profile's
+    /// `challenge-types` holds for every authorization its orders rest on, also one validated
+    /// for another profile or pre-authorized.
+    pub reuse_challenge_types: Vec<ChallengeType>,
 }
 
 /// An authorization to create with an order.

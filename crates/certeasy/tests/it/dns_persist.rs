@@ -16,6 +16,7 @@ use serde_json::Value;
 use serde_json::json;
 use testkit::poll::OnTheWay;
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 use crate::harness::Db;
 use crate::harness::TestEnv;
@@ -199,7 +200,7 @@ async fn standing_record_validates_again_and_again_and_after_a_key_change_postgr
 }
 
 #[tokio::test]
-async fn records_that_do_not_validate_say_why() {
+async fn records_that_do_not_validate_say_why_and_persist_until_caps_the_authorization() {
     let env = started(
         Db::Sqlite,
         &format!("  dns-persist-issuer-domain-names: [\"{ISSUER}\"]\n"),
@@ -309,7 +310,7 @@ async fn records_that_do_not_validate_say_why() {
     account.validate(&env, &format!("*.{name}"), "valid").await;
 
     // Several records side by side (another CA's, another account's, ours): ours validates,
-    // a future persistUntil included.
+    // and a future persistUntil caps the authorization's expiry.
     let name = env.name("until");
     let until = now + 3600;
     for record in [
@@ -325,6 +326,11 @@ async fn records_that_do_not_validate_say_why() {
     let (_, authz_url) = account.validate(&env, &name, "valid").await;
     let authz = account.raw.post(&authz_url, None).await.body;
     assert_eq!(authz["status"], "valid", "{authz}");
+    let expires = OffsetDateTime::parse(authz["expires"].as_str().unwrap(), &Rfc3339).unwrap();
+    assert!(
+        expires.unix_timestamp() <= until,
+        "expires {expires} after persistUntil {until}"
+    );
 }
 
 #[tokio::test]

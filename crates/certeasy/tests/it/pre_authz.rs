@@ -332,3 +332,55 @@ async fn pre_authorization_needs_a_profile_the_account_may_use() {
     let r = new_authz(&first, &url, "ip", "127.0.0.1").await;
     assert_eq!(r.status, 201, "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_reuses_only_an_authorization_validated_with_its_profiles_challenge_types() {
+    let mut env = TestEnv::new(Db::Postgres).await;
+    env.section(
+        "issuance",
+        "  default-profile: open\n  profiles:\n    open:\n      description: any method\n      identifier-types: [dns]\n    dns-only:\n      description: dns-01 only\n      identifier-types: [dns]\n      challenge-types: [dns-01]\n",
+    );
+    env.start().await;
+    let url = format!("{}/acme/new-authz", env.base_url());
+    let mut raw = Raw::new(&env, Algorithm::Es256);
+    raw.register().await;
+    let name = env.name("method");
+
+    // Both profiles admit the name, so the pre-authorization offers what either validates with.
+    let r = new_authz(&raw, &url, "dns", &name).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let authz_url = r.location();
+    let ch = challenge(&r.body, "http-01").clone();
+    assert!(challenge(&r.body, "dns-01").is_object());
+    let token = ch["token"].as_str().unwrap();
+    env.http.add(token, &raw.key_authorization(token));
+    let started = raw
+        .post(ch["url"].as_str().unwrap(), Some(&json!({})))
+        .await;
+    assert_eq!(started.status, 200, "{started:?}");
+    wait_for_status(&raw, &authz_url, "valid").await;
+
+    // Validated over http-01: an order of the dns-01-only profile does not rest on it...
+    let order = |profile: &str| json!({"identifiers": [{"type": "dns", "value": name}], "profile": profile});
+    let strict = raw
+        .post(&raw.url("/acme/new-order"), Some(&order("dns-only")))
+        .await;
+    assert_eq!(strict.status, 201, "{strict:?}");
+    assert_eq!(strict.body["status"], "pending", "{strict:?}");
+    assert_ne!(strict.body["authorizations"], json!([authz_url]));
+    let fresh = r_body(&raw, strict.body["authorizations"][0].as_str().unwrap()).await;
+    let kinds: Vec<&str> = fresh["challenges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["dns-01"]);
+    // ...and one of the profile that validates with http-01 does.
+    let open = raw
+        .post(&raw.url("/acme/new-order"), Some(&order("open")))
+        .await;
+    assert_eq!(open.status, 201, "{open:?}");
+    assert_eq!(open.body["status"], "ready", "{open:?}");
+    assert_eq!(open.body["authorizations"], json!([authz_url]));
+}

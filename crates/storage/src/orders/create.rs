@@ -13,6 +13,7 @@ use acme_core::ids::AccountId;
 use acme_core::ids::AuthzId;
 use acme_core::ids::OrderId;
 use acme_core::status::AccountStatus;
+use acme_core::status::ChallengeType;
 use acme_core::status::OrderStatus;
 use time::OffsetDateTime;
 
@@ -99,6 +100,7 @@ async fn create(
         return Ok(OrderCreation::AccountNotValid(status));
     }
 
+    let methods = reuse_methods(&new.reuse_challenge_types);
     let mut reused = Vec::with_capacity(new.authorizations.len());
     for authz in &new.authorizations {
         reused.push(match new.reuse_valid_until {
@@ -109,6 +111,7 @@ async fn create(
                     (authz.identifier.kind().as_str(), authz.identifier.value()),
                     codec::unix(until),
                     new.valid_authz_lifetime.map(|l| l.whole_seconds()),
+                    &methods,
                 )
                 .await?
             }
@@ -464,7 +467,22 @@ pub(crate) async fn reusable_authz(
     value: &str,
     until: i64,
 ) -> Result<Option<(i64, i64)>> {
-    reusable_authz_within(conn, account, (kind, value), until, None).await
+    reusable_authz_within(conn, account, (kind, value), until, None, "").await
+}
+
+/// The challenge types a reused authorization must have been validated with, as one text
+/// parameter the reuse queries match with `LIKE` on both backends: each type between spaces,
+/// or empty for any. (No type name holds `%` or `_`.)
+fn reuse_methods(types: &[ChallengeType]) -> String {
+    if types.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(" ");
+    for t in types {
+        text.push_str(t.as_str());
+        text.push(' ');
+    }
+    text
 }
 
 /// [`reusable_authz`] under a valid-authorization lifetime `within` (seconds) when one is
@@ -477,17 +495,22 @@ async fn reusable_authz_within(
     (kind, value): (&str, &str),
     until: i64,
     within: Option<i64>,
+    methods: &str,
 ) -> Result<Option<(i64, i64)>> {
     let Some(within) = within else {
         let row = sql::query(
-            "SELECT id, expires_at FROM authorizations WHERE account_id = $1 AND identifier_type = $2 \
-             AND identifier_value = $3 AND status = 'valid' AND expires_at > $4 \
-             ORDER BY expires_at DESC, id DESC LIMIT 1",
+            "SELECT a.id AS id, a.expires_at AS expires_at FROM authorizations a \
+             JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
+             WHERE a.account_id = $1 AND a.identifier_type = $2 \
+             AND a.identifier_value = $3 AND a.status = 'valid' AND a.expires_at > $4 \
+             AND ($5 = '' OR $5 LIKE ('% ' || c.type || ' %')) \
+             ORDER BY a.expires_at DESC, a.id DESC LIMIT 1",
         )
         .bind(account.0)
         .bind(kind)
         .bind(value)
         .bind(until)
+        .bind(methods)
         .fetch_optional(&mut *conn)
         .await?;
         return row
@@ -500,6 +523,7 @@ async fn reusable_authz_within(
          FROM authorizations a JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
          WHERE a.account_id = $1 AND a.identifier_type = $2 AND a.identifier_value = $3 \
          AND a.status = 'valid' AND a.expires_at > $4 AND c.validated_at > $4 - $5 \
+         AND ($6 = '' OR $6 LIKE ('% ' || c.type || ' %')) \
          ORDER BY c.validated_at DESC, a.expires_at DESC, a.id DESC LIMIT 1",
     )
     .bind(account.0)
@@ -507,6 +531,7 @@ async fn reusable_authz_within(
     .bind(value)
     .bind(until)
     .bind(within)
+    .bind(methods)
     .fetch_optional(&mut *conn)
     .await?;
     row.map(|r| {

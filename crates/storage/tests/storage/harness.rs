@@ -373,6 +373,7 @@ pub(crate) fn new_order_expiring(
         replaces: None,
         profile: "tls-server".to_owned(),
         valid_authz_lifetime: None,
+        reuse_challenge_types: Vec::new(),
     }
 }
 

@@ -24,7 +24,8 @@ crate::both_backends!(
     a_pre_authorization_is_a_pending_authorization_of_no_order,
     a_valid_pre_authorization_is_returned_again_and_reused_by_an_order,
     the_pending_cap_counts_pre_authorizations,
-    a_deactivated_account_is_not_pre_authorized
+    a_deactivated_account_is_not_pre_authorized,
+    reuse_asks_for_the_method_of_the_validation
 );
 
 fn new_authz(name: &str, now: OffsetDateTime) -> NewAuthz {
@@ -204,4 +205,44 @@ async fn a_deactivated_account_is_not_pre_authorized(s: &Storage) {
         matches!(outcome, PreAuthorization::AccountNotValid(_)),
         "{outcome:?}"
     );
+}
+
+async fn reuse_asks_for_the_method_of_the_validation(s: &Storage) {
+    let now = t0();
+    let acct = harness::account(s, now).await;
+    let authz = created(s, &acct, "method.example.com", None, now).await;
+    // challenges[0] is http-01.
+    let challenge = authz.challenges[0].id;
+    s.start_challenge(challenge, now).await.unwrap();
+    s.record_validation(challenge, Ok(()), VALID_FOR, now, None)
+        .await
+        .unwrap();
+    let order_with = |types: Vec<ChallengeType>| storage::model::NewOrder {
+        reuse_challenge_types: types,
+        ..harness::new_order(acct.id, &["method.example.com"], now, true)
+    };
+    let dns_only = harness::created_order(s, order_with(vec![ChallengeType::Dns01]), now).await;
+    assert_ne!(dns_only.authz_ids, [authz.id]);
+    assert_eq!(dns_only.status, OrderStatus::Pending);
+    let http = harness::created_order(
+        s,
+        order_with(vec![ChallengeType::Dns01, ChallengeType::Http01]),
+        now,
+    )
+    .await;
+    assert_eq!(http.authz_ids, [authz.id]);
+    assert_eq!(http.status, OrderStatus::Ready);
+    // With a profile lifetime too (the other reuse query).
+    let within = storage::model::NewOrder {
+        valid_authz_lifetime: Some(Duration::days(10)),
+        ..order_with(vec![ChallengeType::Dns01])
+    };
+    let order = harness::created_order(s, within, now).await;
+    assert_ne!(order.authz_ids, [authz.id]);
+    let within = storage::model::NewOrder {
+        valid_authz_lifetime: Some(Duration::days(10)),
+        ..order_with(vec![ChallengeType::Http01])
+    };
+    let order = harness::created_order(s, within, now).await;
+    assert_eq!(order.authz_ids, [authz.id]);
 }

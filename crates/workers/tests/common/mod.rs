@@ -96,6 +96,7 @@ pub(crate) async fn pending_order(
                 replaces: None,
                 profile: "tls-server".to_owned(),
                 valid_authz_lifetime: None,
+                reuse_challenge_types: Vec::new(),
             },
             &OrderGuards::default(),
             now,
