@@ -70,8 +70,7 @@ impl Account {
     async fn new(env: &TestEnv) -> Self {
         let mut raw = Raw::new(env, Algorithm::Es256);
         raw.register().await;
-        let directory = raw.http.get(env.directory_url()).send().await.unwrap();
-        let directory: Value = serde_json::from_str(&directory.text().await.unwrap()).unwrap();
+        let directory = raw.directory().await;
         let prefix = directory["meta"]["accountHashPrefix"]
             .as_str()
             .unwrap()
@@ -144,17 +143,7 @@ async fn standing_record_validates_again_and_again_and_after_a_key_change(db: Db
     .await;
     let mut account = Account::new(&env).await;
     // The directory says what a record needs, before any order (draft §3.2, §4.5).
-    let directory = account
-        .raw
-        .http
-        .get(env.directory_url())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let directory: Value = serde_json::from_str(&directory).unwrap();
+    let directory = account.raw.directory().await;
     assert_eq!(directory["meta"]["issuerDomainNames"], json!([ISSUER]));
     assert_eq!(
         directory["meta"]["accountHashPrefix"],
@@ -343,17 +332,7 @@ async fn caa_validationmethods_can_name_dns_persist_01() {
     )
     .await;
     let account = Account::new(&env).await;
-    let directory = account
-        .raw
-        .http
-        .get(env.directory_url())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let directory: Value = serde_json::from_str(&directory).unwrap();
+    let directory = account.raw.directory().await;
     assert_eq!(directory["meta"]["issuerDomainNames"], json!([ISSUER]));
 
     let allowed = env.name("caa-allows");

@@ -351,3 +351,53 @@ async fn an_instance_without_the_active_issuer_is_not_ready_and_signs_nothing_un
     .await;
     assert_eq!(leaf_issuer_cn(&next), ROTATED_CN);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_would_unload_a_profiles_issuer_is_refused() {
+    let mut env = TestEnv::new(Db::Sqlite).await;
+    let entry = ca_with_second_intermediate(&env);
+    env.section("ca", &ca_section(&entry));
+    env.section(
+        "issuance",
+        &format!(
+            "  default-profile: tls-server\n  profiles:\n    tls-server:\n      description: the active issuer's\n      identifier-types: [dns]\n    partner:\n      description: signed by {ROTATED}\n      identifier-types: [dns]\n      issuer: {ROTATED}\n"
+        ),
+    );
+    env.spawn_binary().await;
+    let account = env.account().await;
+    let ids = [Identifier::Dns(env.name("partner"))];
+    let (chain, profile) = crate::flow::issue_order(
+        &env,
+        &account,
+        &NewOrder::new(&ids).profile("partner"),
+        ChallengeType::Http01,
+    )
+    .await;
+    assert_eq!(profile.as_deref(), Some("partner"));
+    assert_eq!(leaf_issuer_cn(&chain), ROTATED_CN);
+
+    // Taking the issuer out of ca.issuers while the profile names it: the reload is refused,
+    // naming the profile's issuer, and the issuer stays loaded and signing.
+    env.section("ca", "");
+    env.write_config_for_test();
+    let reload = env.admin_cli().run_async(&["reload"], CLI_TIMEOUT).await;
+    let text = format!("{}{}", reload.stdout, reload.stderr);
+    assert!(!reload.ok, "{reload:?}");
+    assert!(
+        text.contains(ROTATED) && text.contains("issuance.profiles.partner.issuer"),
+        "the refusal names the profile's issuer: {text}"
+    );
+    // The admin CLI reads the same file, so the operator puts the entry back before asking.
+    env.section("ca", &ca_section(&entry));
+    env.write_config_for_test();
+    assert_eq!(listed_issuers(&env).await, ["default", ROTATED]);
+    let ids = [Identifier::Dns(env.name("still"))];
+    let (chain, _) = crate::flow::issue_order(
+        &env,
+        &account,
+        &NewOrder::new(&ids).profile("partner"),
+        ChallengeType::Http01,
+    )
+    .await;
+    assert_eq!(leaf_issuer_cn(&chain), ROTATED_CN);
+}

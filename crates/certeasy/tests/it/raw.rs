@@ -178,6 +178,20 @@ impl Raw {
         serde_json::from_str(&inner).expect("a signed JWS is JSON")
     }
 
+    /// The directory object (RFC 8555 §7.1.1), fetched with a plain GET.
+    pub async fn directory(&self) -> Value {
+        let text = self
+            .http
+            .get(self.url("/directory"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
     /// Creates the account and remembers its kid.
     pub async fn register(&mut self) -> Reply {
         let r = self
