@@ -301,7 +301,14 @@ fn from_browser(headers: &HeaderMap) -> bool {
 async fn metrics_text(State(state): State<AdminState>) -> (StatusCode, String) {
     match &state.metrics {
         Some(handle) => {
-            crate::admin_metrics::collect(&state.ctx).await;
+            let ctx = &state.ctx;
+            crate::admin_metrics::collect(crate::admin_metrics::Sources {
+                storage: &ctx.storage,
+                clock: &ctx.clock,
+                reloader: &ctx.reloader,
+                issuers: &ctx.issuers,
+            })
+            .await;
             handle.run_upkeep();
             (StatusCode::OK, handle.render())
         }

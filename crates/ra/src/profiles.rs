@@ -147,9 +147,12 @@ impl OrderRules {
             pending_authorization_lifetime: policy
                 .pending_authorization_lifetime
                 .unwrap_or(settings.authorization_lifetime),
+            // The CA-wide lifetime bounds every authorization (a shorter one set by the operator
+            // cuts the shipped short-lived profile's 7 h too), as it bounds the name limit.
             valid_authorization_lifetime: policy
                 .valid_authorization_lifetime
-                .unwrap_or(settings.valid_authorization_lifetime),
+                .unwrap_or(settings.valid_authorization_lifetime)
+                .min(settings.valid_authorization_lifetime),
             order_lifetime: policy.order_lifetime.unwrap_or(settings.order_lifetime),
             max_identifiers: policy
                 .max_identifiers
@@ -305,6 +308,32 @@ mod tests {
         // The same window is fine under the default profile.
         long.profile = None;
         new_order(&settings, &acct, long, now).unwrap();
+    }
+
+    #[test]
+    fn the_ca_wide_valid_authorization_lifetime_bounds_every_profiles() {
+        let mut settings = PolicySettings::default();
+        let short_lived = settings
+            .profiles
+            .select(Some("short-lived"))
+            .unwrap()
+            .clone();
+        assert_eq!(
+            OrderRules::of(&short_lived, &settings).valid_authorization_lifetime,
+            Duration::hours(7)
+        );
+        // An operator who shortens acme.valid-authorization-lifetime below the shipped 7 h
+        // shortens the profile's too, rather than meeting a refusal of a default.
+        settings.valid_authorization_lifetime = Duration::hours(2);
+        assert_eq!(
+            OrderRules::of(&short_lived, &settings).valid_authorization_lifetime,
+            Duration::hours(2)
+        );
+        let tls_server = settings.profiles.select(None).unwrap().clone();
+        assert_eq!(
+            OrderRules::of(&tls_server, &settings).valid_authorization_lifetime,
+            Duration::hours(2)
+        );
     }
 
     #[test]

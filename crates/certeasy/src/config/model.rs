@@ -683,8 +683,9 @@ pub struct ProfileConfig {
     #[schemars(with = "Option<schema::Duration>")]
     pub pending_authorization_lifetime: Option<ConfigDuration>,
     /// How long after its validation an authorization serves orders of this profile; empty means
-    /// `acme.valid-authorization-lifetime`, and longer than that is refused (it bounds every
-    /// authorization, and a dns-persist-01 record's `persistUntil` may cut it shorter). An authorization validated for an order of this
+    /// `acme.valid-authorization-lifetime`, which also bounds it (a longer one is cut to it, so
+    /// shortening the CA-wide lifetime shortens every profile's), and a dns-persist-01 record's
+    /// `persistUntil` may cut it shorter. An authorization validated for an order of this
     /// profile expires then; any valid authorization of the account (whichever profile it was
     /// validated for) is reused by an order of this profile only while it is valid by both its
     /// own expiry and this lifetime counted from its validation, with the reuse margin of

@@ -1226,37 +1226,3 @@ fn a_profiles_validation_policy_reaches_its_profile() {
     assert_eq!(v.eab_key_ids, ["kid-1"]);
     assert_eq!(p.issuer().map(|i| i.as_str()), Some("default"));
 }
-
-#[test]
-fn a_profiles_valid_authorization_lifetime_is_bounded_by_the_ca_wide_one() {
-    let text = "\
-acme:
-  valid-authorization-lifetime: 7d
-issuance:
-  default-profile: p
-  profiles:
-    p:
-      description: long
-      valid-authorization-lifetime: 8d
-";
-    let found: Vec<(String, Option<u64>, String)> = problems(text)
-        .into_iter()
-        .map(|p| (p.key_path, p.line, p.message))
-        .collect();
-    assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(
-        (found[0].0.as_str(), found[0].1),
-        ("issuance.profiles.p.valid-authorization-lifetime", Some(8))
-    );
-    assert!(
-        found[0].2.contains("acme.valid-authorization-lifetime"),
-        "{found:?}"
-    );
-    let same = text.replace("8d", "7d");
-    let config = from_str(&same, "certeasy.yaml").unwrap();
-    assert!(
-        config.issuance.profiles["p"]
-            .valid_authorization_lifetime
-            .is_some()
-    );
-}

@@ -502,18 +502,6 @@ impl Checker {
                 self.positive_duration(&at(key), lifetime);
             }
         }
-        if let Some(lifetime) = profile.valid_authorization_lifetime
-            && lifetime.time() > config.acme.valid_authorization_lifetime.time()
-        {
-            self.fail_related(
-                &at("valid-authorization-lifetime"),
-                "acme.valid-authorization-lifetime",
-                format!(
-                    "{lifetime} is longer than acme.valid-authorization-lifetime ({}), which bounds every authorization",
-                    config.acme.valid_authorization_lifetime
-                ),
-            );
-        }
         let global = config.acme.max_identifiers_per_order;
         if profile.max_identifiers_per_order > global {
             self.fail_related(
