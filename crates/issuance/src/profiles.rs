@@ -205,15 +205,15 @@ impl Default for ProfileDefinition {
 }
 
 impl ProfileDefinition {
-    /// The profiles Certeasy ships with, by name; [`SHIPPED_DEFAULT`] is the default. As at
-    /// Let's Encrypt, IP addresses are certified only by the short-lived profile, whose
-    /// authorizations serve its orders for [`SHORT_LIVED_AUTHORIZATION_LIFETIME`]; the others
-    /// certify DNS names.
+    /// The profiles Certeasy ships with, by name; [`SHIPPED_DEFAULT`] is the default. The
+    /// short-lived one's authorizations serve its orders for
+    /// [`SHORT_LIVED_AUTHORIZATION_LIFETIME`]. Every shipped profile certifies DNS names and IP
+    /// addresses: clients that cannot choose a profile (Debian's certbot and lego) kept renewing
+    /// their IP certificates under the default one, so limiting IP addresses to short-lived, as
+    /// Let's Encrypt does, is an operator's choice (`identifier-types: [dns]` on the others), not
+    /// a default that breaks renewals on upgrade.
     pub fn shipped() -> BTreeMap<String, ProfileDefinition> {
-        let base = Self {
-            identifier_types: vec![IdentifierKind::Dns],
-            ..Self::default()
-        };
+        let base = Self::default();
         let mut profiles = BTreeMap::new();
         profiles.insert(
             SHIPPED_DEFAULT.to_owned(),
@@ -230,7 +230,6 @@ impl ProfileDefinition {
                         .to_owned(),
                 validity: Some(Duration::days(7)),
                 max_validity: Some(Duration::days(7)),
-                identifier_types: vec![IdentifierKind::Dns, IdentifierKind::Ip],
                 validation: ValidationPolicy {
                     valid_authorization_lifetime: Some(SHORT_LIVED_AUTHORIZATION_LIFETIME),
                     ..ValidationPolicy::default()

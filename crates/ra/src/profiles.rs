@@ -337,12 +337,12 @@ mod tests {
     }
 
     #[test]
-    fn ip_addresses_need_the_shipped_short_lived_profile() {
+    fn ip_addresses_are_ordered_under_the_default_and_short_lived_profiles() {
         let settings = PolicySettings::default();
         let acct = account(1, None);
         let ids = [Identifier::ip("192.0.2.7").unwrap()];
-        let refused = new_order(&settings, &acct, request(None, &ids), NOW).unwrap_err();
-        assert_eq!(refused.kind, ProblemType::RejectedIdentifier);
+        let chosen = new_order(&settings, &acct, request(None, &ids), NOW);
+        assert_eq!(chosen.unwrap().name(), "tls-server");
         let chosen = new_order(&settings, &acct, request(Some("short-lived"), &ids), NOW);
         assert_eq!(chosen.unwrap().name(), "short-lived");
     }
