@@ -195,9 +195,14 @@ async fn offered_for_wildcards_and_only_when_enabled() {
         "{offered:?}"
     );
     assert!(!offered.contains(&"http-01".to_owned()), "{offered:?}");
-    // IP identifiers never get it (the validator refuses DNS methods for them, and the
-    // offer is made for DNS names only): covered by `ra` and `validation` unit tests, since
-    // the default profile here certifies DNS names only.
+    // IP identifiers never get it: the offer is made for DNS names only.
+    let ip = first_authz(&raw, json!([{"type": "ip", "value": "127.0.0.1"}])).await;
+    let offered = types(&ip);
+    assert!(
+        !offered.contains(&"dns-account-01".to_owned()),
+        "{offered:?}"
+    );
+    assert!(offered.contains(&"http-01".to_owned()), "{offered:?}");
 
     let off = env_with(false).await;
     let raw = registered(&off).await;
