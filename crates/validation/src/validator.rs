@@ -121,25 +121,24 @@ impl Validator {
         self.context.settings.worst_case_attempt()
     }
 
-    /// Performs one validation attempt for the account whose URI is `account_uri` (what the
-    /// server hands out as the account's URL, compared exactly with CAA `accounturi` parameters,
-    /// RFC 8657 §3); [`Validator::attempt`] without the classification.
+    /// Performs one validation attempt for `account` (its URI is what the server hands out as
+    /// the account's URL, compared exactly with CAA `accounturi` parameters, RFC 8657 §3);
+    /// [`Validator::attempt`] without the classification.
     pub async fn validate(
         &self,
         identifier: &Identifier,
         challenge: ChallengeType,
         token: &str,
         key_authorization: &str,
-        account_uri: &str,
+        account: &AttemptAccount<'_>,
     ) -> Result<(), Problem> {
-        self.attempt(identifier, challenge, token, key_authorization, account_uri)
+        self.attempt(identifier, challenge, token, key_authorization, account)
             .await
             .map(drop)
             .map_err(|failure| failure.problem)
     }
 
-    /// Performs one validation attempt for the account whose URI is `account_uri`, saying of a
-    /// failure whether it may be repeated (a dns-01 record still propagating), may pass only later
+    /// Performs one validation attempt for `account`, saying of a failure whether it may be repeated (a dns-01 record still propagating), may pass only later
     /// (transient) or is definite (see `failure.rs`).
     ///
     /// `Ok` when the challenge is satisfied and, for DNS identifiers with CAA identities
@@ -156,34 +155,6 @@ impl Validator {
     /// a call never takes longer than [`ValidationSettings::worst_case_attempt`]. That time
     /// limit is a transient failure.
     pub async fn attempt(
-        &self,
-        identifier: &Identifier,
-        challenge: ChallengeType,
-        token: &str,
-        key_authorization: &str,
-        account_uri: &str,
-    ) -> Result<Evidence, Failure> {
-        // The thumbprint is the key authorization's second part (RFC 8555 §8.1); no earlier
-        // keys are known here, and the time is the system's.
-        let thumbprint = key_authorization
-            .rsplit_once('.')
-            .map_or("", |(_, thumbprint)| thumbprint);
-        let now_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let account = AttemptAccount {
-            uri: account_uri,
-            thumbprint,
-            earlier_thumbprints: &[],
-            now_unix,
-        };
-        self.attempt_for(identifier, challenge, token, key_authorization, &account)
-            .await
-    }
-
-    /// [`Validator::attempt`] for `account`, with the account's earlier keys and the caller's
-    /// time: what the workers call.
-    pub async fn attempt_for(
         &self,
         identifier: &Identifier,
         challenge: ChallengeType,
@@ -453,13 +424,13 @@ mod tests {
         let validator = Validator::new(settings).unwrap();
         assert_send_sync(&validator);
         let id = Identifier::dns("a.example.com").unwrap();
-        let future = validator.validate(
-            &id,
-            ChallengeType::Http01,
-            "t",
-            "t.k",
-            "https://ca.test/acme/acct/1",
-        );
+        let account = AttemptAccount {
+            uri: "https://ca.test/acme/acct/1",
+            thumbprint: "k",
+            earlier_thumbprints: &[],
+            now_unix: 0,
+        };
+        let future = validator.validate(&id, ChallengeType::Http01, "t", "t.k", &account);
         assert_send(&future);
         let future = validator.check_caa(&id, ChallengeType::Http01, "https://ca.test/acme/acct/1");
         assert_send(&future);

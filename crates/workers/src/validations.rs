@@ -186,7 +186,7 @@ async fn attempt_validation(
         now_unix: cx.clock.now().unix_timestamp(),
     };
     cx.validator
-        .attempt_for(
+        .attempt(
             &target.identifier,
             target.challenge.kind,
             &target.challenge.token,

@@ -7,7 +7,7 @@ use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::{Http01, TlsAlpn01};
 use validation::MAX_ADDRESSES_PER_NAME;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns};
+use crate::common::{Env, KEY_AUTH, account, dns};
 use crate::hosts::{bind_same_port, loopback, ok, serve, silent, unresponsive};
 
 const TOKEN: &str = "tok3n";
@@ -35,7 +35,7 @@ async fn many_silent_addresses_end_within_the_attempt_timeout() {
     for challenge in [Http01, TlsAlpn01] {
         let started = Instant::now();
         let problem = validator
-            .validate(&dns("many.test"), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
+            .validate(&dns("many.test"), challenge, TOKEN, KEY_AUTH, &account())
             .await
             .unwrap_err();
         let took = started.elapsed();
@@ -71,7 +71,7 @@ async fn a_silent_http_peer_is_cut_off_by_the_attempt_deadline() {
     });
     let started = Instant::now();
     let problem = validator
-        .validate(&dns("slow.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("slow.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -104,7 +104,7 @@ async fn addresses_beyond_the_cap_are_never_tried() {
     });
     for challenge in [Http01, TlsAlpn01] {
         let problem = validator
-            .validate(&dns("capped.test"), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
+            .validate(&dns("capped.test"), challenge, TOKEN, KEY_AUTH, &account())
             .await
             .unwrap_err();
         assert_eq!(problem.kind, ProblemType::Connection, "{problem:?}");
@@ -128,7 +128,7 @@ async fn a_refused_first_address_falls_back_to_the_second() {
     let second = serve(sockets.remove(1), ok(KEY_AUTH));
     let validator = env.validator_with(|s| s.http_port = port);
     validator
-        .validate(&dns("fallback.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("fallback.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(second.count(), 1);
@@ -150,7 +150,7 @@ async fn an_unresponsive_first_address_leaves_time_for_the_second() {
     });
     let started = Instant::now();
     validator
-        .validate(&dns("blackhole.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("blackhole.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     // The first address was tried (and waited for) but got only its share of the connect
@@ -190,7 +190,7 @@ async fn a_silent_nameserver_cannot_hold_an_attempt_past_its_deadline() {
                 challenge,
                 TOKEN,
                 KEY_AUTH,
-                ACCOUNT_URI,
+                &account(),
             )
             .await
             .unwrap_err();

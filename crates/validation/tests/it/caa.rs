@@ -2,7 +2,7 @@ use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::{Dns01, Http01};
 use validation::Validator;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns};
+use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, account, dns};
 use crate::dns01::txt_value;
 
 const TOKEN: &str = "tok3n";
@@ -24,7 +24,7 @@ async fn env() -> (Env, Validator) {
 async fn no_records_allow() {
     let (_env, validator) = env().await;
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -34,7 +34,7 @@ async fn a_record_for_us_on_the_parent_allows() {
     let (env, validator) = env().await;
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -45,7 +45,7 @@ async fn a_record_for_another_ca_refuses() {
     env.dns
         .add_caa("example.com", 0, "issue", "other-ca.example");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -68,7 +68,7 @@ async fn the_closest_record_set_wins() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.add_caa("a.example.com", 0, "issue", "ca.test");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -80,7 +80,7 @@ async fn issuewild_governs_wildcards() {
     env.dns
         .add_caa("example.com", 0, "issuewild", "other-ca.example");
     let problem = validator
-        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -89,7 +89,7 @@ async fn issuewild_governs_wildcards() {
     env.dns
         .add_txt("_acme-challenge.example.com", &txt_value(KEY_AUTH));
     validator
-        .validate(&dns("example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     // And issuewild for us allows the wildcard even though issue names someone else.
@@ -98,7 +98,7 @@ async fn issuewild_governs_wildcards() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.add_caa("example.com", 0, "issuewild", "ca.test");
     validator
-        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -109,7 +109,7 @@ async fn critical_unknown_tags_refuse() {
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     env.dns.add_caa("example.com", 128, "futuretag", "value");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -119,7 +119,7 @@ async fn critical_unknown_tags_refuse() {
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     env.dns.add_caa("example.com", 0, "futuretag", "value");
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -134,12 +134,12 @@ async fn validationmethods_limit_the_challenge_types() {
         "ca.test; validationmethods=dns-01",
     );
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     env.http.add(TOKEN, KEY_AUTH);
     let problem = validator
-        .validate(&dns("a.example.com"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -152,7 +152,7 @@ async fn a_failed_challenge_is_reported_before_caa() {
         .add_caa("example.com", 0, "issue", "other-ca.example");
     env.dns.clear_txt("_acme-challenge.a.example.com");
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Unauthorized);
@@ -168,12 +168,21 @@ async fn accounturi_binds_the_account() {
         &format!("ca.test; accounturi={ACCOUNT_URI}"),
     );
     validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     let other = "https://ca.test/acme/acct/2";
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, other)
+        .validate(
+            &dns("a.example.com"),
+            Dns01,
+            TOKEN,
+            KEY_AUTH,
+            &validation::AttemptAccount {
+                uri: other,
+                ..account()
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);
@@ -188,7 +197,7 @@ async fn accounturi_binds_the_account() {
         &format!("ca.test; accounturi={ACCOUNT_URI}; accounturi={other}"),
     );
     let problem = validator
-        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Caa);

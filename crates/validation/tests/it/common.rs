@@ -5,12 +5,23 @@ use acme_core::identifier::Identifier;
 use testkit::dns::TestDnsServer;
 use testkit::http01::Http01Responder;
 use testkit::tls_alpn::TlsAlpnResponder;
-use validation::{ValidationSettings, Validator};
+use validation::{AttemptAccount, ValidationSettings, Validator};
 
 pub(crate) const KEY_AUTH: &str = "tok3n.thumbprint-of-the-account-key";
 
 /// The URI of the account the attempts are made for (what CAA `accounturi` is compared with).
 pub(crate) const ACCOUNT_URI: &str = "https://ca.test/acme/acct/1";
+
+/// The account of [`ACCOUNT_URI`], its key's thumbprint the one in [`KEY_AUTH`], with no earlier
+/// keys; the time only dns-persist-01 reads, which these tests do not use.
+pub(crate) fn account() -> AttemptAccount<'static> {
+    AttemptAccount {
+        uri: ACCOUNT_URI,
+        thumbprint: "thumbprint-of-the-account-key",
+        earlier_thumbprints: &[],
+        now_unix: 1_700_000_000,
+    }
+}
 
 /// The three test servers, with names resolving to 127.0.0.1.
 pub(crate) struct Env {

@@ -4,7 +4,7 @@
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::Http01;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns};
+use crate::common::{Env, KEY_AUTH, account, dns};
 
 #[tokio::test]
 async fn bodies_served_by_another_host_after_a_redirect_are_never_quoted() {
@@ -19,7 +19,7 @@ async fn bodies_served_by_another_host_after_a_redirect_are_never_quoted() {
         .add("secret", "AccessKeyId=AKIAEXAMPLE SecretAccessKey=hunter2");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "away", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "away", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -46,7 +46,7 @@ async fn a_redirect_on_the_same_host_still_quotes_the_body() {
     env.http.add("here", "tok3n.wrong-thumbprint");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "moved", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "moved", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -64,7 +64,7 @@ async fn quoted_bodies_are_short_and_escaped() {
     env.http.add("tok3n", &body);
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "tok3n", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "tok3n", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);

@@ -6,7 +6,7 @@ use aws_lc_rs::digest;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, closed_port, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, closed_port, dns, ip};
 
 const TOKEN: &str = "tok3n";
 
@@ -24,7 +24,7 @@ async fn finds_the_txt_record() {
     env.dns
         .add_txt("_acme-challenge.a.test", &txt_value(KEY_AUTH));
     env.validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -35,7 +35,7 @@ async fn names_are_case_insensitive() {
     env.dns
         .add_txt("_ACME-Challenge.A.Test.", &txt_value(KEY_AUTH));
     env.validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -46,7 +46,7 @@ async fn wildcards_validate_the_base_name() {
     env.dns
         .add_txt("_acme-challenge.example.com", &txt_value(KEY_AUTH));
     env.validator()
-        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("*.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -57,7 +57,7 @@ async fn wrong_txt_lists_what_was_found() {
     env.dns.add_txt("_acme-challenge.a.test", "x");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -82,7 +82,7 @@ async fn no_txt_record_is_unauthorized() {
     env.dns.clear_txt("_acme-challenge.a.test");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Unauthorized);
@@ -100,7 +100,7 @@ async fn nxdomain_is_a_dns_problem() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -123,7 +123,7 @@ async fn cnames_are_followed() {
     env.dns
         .add_txt("final.validation.test", &txt_value(KEY_AUTH));
     env.validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -135,7 +135,7 @@ async fn cname_to_a_missing_name_is_a_dns_problem() {
         .set_cname("_acme-challenge.a.test", "gone.validation.test");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -147,7 +147,7 @@ async fn ip_identifiers_are_refused() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(&ip("127.0.0.1"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Malformed);
@@ -162,7 +162,7 @@ async fn an_unreachable_nameserver_is_a_dns_problem() {
         s.timeout = Duration::from_millis(500);
     });
     let problem = validator
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -215,7 +215,7 @@ async fn the_control_endpoint_sets_and_clears_txt_records() {
             .starts_with("HTTP/1.1 200")
     );
     env.validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 
@@ -227,7 +227,7 @@ async fn the_control_endpoint_sets_and_clears_txt_records() {
     );
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Unauthorized);

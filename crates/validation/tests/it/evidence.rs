@@ -3,7 +3,7 @@
 
 use acme_core::status::ChallengeType::{Dns01, Http01, TlsAlpn01};
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, dns, ip};
 use crate::dns01::txt_value;
 
 const TOKEN: &str = "tok3n";
@@ -15,7 +15,7 @@ async fn http01_names_the_address_and_the_url_that_matched() {
     let port = env.http.port();
     let evidence = env
         .validator()
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(evidence.addresses, [format!("127.0.0.1:{port}")]);
@@ -32,7 +32,7 @@ async fn http01_names_the_address_and_the_url_that_matched() {
 
     let evidence = env
         .validator()
-        .attempt(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(evidence.addresses, [format!("127.0.0.1:{port}")]);
@@ -54,7 +54,7 @@ async fn http01_names_every_hop_of_a_redirect() {
     env.http.add("moved", KEY_AUTH);
     let evidence = env
         .validator()
-        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(
@@ -78,7 +78,7 @@ async fn dns01_names_the_record_and_the_resolver() {
         .add_txt("_acme-challenge.a.test", &txt_value(KEY_AUTH));
     let evidence = env
         .validator()
-        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(evidence.addresses, [format!("resolver {}", env.dns.addr())]);
@@ -97,7 +97,7 @@ async fn tls_alpn01_names_the_address_and_the_extension() {
     env.tls.add("a.test", KEY_AUTH).unwrap();
     let evidence = env
         .validator()
-        .attempt(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(
@@ -128,7 +128,7 @@ async fn the_caa_records_that_allowed_issuance_are_named() {
     let validator = env.validator_with(|s| s.caa_identities = vec!["ca.test".to_owned()]);
 
     let evidence = validator
-        .attempt(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(
@@ -139,7 +139,7 @@ async fn the_caa_records_that_allowed_issuance_are_named() {
     env.dns.add_caa("example.com", 0, "issue", "ca.test");
     env.dns.add_caa("example.com", 0, "issue", "other.example");
     let evidence = validator
-        .attempt(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.example.com"), Dns01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     assert_eq!(evidence.caa.len(), 2, "{:?}", evidence.caa);

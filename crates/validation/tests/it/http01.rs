@@ -1,7 +1,7 @@
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::Http01;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, closed_port, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, closed_port, dns, ip};
 
 const TOKEN: &str = "tok3n";
 
@@ -10,7 +10,7 @@ async fn serves_the_key_authorization() {
     let env = Env::start().await;
     env.http.add(TOKEN, &format!("{KEY_AUTH}\r\n"));
     env.validator()
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -21,7 +21,7 @@ async fn wrong_key_authorization_is_an_incorrect_response() {
     env.http.add(TOKEN, "tok3n.some-other-account");
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -42,7 +42,7 @@ async fn not_found_is_an_incorrect_response() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -55,7 +55,7 @@ async fn nothing_listening_is_a_connection_problem() {
     let port = closed_port();
     let validator = env.validator_with(|s| s.http_port = port);
     let problem = validator
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -72,7 +72,7 @@ async fn nxdomain_is_a_dns_problem() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(&dns("missing.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("missing.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -90,7 +90,7 @@ async fn a_name_without_addresses_is_a_dns_problem() {
     env.dns.add_txt("noaddr.test", "exists");
     let problem = env
         .validator()
-        .validate(&dns("noaddr.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("noaddr.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -107,7 +107,7 @@ async fn wildcards_are_refused() {
     env.http.add(TOKEN, KEY_AUTH);
     let problem = env
         .validator()
-        .validate(&dns("*.example.com"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("*.example.com"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Malformed);
@@ -119,7 +119,7 @@ async fn ip_identifiers_connect_to_the_address() {
     let env = Env::start().await;
     env.http.add(TOKEN, KEY_AUTH);
     env.validator()
-        .validate(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -130,7 +130,7 @@ async fn loopback_is_refused_unless_allowed() {
     env.http.add(TOKEN, KEY_AUTH);
     let strict = env.validator_with(|s| s.allow_loopback = false);
     let problem = strict
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -140,7 +140,7 @@ async fn loopback_is_refused_unless_allowed() {
         problem.detail
     );
     let problem = strict
-        .validate(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::RejectedIdentifier);
@@ -162,7 +162,7 @@ async fn redirects_are_followed() {
     );
     env.http.add("final", KEY_AUTH);
     env.validator()
-        .validate(&dns("a.test"), Http01, "first", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "first", KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -176,7 +176,7 @@ async fn redirect_loops_are_refused() {
     );
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "loop", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "loop", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -199,7 +199,7 @@ async fn more_than_the_redirect_limit_is_refused() {
     }
     env.http.add("hop4", KEY_AUTH);
     let problem = validator
-        .validate(&dns("a.test"), Http01, "hop0", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "hop0", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert!(
@@ -209,7 +209,7 @@ async fn more_than_the_redirect_limit_is_refused() {
     );
     // Three hops are within the limit.
     validator
-        .validate(&dns("a.test"), Http01, "hop1", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "hop1", KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -224,7 +224,7 @@ async fn redirects_to_other_ports_are_refused() {
     );
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "away", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "away", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -248,7 +248,7 @@ async fn redirects_to_bare_ips_are_refused_for_dns_identifiers() {
     env.http.add("final", KEY_AUTH);
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "toip", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "toip", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -267,7 +267,7 @@ async fn redirect_targets_are_resolved_through_the_validator_dns() {
     let validator = env.validator();
     // Not in the test DNS yet: NXDOMAIN, reported only as a failure at another host.
     let problem = validator
-        .validate(&dns("a.test"), Http01, "lost", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "lost", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -280,7 +280,7 @@ async fn redirect_targets_are_resolved_through_the_validator_dns() {
     // Once the validator's DNS knows the name, the same redirect succeeds.
     env.dns.set_a("nowhere.test", std::net::Ipv4Addr::LOCALHOST);
     validator
-        .validate(&dns("a.test"), Http01, "lost", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "lost", KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -291,7 +291,7 @@ async fn oversized_bodies_are_refused() {
     let validator = env.validator_with(|s| s.max_body_bytes = 1024);
     env.http.add(TOKEN, &"x".repeat(4096));
     let problem = validator
-        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);

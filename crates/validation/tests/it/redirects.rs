@@ -10,7 +10,7 @@ use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::Http01;
 use validation::Retry;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, dns, ip};
 use crate::hosts::{bind_same_port, found, loopback, ok, serve, serve_by_path, silent};
 
 #[tokio::test]
@@ -32,7 +32,7 @@ async fn redirects_to_private_literals_are_refused_before_connecting() {
             .add_redirect(&format!("/.well-known/acme-challenge/{token}"), location);
         for identifier in [ip("127.0.0.1"), dns("a.test")] {
             let failure = validator
-                .attempt(&identifier, Http01, &token, KEY_AUTH, ACCOUNT_URI)
+                .attempt(&identifier, Http01, &token, KEY_AUTH, &account())
                 .await
                 .unwrap_err();
             let problem = &failure.problem;
@@ -67,7 +67,7 @@ async fn redirects_to_names_resolving_only_to_private_addresses_are_refused() {
             &format!("http://{name}:{port}/.well-known/acme-challenge/{token}"),
         );
         let failure = validator
-            .attempt(&dns("a.test"), Http01, &token, KEY_AUTH, ACCOUNT_URI)
+            .attempt(&dns("a.test"), Http01, &token, KEY_AUTH, &account())
             .await
             .unwrap_err();
         assert_eq!(failure.problem.kind, ProblemType::IncorrectResponse);
@@ -93,7 +93,7 @@ async fn private_redirects_setting_does_not_open_refused_classes() {
     );
     let problem = env
         .validator_with(|s| s.allow_private_redirects = true)
-        .validate(&ip("127.0.0.1"), Http01, "meta", KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), Http01, "meta", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -151,7 +151,7 @@ async fn failures_at_another_host_are_reported_alike_and_reveal_nothing() {
     for (index, target) in targets.iter().enumerate() {
         let token = format!("case{index}");
         let failure = validator
-            .attempt(&dns("a.test"), Http01, &token, KEY_AUTH, ACCOUNT_URI)
+            .attempt(&dns("a.test"), Http01, &token, KEY_AUTH, &account())
             .await
             .unwrap_err();
         assert_eq!(
@@ -204,7 +204,7 @@ async fn failures_at_another_host_are_reported_alike_and_reveal_nothing() {
     );
     let failure = env
         .validator_with(|s| s.http_port = port)
-        .attempt(&ip("127.0.0.1"), Http01, "t", KEY_AUTH, ACCOUNT_URI)
+        .attempt(&ip("127.0.0.1"), Http01, "t", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(failure.problem.kind, ProblemType::IncorrectResponse);
@@ -235,7 +235,7 @@ async fn failures_back_on_the_identifiers_host_are_still_reported() {
     );
     let problem = env
         .validator()
-        .validate(&dns("a.test"), Http01, "out", KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), Http01, "out", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -267,7 +267,7 @@ async fn a_silent_host_after_a_redirect_is_not_reported_as_the_time_limit() {
             s.http_port = port;
             s.timeout = std::time::Duration::from_secs(2);
         })
-        .attempt(&dns("a.test"), Http01, "t", KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), Http01, "t", KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(failure.problem.kind, ProblemType::IncorrectResponse);

@@ -8,7 +8,7 @@
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::{Http01, TlsAlpn01};
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, dns, ip};
 use crate::hosts::{bind_same_port, found, loopback, ok, serve, serve_by_path};
 
 const TOKEN: &str = "tok3n";
@@ -54,7 +54,7 @@ async fn dns_answers_with_only_refused_addresses_are_connection_problems() {
     for (name, why) in cases {
         for challenge in [Http01, TlsAlpn01] {
             let problem = validator
-                .validate(&dns(name), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
+                .validate(&dns(name), challenge, TOKEN, KEY_AUTH, &account())
                 .await
                 .unwrap_err();
             assert_eq!(problem.kind, ProblemType::Connection, "{name}: {problem:?}");
@@ -78,7 +78,7 @@ async fn mapped_loopback_answers_are_refused_unless_loopback_is_allowed() {
         .set_aaaa("mapped-lo.test", "::ffff:127.0.0.1".parse().unwrap());
     let strict = env.validator_with(|s| s.allow_loopback = false);
     let problem = strict
-        .validate(&dns("mapped-lo.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("mapped-lo.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -130,7 +130,7 @@ async fn redirects_to_refused_ip_literals_are_connection_problems() {
             .add_redirect(&format!("/.well-known/acme-challenge/{token}"), location);
         for identifier in [ip("127.0.0.1"), dns("a.test")] {
             let problem = validator
-                .validate(&identifier, Http01, &token, KEY_AUTH, ACCOUNT_URI)
+                .validate(&identifier, Http01, &token, KEY_AUTH, &account())
                 .await
                 .unwrap_err();
             assert_eq!(problem.kind, ProblemType::Connection, "{location}");
@@ -158,7 +158,7 @@ async fn redirects_to_names_resolving_to_refused_addresses_are_connection_proble
         );
         let problem = env
             .validator()
-            .validate(&dns("a.test"), Http01, token, KEY_AUTH, ACCOUNT_URI)
+            .validate(&dns("a.test"), Http01, token, KEY_AUTH, &account())
             .await
             .unwrap_err();
         // Refused before connecting, and reported as any failure at another host is: what the
@@ -188,7 +188,7 @@ async fn denied_target_cidrs_are_never_connected_to() {
     });
     for challenge in [Http01, TlsAlpn01] {
         let problem = validator
-            .validate(&dns("a.test"), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
+            .validate(&dns("a.test"), challenge, TOKEN, KEY_AUTH, &account())
             .await
             .unwrap_err();
         assert_eq!(problem.kind, ProblemType::Connection, "{problem:?}");
@@ -200,7 +200,7 @@ async fn denied_target_cidrs_are_never_connected_to() {
             problem.detail
         );
         let problem = validator
-            .validate(&ip("127.0.0.1"), challenge, TOKEN, KEY_AUTH, ACCOUNT_URI)
+            .validate(&ip("127.0.0.1"), challenge, TOKEN, KEY_AUTH, &account())
             .await
             .unwrap_err();
         assert_eq!(problem.kind, ProblemType::RejectedIdentifier);
@@ -253,7 +253,7 @@ async fn redirects_into_denied_networks_are_never_followed() {
                 Http01,
                 &format!("case{index}"),
                 KEY_AUTH,
-                ACCOUNT_URI,
+                &account(),
             )
             .await
             .unwrap_err();

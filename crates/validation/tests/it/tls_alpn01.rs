@@ -3,7 +3,7 @@ use std::net::IpAddr;
 use acme_core::problem::ProblemType;
 use acme_core::status::ChallengeType::TlsAlpn01;
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, closed_port, dns, ip};
+use crate::common::{Env, KEY_AUTH, account, closed_port, dns, ip};
 
 const TOKEN: &str = "tok3n";
 
@@ -12,7 +12,7 @@ async fn accepts_the_validation_certificate() {
     let env = Env::start().await;
     env.tls.add("a.test", KEY_AUTH).unwrap();
     env.validator()
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -23,7 +23,7 @@ async fn wrong_key_authorization_is_an_incorrect_response() {
     env.tls.add("a.test", "tok3n.another-account").unwrap();
     let problem = env
         .validator()
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -42,7 +42,7 @@ async fn a_certificate_for_another_name_is_an_incorrect_response() {
     assert!(env.tls.add_alias("a.test", "b.test"));
     let problem = env
         .validator()
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::IncorrectResponse);
@@ -58,7 +58,7 @@ async fn unknown_sni_is_a_tls_problem() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Tls);
@@ -71,7 +71,7 @@ async fn nothing_listening_is_a_connection_problem() {
     let port = closed_port();
     let validator = env.validator_with(|s| s.tls_alpn_port = port);
     let problem = validator
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Connection);
@@ -89,13 +89,7 @@ async fn nxdomain_is_a_dns_problem() {
     let env = Env::start().await;
     let problem = env
         .validator()
-        .validate(
-            &dns("missing.test"),
-            TlsAlpn01,
-            TOKEN,
-            KEY_AUTH,
-            ACCOUNT_URI,
-        )
+        .validate(&dns("missing.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Dns);
@@ -108,7 +102,7 @@ async fn ip_identifiers_use_the_reverse_name_and_an_ip_san() {
         .add_ip("127.0.0.1".parse::<IpAddr>().unwrap(), KEY_AUTH)
         .unwrap();
     env.validator()
-        .validate(&ip("127.0.0.1"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
 }
@@ -121,7 +115,7 @@ async fn loopback_ip_is_refused_unless_allowed() {
         .unwrap();
     let strict = env.validator_with(|s| s.allow_loopback = false);
     let problem = strict
-        .validate(&ip("127.0.0.1"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&ip("127.0.0.1"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::RejectedIdentifier);
@@ -137,7 +131,7 @@ async fn wildcards_are_refused() {
             TlsAlpn01,
             TOKEN,
             KEY_AUTH,
-            ACCOUNT_URI,
+            &account(),
         )
         .await
         .unwrap_err();
@@ -154,11 +148,11 @@ async fn tls12_handshakes_are_verified_too() {
     tls12.add_with_mismatched_key("b.test", KEY_AUTH).unwrap();
     let validator = env.validator_with(|s| s.tls_alpn_port = tls12.port());
     validator
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap();
     let problem = validator
-        .validate(&dns("b.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("b.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Tls);
@@ -175,7 +169,7 @@ async fn a_handshake_signed_with_another_key_is_a_tls_problem() {
     env.tls.add_with_mismatched_key("a.test", KEY_AUTH).unwrap();
     let problem = env
         .validator()
-        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .validate(&dns("a.test"), TlsAlpn01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(problem.kind, ProblemType::Tls);

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use validation::{Failure, Retry, Validator};
 
-use crate::common::{ACCOUNT_URI, Env, KEY_AUTH, closed_port, dns};
+use crate::common::{Env, KEY_AUTH, account, closed_port, dns};
 use crate::dns01::txt_value;
 
 const TOKEN: &str = "tok3n";
@@ -21,7 +21,7 @@ const TOKEN: &str = "tok3n";
 async fn attempt(validator: &Validator, kind: ChallengeType) -> Result<(), Failure> {
     // The evidence of a success is looked at in evidence.rs.
     validator
-        .attempt(&dns("a.test"), kind, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("a.test"), kind, TOKEN, KEY_AUTH, &account())
         .await
         .map(drop)
 }
@@ -166,7 +166,7 @@ async fn http01_unresolved_name_is_transient() {
     let env = Env::start().await;
     let failure = env
         .validator()
-        .attempt(&dns("not-yet.test"), Http01, TOKEN, KEY_AUTH, ACCOUNT_URI)
+        .attempt(&dns("not-yet.test"), Http01, TOKEN, KEY_AUTH, &account())
         .await
         .unwrap_err();
     assert_eq!(
