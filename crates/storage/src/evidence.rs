@@ -129,9 +129,15 @@ impl Storage {
         codec::unix(not_after).saturating_add(self.evidence_retention.whole_seconds())
     }
 
-    /// Deletes at most `limit` evidence rows kept until before `now`; the rows deleted.
-    pub(crate) async fn prune_evidence(&self, now: OffsetDateTime, limit: u32) -> Result<u64> {
+    /// Deletes at most `limit` evidence rows kept until before `now`; the rows deleted and how
+    /// long the transaction held the writer.
+    pub(crate) async fn prune_evidence(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<(u64, std::time::Duration)> {
         let mut tx = self.begin_write().await?;
+        let held = std::time::Instant::now();
         let deleted = sql::query(
             "DELETE FROM certificate_evidence WHERE id IN \
              (SELECT id FROM certificate_evidence WHERE kept_until < $1 LIMIT $2)",
@@ -142,7 +148,7 @@ impl Storage {
         .await?
         .rows_affected();
         tx.commit().await?;
-        Ok(deleted)
+        Ok((deleted, held.elapsed()))
     }
 }
 

@@ -10,9 +10,12 @@
 //!
 //! Each batch is its own short transaction over at most `batch` rows of one table, found through
 //! the indexes of `migrations/*/0003_prune.sql`: a pass never holds SQLite's write lock or
-//! PostgreSQL row locks for long. On PostgreSQL the batch locks its rows with `SKIP LOCKED`, so
+//! PostgreSQL row locks for long; each batch reports the longest it held the writer
+//! (`PruneReport::longest_hold`), which the background pruner steers its batch size by. On PostgreSQL the batch locks its rows with `SKIP LOCKED`, so
 //! several instances pruning at once take disjoint rows, and a row a request holds is simply left
 //! for the next pass. Rows a job still names (a finalization, a validation) are never taken.
+
+use std::time::Instant;
 
 use time::Duration;
 use time::OffsetDateTime;
@@ -60,6 +63,10 @@ pub struct PruneReport {
     pub evidence: u64,
     /// Whether a table filled its batch, so that another batch may find more.
     pub more: bool,
+    /// The longest any one of the batch's transactions held the database's writer (on SQLite
+    /// the only one; on PostgreSQL the rows it locked), from its first statement to its commit.
+    /// What a request waiting behind pruning waits at most.
+    pub longest_hold: std::time::Duration,
 }
 
 impl PruneReport {
@@ -82,6 +89,7 @@ impl PruneReport {
         self.challenges += other.challenges;
         self.evidence += other.evidence;
         self.more = other.more;
+        self.longest_hold = self.longest_hold.max(other.longest_hold);
     }
 }
 
@@ -101,16 +109,21 @@ impl Storage {
         let limit = batch.clamp(1, MAX_PRUNE_BATCH);
         let mut report = PruneReport::default();
         // Orders first: their links go with them, which frees their authorizations below.
-        let (taken, links) = self.delete_orders(cutoff, limit).await?;
+        let (taken, links, hold) = self.delete_orders(cutoff, limit).await?;
         report.orders = taken;
         report.order_links = links;
-        let (trimmed, links) = self.trim_issued_orders(cutoff, limit).await?;
+        report.longest_hold = hold;
+        let (trimmed, links, hold) = self.trim_issued_orders(cutoff, limit).await?;
         report.orders_trimmed = trimmed;
         report.order_links += links;
-        let (taken_authz, challenges) = self.delete_authorizations(cutoff, limit).await?;
+        report.longest_hold = report.longest_hold.max(hold);
+        let (taken_authz, challenges, hold) = self.delete_authorizations(cutoff, limit).await?;
         report.authorizations = taken_authz;
         report.challenges = challenges;
-        report.evidence = self.prune_evidence(now, limit).await?;
+        report.longest_hold = report.longest_hold.max(hold);
+        let (evidence, hold) = self.prune_evidence(now, limit).await?;
+        report.evidence = evidence;
+        report.longest_hold = report.longest_hold.max(hold);
         let full = u64::from(limit);
         report.more =
             taken == full || trimmed == full || taken_authz == full || report.evidence == full;
@@ -138,8 +151,11 @@ impl Storage {
 
     /// Orders without a certificate that expired before `cutoff`, with their links. An order in
     /// processing, or one a finalization job names, stays: its job will settle it first.
-    async fn delete_orders(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let tx = self.begin_write().await?;
+    async fn delete_orders(
+        &self,
+        cutoff: i64,
+        limit: u32,
+    ) -> Result<(u64, u64, std::time::Duration)> {
         let sql = format!(
             "SELECT id FROM orders WHERE certificate_id IS NULL AND expires_at < $1 \
              AND status <> 'processing' \
@@ -152,45 +168,49 @@ impl Storage {
             .bind(cutoff)
             .bind(state::JOB_FINALIZE)
             .bind(i64::from(limit));
-        let (links, orders) = self
+        let (links, orders, hold) = self
             .batch(
-                tx,
                 select,
                 "DELETE FROM order_authorizations WHERE order_id IN",
                 "DELETE FROM orders WHERE id IN",
             )
             .await?;
-        Ok((orders, links))
+        Ok((orders, links, hold))
     }
 
     /// Issued orders that expired before `cutoff` and still hold their CSR: the CSR and the links
     /// go, the row stays for its certificate. Trimmed orders leave the `orders_untrimmed` index,
     /// so later passes never read them again.
-    async fn trim_issued_orders(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let tx = self.begin_write().await?;
+    async fn trim_issued_orders(
+        &self,
+        cutoff: i64,
+        limit: u32,
+    ) -> Result<(u64, u64, std::time::Duration)> {
         let sql = format!(
             "SELECT id FROM orders WHERE csr IS NOT NULL AND certificate_id IS NOT NULL \
              AND expires_at < $1 LIMIT $2{}",
             self.skip_locked()
         );
         let select = sql::one_off_scalar(sql).bind(cutoff).bind(i64::from(limit));
-        let (links, trimmed) = self
+        let (links, trimmed, hold) = self
             .batch(
-                tx,
                 select,
                 "DELETE FROM order_authorizations WHERE order_id IN",
                 "UPDATE orders SET csr = NULL WHERE id IN",
             )
             .await?;
-        Ok((trimmed, links))
+        Ok((trimmed, links, hold))
     }
 
     /// Authorizations that expired before `cutoff` and that no order names any more, with their
     /// challenges. One with a validation job on a challenge stays until the job is settled. The
     /// job check goes challenge by challenge through `jobs (kind, target_id)`: a join from `jobs`
     /// would read every pending validation for each authorization.
-    async fn delete_authorizations(&self, cutoff: i64, limit: u32) -> Result<(u64, u64)> {
-        let tx = self.begin_write().await?;
+    async fn delete_authorizations(
+        &self,
+        cutoff: i64,
+        limit: u32,
+    ) -> Result<(u64, u64, std::time::Duration)> {
         let sql = format!(
             "SELECT id FROM authorizations WHERE expires_at < $1 \
              AND NOT EXISTS (SELECT 1 FROM order_authorizations oa WHERE oa.authz_id = authorizations.id) \
@@ -203,35 +223,37 @@ impl Storage {
             .bind(cutoff)
             .bind(state::JOB_VALIDATE)
             .bind(i64::from(limit));
-        let (challenges, authorizations) = self
+        let (challenges, authorizations, hold) = self
             .batch(
-                tx,
                 select,
                 "DELETE FROM challenges WHERE authz_id IN",
                 "DELETE FROM authorizations WHERE id IN",
             )
             .await?;
-        Ok((authorizations, challenges))
+        Ok((authorizations, challenges, hold))
     }
 
-    /// One batch in `tx`: the ids `select` returns, then `children (ids)` and `parent (ids)`
-    /// (each a statement head ending in `IN`), committed together; the rows each changed.
+    /// One batch in a write transaction of its own: the ids `select` returns, then
+    /// `children (ids)` and `parent (ids)` (each a statement head ending in `IN`), committed
+    /// together; the rows each changed, and how long the transaction held the writer.
     async fn batch(
         &self,
-        mut tx: Tx,
         select: QueryScalar<i64>,
         children: &str,
         parent: &str,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, std::time::Duration)> {
+        let mut tx: Tx = self.begin_write().await?;
+        // The hold starts once the writer is ours: waiting for it holds nobody up.
+        let held = Instant::now();
         let ids = select.fetch_all(&mut *tx).await?;
         if ids.is_empty() {
             tx.rollback().await?;
-            return Ok((0, 0));
+            return Ok((0, 0, held.elapsed()));
         }
         let children = self.by_ids(&mut tx, children, &ids).await?;
         let parent = self.by_ids(&mut tx, parent, &ids).await?;
         tx.commit().await?;
-        Ok((children, parent))
+        Ok((children, parent, held.elapsed()))
     }
 
     /// PostgreSQL: lock the rows taken and pass over those another transaction holds (a request,

@@ -104,8 +104,11 @@ async fn only_finished_transient_rows_go(s: &Storage) {
             // Kept until two years after issuance.
             evidence: 0,
             more: false,
+            longest_hold: report.longest_hold,
         }
     );
+    // Each batch's transactions were timed (what the pruner sizes its batches by).
+    assert!(report.longest_hold > std::time::Duration::ZERO);
 
     // The certificate and its revocation are intact, by id and by serial.
     assert_eq!(s.certificate(cert.id).await.unwrap(), Some(revoked.clone()));
@@ -209,8 +212,10 @@ async fn batches_take_everything_over_several_transactions(s: &Storage) {
             challenges: 4,
             evidence: 0,
             more: true,
+            longest_hold: first.longest_hold,
         }
     );
+    assert!(first.longest_hold > std::time::Duration::ZERO);
     let rest = s.prune(late, RETENTION, 2).await.unwrap();
     assert_eq!(
         (rest.orders, rest.authorizations, rest.challenges, rest.more),
