@@ -1,10 +1,15 @@
-//! Redis memory per bucket: a million buckets written through the real spend script (one key per
-//! call, pipelined), with the store's key format and TTLs, into a private `redis-server`; the
-//! `used_memory` delta divided by the number of buckets.
+//! Redis memory per bucket: a million buckets (an order and a SAN-budget bucket for each of half
+//! a million accounts) written into a private `redis-server`; the `used_memory` delta divided by
+//! the number of buckets.
 //!
-//! Further variants attribute the figure: shorter keys (what a compact key format would save)
-//! and the same keys written without a TTL (what the expires dictionary costs). Tunable:
-//! `BENCH_BUCKETS` (default 1,000,000). Prints `RESULT name=value` lines for `scripts/bench.sh`.
+//! `store` writes them through the real `RedisStore` (its group hashes, fields and TTLs);
+//! `previous_layout`, the baseline, through the previous release's spend script and its one hash
+//! per account (`benches/support/previous_spend.lua`, pipelined). The two alternate for
+//! `BENCH_ROUNDS` rounds (default 3) and the medians are reported. `store_keys_no_ttl`
+//! attributes the previous figure: one plain key per bucket without a TTL.
+//!
+//! Tunables: `BENCH_BUCKETS` (default 1,000,000), `BENCH_ROUNDS`. Prints `RESULT name=value`
+//! lines for `scripts/bench.sh`.
 
 // Shared with `redis_load`, which uses the parts this bench does not.
 #[allow(dead_code)]
@@ -14,6 +19,16 @@ mod redis_server;
 use std::time::Duration;
 use std::time::Instant;
 
+use acme_core::duration::ConfigDuration;
+use futures::StreamExt;
+use ratelimits::Kind;
+use ratelimits::Limit;
+use ratelimits::LimitName;
+use ratelimits::RedisStore;
+use ratelimits::Store;
+use ratelimits::batch::Transaction;
+use ratelimits::config::Mode;
+use ratelimits::config::RedisConfig;
 use redis::Script;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
@@ -22,7 +37,8 @@ use time::OffsetDateTime;
 use crate::redis_server::BoxError;
 use crate::redis_server::RedisServer;
 
-const SPEND_LUA: &str = include_str!("../src/store/spend.lua");
+const PREVIOUS_SPEND_LUA: &str = include_str!("support/previous_spend.lua");
+const PREFIX: &str = "certeasy:rl:";
 const MARGIN_MS: i64 = 60_000;
 const CHUNK: u64 = 1_000;
 const FIRST_ACCOUNT: u64 = 10_000_000;
@@ -43,24 +59,84 @@ struct Variant {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Write {
-    /// Through the spend script, one key per bucket, with the store's TTL.
+    /// Through the previous release's spend script: one hash per account, with its TTL.
     Script,
+    /// Through `RedisStore`, as the store writes them.
+    Store,
     /// A plain SET of the same value, without a TTL.
     PlainSet,
-    /// Both buckets as fields of one hash per account (the first key), with one TTL: a possible
-    /// compact layout, not what the store does.
-    AccountHash,
 }
 
 fn store_keys(account: u64) -> [String; 2] {
     [
-        format!("certeasy:rl:order-creation:{account}"),
-        format!("certeasy:rl:san-budget:{account}"),
+        format!("{PREFIX}order-creation:{account}"),
+        format!("{PREFIX}san-budget:{account}"),
     ]
 }
 
-fn account_hash_keys(account: u64) -> [String; 2] {
-    [format!("c:a:{account}"), String::new()]
+/// The textual bucket keys, without the prefix (what `RedisStore` is given).
+fn bucket_keys(account: u64) -> [String; 2] {
+    [
+        format!("order-creation:{account}"),
+        format!("san-budget:{account}"),
+    ]
+}
+
+/// Writes every bucket through the store, many calls in flight on its multiplexed connection.
+async fn load_store(store: &RedisStore, buckets: u64) -> Result<(), BoxError> {
+    let orders = Limit::new(
+        "order-creation",
+        5,
+        20,
+        Duration::from_secs(3600),
+        Mode::Enforce,
+    )?;
+    let sans = Limit::new(
+        "san-budget",
+        100,
+        100,
+        Duration::from_secs(3600),
+        Mode::Enforce,
+    )?;
+    let accounts = buckets / 2;
+    let results: Vec<Result<bool, String>> =
+        futures::stream::iter(FIRST_ACCOUNT..FIRST_ACCOUNT + accounts)
+            .map(|account| async move {
+                let [order, san] = bucket_keys(account);
+                let batch = [
+                    Transaction::new(
+                        LimitName::NewOrdersPerAccount,
+                        order,
+                        orders,
+                        1,
+                        Kind::CheckAndSpend,
+                    )
+                    .map_err(|e| e.to_string())?,
+                    Transaction::new(
+                        LimitName::SanBudgetPerAccount,
+                        san,
+                        sans,
+                        3,
+                        Kind::CheckAndSpend,
+                    )
+                    .map_err(|e| e.to_string())?,
+                ];
+                let now = now_nanos().map_err(|e| e.to_string())?;
+                store
+                    .spend_batch(now, &batch)
+                    .await
+                    .map(|outcome| outcome.allowed)
+                    .map_err(|e| e.to_string())
+            })
+            .buffer_unordered(256)
+            .collect()
+            .await;
+    for result in results {
+        if !result? {
+            return Err("a first order was denied".into());
+        }
+    }
+    Ok(())
 }
 
 fn pair(nanos: i64) -> (i64, i64) {
@@ -81,8 +157,20 @@ async fn load(
     variant: &Variant,
     buckets: u64,
     sha: &str,
+    server_url: &str,
 ) -> Result<(), BoxError> {
     let accounts = buckets / 2;
+    if variant.write == Write::Store {
+        let store = RedisStore::new(&RedisConfig {
+            shards: vec![server_url.to_owned()],
+            key_prefix: PREFIX.to_owned(),
+            timeout: ConfigDuration(Duration::from_secs(30)),
+            expiry_margin: ConfigDuration(Duration::from_millis(
+                u64::try_from(MARGIN_MS).unwrap_or(0),
+            )),
+        })?;
+        return load_store(&store, buckets).await;
+    }
     let mut account = FIRST_ACCOUNT;
     while account < FIRST_ACCOUNT + accounts {
         let now = now_nanos()?;
@@ -119,23 +207,8 @@ async fn load(
                             .arg((now + interval * cost).to_string())
                             .ignore();
                     }
-                    Write::AccountHash => {}
+                    Write::Store => {}
                 }
-            }
-            if variant.write == Write::AccountHash {
-                let [hash, _] = (variant.keys)(a);
-                pipe.cmd("HSET")
-                    .arg(&hash)
-                    .arg("o")
-                    .arg((now + ORDERS.0 * ORDERS.2).to_string())
-                    .arg("s")
-                    .arg((now + SANS.0 * SANS.2).to_string())
-                    .ignore();
-                // The longer of the two TTLs the script would set.
-                pipe.cmd("PEXPIRE")
-                    .arg(&hash)
-                    .arg((SANS.0 * SANS.2) / 1_000_000 + MARGIN_MS)
-                    .ignore();
             }
         }
         let () = pipe.query_async(con).await?;
@@ -179,7 +252,8 @@ fn flatten(prefix: &str, value: Value, out: &mut Vec<(String, i64)>) {
     }
 }
 
-async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Result<(), BoxError> {
+/// Loads the variant into an emptied server; returns its bytes per bucket.
+async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Result<f64, BoxError> {
     let mut con = server.connect().await?;
     let () = redis::cmd("FLUSHALL")
         .arg("SYNC")
@@ -187,16 +261,16 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
         .await?;
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(SPEND_LUA)
+        .arg(PREVIOUS_SPEND_LUA)
         .query_async(&mut con)
         .await?;
-    if sha != Script::new(SPEND_LUA).get_hash() {
+    if sha != Script::new(PREVIOUS_SPEND_LUA).get_hash() {
         return Err("SCRIPT LOAD returned another hash than the store uses".into());
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = used_memory(server).await?;
     let started = Instant::now();
-    load(&mut con, variant, buckets, &sha).await?;
+    load(&mut con, variant, buckets, &sha, &server.url()).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let after = used_memory(server).await?;
     let keys: i64 = redis::cmd("DBSIZE").query_async(&mut con).await?;
@@ -208,10 +282,10 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
         .ok_or("keyspace without expires")?
         .parse()?;
     let first = (variant.keys)(FIRST_ACCOUNT)[0].clone();
-    let sample = &if variant.write == Write::Script {
-        owner_and_field(&first).0
-    } else {
-        first
+    let sample = &match variant.write {
+        Write::Script => owner_and_field(&first).0,
+        Write::Store => store_location(&bucket_keys(FIRST_ACCOUNT)[0])?,
+        Write::PlainSet => first,
     };
     let sample_usage: i64 = redis::cmd("MEMORY")
         .arg("USAGE")
@@ -238,15 +312,27 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
         stat("db.0.overhead.hashtable.main"),
         stat("db.0.overhead.hashtable.expires")
     );
-    println!("RESULT {label}_keys={keys}");
-    println!("RESULT {label}_bytes_per_bucket={per_bucket:.1}");
     println!(
-        "RESULT {label}_hashtable_bytes_per_bucket={:.1}",
+        "{label}: {per_bucket:.1} bytes per bucket, hash tables {:.1} bytes per bucket",
         (stat("db.0.overhead.hashtable.main") + stat("db.0.overhead.hashtable.expires")) as f64
             / written as f64
     );
-    println!("RESULT {label}_key_length={}", sample.len());
-    let expected = if matches!(variant.write, Write::AccountHash | Write::Script) {
+    if variant.write == Write::Store {
+        let fields = count_fields(&mut con).await?;
+        println!(
+            "{label}: {fields} fields in {keys} group hashes, {:.1} per group",
+            fields as f64 / keys as f64
+        );
+        if fields != i64::try_from(written)? {
+            return Err(format!("{label}: expected {written} fields, found {fields}").into());
+        }
+        let dictionaries = count_encoding(&mut con, "hashtable").await?;
+        if dictionaries > 0 {
+            println!("{label}: {dictionaries} groups outgrew the listpack encoding");
+        }
+        return Ok(per_bucket);
+    }
+    let expected = if variant.write == Write::Script {
         written / 2
     } else {
         written
@@ -254,7 +340,50 @@ async fn measure(server: &RedisServer, variant: &Variant, buckets: u64) -> Resul
     if keys != i64::try_from(expected)? {
         return Err(format!("{label}: expected {expected} keys, found {keys}").into());
     }
-    Ok(())
+    Ok(per_bucket)
+}
+
+/// The group hash that holds `key`'s bucket.
+fn store_location(key: &str) -> Result<String, BoxError> {
+    let store = RedisStore::new(&RedisConfig {
+        shards: vec!["redis://127.0.0.1:1".to_owned()],
+        key_prefix: PREFIX.to_owned(),
+        ..RedisConfig::default()
+    })?;
+    Ok(store.location(&key.into()).0)
+}
+
+/// Fields over every key (HLEN), scanning the keyspace.
+async fn count_fields(con: &mut MultiplexedConnection) -> Result<i64, BoxError> {
+    let mut total = 0;
+    for key in all_keys(con).await? {
+        let n: i64 = redis::cmd("HLEN").arg(&key).query_async(con).await?;
+        total += n;
+    }
+    Ok(total)
+}
+
+/// Keys of the given `OBJECT ENCODING`.
+async fn count_encoding(con: &mut MultiplexedConnection, encoding: &str) -> Result<u64, BoxError> {
+    let mut count = 0;
+    for key in all_keys(con).await? {
+        let found: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&key)
+            .query_async(con)
+            .await?;
+        count += u64::from(found == encoding);
+    }
+    Ok(count)
+}
+
+async fn all_keys(con: &mut MultiplexedConnection) -> Result<Vec<Vec<u8>>, BoxError> {
+    Ok(redis::cmd("KEYS").arg("*").query_async(con).await?)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 #[tokio::main]
@@ -268,31 +397,44 @@ async fn main() -> Result<(), BoxError> {
         "redis-server {}",
         server.info_field("server", "redis_version").await?
     );
-    let variants = [
-        Variant {
-            label: "store_keys",
-            keys: store_keys,
-            write: Write::Script,
-        },
-        Variant {
-            label: "store_keys_no_ttl",
-            keys: store_keys,
-            write: Write::PlainSet,
-        },
-        Variant {
-            label: "account_hash",
-            keys: account_hash_keys,
-            write: Write::AccountHash,
-        },
-    ];
-    for variant in &variants {
-        measure(&server, variant, buckets).await?;
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let previous = Variant {
+        label: "previous_layout",
+        keys: store_keys,
+        write: Write::Script,
+    };
+    let store = Variant {
+        label: "store",
+        keys: store_keys,
+        write: Write::Store,
+    };
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        println!("round {round} of {rounds}");
+        before.push(measure(&server, &previous, buckets).await?);
+        after.push(measure(&server, &store, buckets).await?);
     }
+    println!("previous_layout rounds: {before:?}; store rounds: {after:?}");
+    let (before, after) = (median(&mut before), median(&mut after));
+    println!("RESULT previous_layout_bytes_per_bucket={before:.1}");
+    println!("RESULT store_bytes_per_bucket={after:.1}");
+    println!("RESULT store_vs_previous_layout={:.3}", after / before);
+    let no_ttl = Variant {
+        label: "store_keys_no_ttl",
+        keys: store_keys,
+        write: Write::PlainSet,
+    };
+    let plain = measure(&server, &no_ttl, buckets).await?;
+    println!("RESULT store_keys_no_ttl_bytes_per_bucket={plain:.1}");
     Ok(())
 }
 
-/// Where the store keeps a bucket written under `key` (`certeasy:rl:<limit>:<account>`): a field
-/// of the account's hash, exactly as `RedisStore` lays buckets out.
+/// Where the previous release kept a bucket written under `key` (`certeasy:rl:<limit>:<account>`):
+/// a field of the account's hash.
 fn owner_and_field(key: &str) -> (String, String) {
     let (prefix, rest) = key.split_at(
         key.find("order-creation:")

@@ -2,6 +2,7 @@
 
 mod memory;
 mod redis;
+mod redis_layout;
 mod sharding;
 
 use std::future::Future;

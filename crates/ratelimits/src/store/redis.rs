@@ -4,6 +4,10 @@
 //! atomically, so concurrent requests cannot both spend the last token (Boulder's read-then-write
 //! races, #7780 and #7886, cannot happen). The application's clock is passed in; replies carry the
 //! stored TATs, never TTLs, so a reply is independent of when it arrives.
+//!
+//! A bucket is a field of a small group hash shared with other owners' buckets
+//! (`store/redis_layout.rs`); the scripts also read, and move over on write, a bucket still kept
+//! in the previous release's layout (one hash per owner), so an upgrade keeps every count.
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,6 +21,8 @@ use redis::aio::ConnectionManagerConfig;
 use super::Debt;
 use super::Store;
 use super::StoreFuture;
+use super::redis_layout;
+use super::redis_layout::SWEEP_EVERY;
 use super::sharding::shard_of;
 use crate::batch::BatchOutcome;
 use crate::batch::Decisions;
@@ -192,14 +198,30 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The Redis key of a bucket's owner: a hash whose fields are the owner's buckets (see
-    /// [`crate::bucket_key`]). One key per owner instead of one per bucket saves the per-key
-    /// overhead and the per-key TTL, which dominate Redis memory for small values.
+    /// Where `key`'s bucket lives: its group hash and its field there (see
+    /// `store/redis_layout.rs`), for operators' tools and tests that look at Redis directly.
+    pub fn location(&self, key: &BucketKey) -> (String, Vec<u8>) {
+        (
+            redis_layout::group_key(&self.prefix, key),
+            redis_layout::field(key).into_vec(),
+        )
+    }
+
+    /// The Redis key of a bucket's owner in the previous layout (a hash whose fields were the
+    /// owner's buckets), read so that an upgrade keeps every bucket's count.
     fn owner_key(&self, key: &BucketKey) -> String {
         let mut full = String::with_capacity(self.prefix.len() + key.owner().len());
         full.push_str(&self.prefix);
         full.push_str(key.owner());
         full
+    }
+
+    /// Adds a bucket's keys (its group, its owner's previous hash) and its first two arguments
+    /// (its field in each) to a script call.
+    fn locate(&self, invocation: &mut redis::ScriptInvocation<'_>, key: &BucketKey) {
+        let (group, field) = self.location(key);
+        invocation.key(group).key(self.owner_key(key));
+        invocation.arg(field).arg(key.field());
     }
 
     /// Buckets are sharded by their owner, so one request's buckets share a shard.
@@ -253,7 +275,11 @@ impl RedisStore {
     ) -> Result<Vec<(Option<i64>, bool)>> {
         let mut invocation = self.spend.prepare_invoke();
         let (now_s, now_n) = pair(now);
-        invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+        invocation
+            .arg(now_s)
+            .arg(now_n)
+            .arg(self.margin_ms)
+            .arg(SWEEP_EVERY);
         for &i in members {
             let tx = &batch[i];
             let limit = tx.limit();
@@ -264,9 +290,8 @@ impl RedisStore {
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (inc_s, inc_n) = pair(increment);
             let flags = i64::from(tx.enforced()) + 2 * i64::from(tx.spends());
-            invocation.key(self.owner_key(tx.key()));
+            self.locate(&mut invocation, tx.key());
             invocation
-                .arg(tx.key().field())
                 .arg(ceil_s)
                 .arg(ceil_n)
                 .arg(inc_s)
@@ -287,7 +312,11 @@ impl RedisStore {
     ) -> Result<()> {
         let mut invocation = self.refund.prepare_invoke();
         let (now_s, now_n) = pair(now);
-        invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+        invocation
+            .arg(now_s)
+            .arg(now_n)
+            .arg(self.margin_ms)
+            .arg(SWEEP_EVERY);
         let mut any = false;
         for &i in members {
             let tx = &batch[i];
@@ -301,13 +330,8 @@ impl RedisStore {
                 .emission_interval()
                 .saturating_mul(i64::try_from(tx.cost()).unwrap_or(i64::MAX));
             let (dec_s, dec_n) = pair(decrement);
-            invocation.key(self.owner_key(tx.key()));
-            invocation
-                .arg(tx.key().field())
-                .arg(ceil_s)
-                .arg(ceil_n)
-                .arg(dec_s)
-                .arg(dec_n);
+            self.locate(&mut invocation, tx.key());
+            invocation.arg(ceil_s).arg(ceil_n).arg(dec_s).arg(dec_n);
         }
         if !any {
             return Ok(());
@@ -372,12 +396,18 @@ impl RedisStore {
     }
 
     async fn reset_inner(&self, keys: &[BucketKey]) -> Result<()> {
-        // One pipeline of HDELs per shard: a bucket is a field of its owner's hash.
+        // One pipeline of HDELs per shard: a bucket is a field of its group's hash, and may still
+        // be one of its owner's hash in the previous layout.
         let mut per_shard: Vec<redis::Pipeline> = vec![redis::pipe(); self.shards.len()];
         let mut used = vec![false; self.shards.len()];
         for key in keys {
             let shard = self.shard_for(key);
+            let (group, field) = self.location(key);
             per_shard[shard]
+                .cmd("HDEL")
+                .arg(group)
+                .arg(field)
+                .ignore()
                 .cmd("HDEL")
                 .arg(self.owner_key(key))
                 .arg(key.field())
@@ -401,18 +431,17 @@ impl RedisStore {
         let results = join_all(groups.iter().map(|(shard, members)| async move {
             let mut invocation = self.absorb.prepare_invoke();
             let (now_s, now_n) = pair(now);
-            invocation.arg(now_s).arg(now_n).arg(self.margin_ms);
+            invocation
+                .arg(now_s)
+                .arg(now_n)
+                .arg(self.margin_ms)
+                .arg(SWEEP_EVERY);
             for &i in members {
                 let debt = &debts[i];
                 let (ceil_s, ceil_n) = pair(now.saturating_add(debt.limit.burst_offset()));
                 let (debt_s, debt_n) = pair(debt.nanos.max(0));
-                invocation.key(self.owner_key(&debt.key));
-                invocation
-                    .arg(debt.key.field())
-                    .arg(ceil_s)
-                    .arg(ceil_n)
-                    .arg(debt_s)
-                    .arg(debt_n);
+                self.locate(&mut invocation, &debt.key);
+                invocation.arg(ceil_s).arg(ceil_n).arg(debt_s).arg(debt_n);
             }
             let mut con = self.shards[*shard].clone();
             let _: i64 = self.timed(invocation.invoke_async(&mut con)).await?;
@@ -424,17 +453,27 @@ impl RedisStore {
 
     async fn peek_inner(&self, now: i64, key: &BucketKey, limit: &Limit) -> Result<Decision> {
         let mut con = self.shards[self.shard_for(key)].clone();
-        let full_key = self.owner_key(key);
-        let raw: Option<String> = self
+        let (group, field) = self.location(key);
+        let old_key = self.owner_key(key);
+        let (raw, old): (Option<String>, Option<String>) = self
             .timed(async move {
-                redis::cmd("HGET")
-                    .arg(full_key)
+                redis::pipe()
+                    .cmd("HGET")
+                    .arg(group)
+                    .arg(field)
+                    .cmd("HGET")
+                    .arg(old_key)
                     .arg(key.field())
                     .query_async(&mut con)
                     .await
             })
             .await?;
-        let stored = raw.and_then(|r| r.parse::<i64>().ok());
+        // The later TAT counts, as in the scripts.
+        let stored = [raw, old]
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.parse::<i64>().ok())
+            .max();
         Ok(gcra::decide(now, stored, limit, 0))
     }
 }

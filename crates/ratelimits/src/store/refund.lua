@@ -1,7 +1,8 @@
--- Give tokens back, never above the burst. Same number encoding as spend.lua.
+-- Give tokens back, never above the burst. Same layout and number encoding as spend.lua.
 --
--- KEYS: each bucket's owner hash. ARGV: now_s, now_n, margin_ms, then per bucket: field, ceil_s, ceil_n,
--- dec_s, dec_n (cost x emission interval). Returns how many keys were refunded.
+-- KEYS: per bucket, its group hash and its owner's hash of the previous layout.
+-- ARGV: now_s, now_n, margin_ms, sweep_every, then per bucket: field, previous field, ceil_s,
+-- ceil_n, dec_s, dec_n (cost x emission interval). Returns how many buckets were refunded.
 local B = 1000000000
 
 local function parse(raw)
@@ -15,30 +16,77 @@ local function less(as, an, bs, bn)
   return as < bs or (as == bs and an < bn)
 end
 
+local function add(as, an, bs, bn)
+  local s, n = as + bs, an + bn
+  if n >= B then s, n = s + 1, n - B end
+  return s, n
+end
+
 local function format(s, n)
   if s == 0 then return string.format('%d', n) end
   return string.format('%d%09d', s, n)
 end
 
-local now_s, now_n, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The later of the bucket's TATs in both layouts, as the stored text ('' if none), and whether
+-- the previous layout holds it.
+local function read(group, field, old_key, old_field)
+  local value = redis.call('HGET', group, field)
+  local old = redis.call('HGET', old_key, old_field)
+  if not old then return value or '', false end
+  if not value then return old, true end
+  local vs, vn = parse(value)
+  local os, on = parse(old)
+  if os and ((not vs) or less(vs, vn, os, on)) then return old, true end
+  return value, true
+end
+
+-- Deletes the group's fields whose bucket has been full for longer than the margin.
+local function sweep(group, now_s, now_n, margin)
+  local margin_s = math.floor(margin / 1000)
+  local limit_s, limit_n = now_s - margin_s, now_n - (margin - margin_s * 1000) * 1000000
+  if limit_n < 0 then limit_s, limit_n = limit_s - 1, limit_n + B end
+  local all = redis.call('HGETALL', group)
+  local stale = {}
+  for i = 1, #all, 2 do
+    local ts, tn = parse(all[i + 1])
+    if not ts or not less(limit_s, limit_n, ts, tn) then stale[#stale + 1] = all[i] end
+  end
+  if #stale > 0 then redis.call('HDEL', group, unpack(stale)) end
+end
+
+-- Writes a bucket into its group, drops its previous-layout field, keeps the group alive at
+-- least until the bucket is full again + margin, and sweeps the group when the write added a
+-- field and the count reached a multiple of sweep_every.
+local function store(group, field, old_key, old_field, had_old, s, n, now_s, now_n, margin, every)
+  local ds, dn = s - now_s, n - now_n
+  if dn < 0 then ds, dn = ds - 1, dn + B end
+  local ttl = ds * 1000 + math.ceil(dn / 1000000) + margin
+  if ttl < margin then ttl = margin end
+  local added = redis.call('HSET', group, field, format(s, n))
+  if had_old then redis.call('HDEL', old_key, old_field) end
+  if redis.call('PTTL', group) < ttl then redis.call('PEXPIRE', group, ttl) end
+  if added == 1 and redis.call('HLEN', group) % every == 0 then
+    sweep(group, now_s, now_n, margin)
+  end
+end
+
+local now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local margin, every = tonumber(ARGV[3]), tonumber(ARGV[4])
 local refunded = 0
-for i = 1, #KEYS do
-  local j = 3 + (i - 1) * 5
-  local field = ARGV[j + 1]
-  local ceil_s, ceil_n = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-  local dec_s, dec_n = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
-  local ts, tn = parse(redis.call('HGET', KEYS[i], field))
+for i = 1, #KEYS / 2 do
+  local j = 4 + (i - 1) * 6
+  local group, field, old_key, old_field = KEYS[2 * i - 1], ARGV[j + 1], KEYS[2 * i], ARGV[j + 2]
+  local ceil_s, ceil_n = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  local dec_s, dec_n = tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
+  local value, had_old = read(group, field, old_key, old_field)
+  local ts, tn = parse(value)
   if ts then
     if less(ceil_s, ceil_n, ts, tn) then ts, tn = ceil_s, ceil_n end
     if less(now_s, now_n, ts, tn) then
       local s, n = ts - dec_s, tn - dec_n
       if n < 0 then s, n = s - 1, n + B end
       if less(s, n, now_s, now_n) then s, n = now_s, now_n end
-      local ds, dn = s - now_s, n - now_n
-      if dn < 0 then ds, dn = ds - 1, dn + B end
-      local ttl = ds * 1000 + math.ceil(dn / 1000000) + margin
-      redis.call('HSET', KEYS[i], field, format(s, n))
-      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+      store(group, field, old_key, old_field, had_old, s, n, now_s, now_n, margin, every)
       refunded = refunded + 1
     end
   end

@@ -9,6 +9,7 @@ mod database_overrides;
 mod fallback;
 mod limiter;
 mod model;
+mod redis_layout;
 mod redis_only;
 mod store_suite;
 mod support;

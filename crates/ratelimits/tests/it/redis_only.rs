@@ -102,9 +102,11 @@ async fn two_shards_spread_keys_and_a_denied_batch_spends_nothing() {
 #[tokio::test]
 async fn keys_expire_when_full_again_plus_margin() {
     require_redis(SHARED_REDIS).await;
-    let prefix = unique_prefix("expiry");
-    let store =
-        RedisStore::new(&redis_config(vec![SHARED_REDIS.to_owned()], prefix.clone())).unwrap();
+    let store = RedisStore::new(&redis_config(
+        vec![SHARED_REDIS.to_owned()],
+        unique_prefix("expiry"),
+    ))
+    .unwrap();
     let now = unix_nanos(OffsetDateTime::now_utc());
     let l = Limit::new("e", 10, 1, Duration::from_secs(10), Mode::Enforce).unwrap();
     assert!(
@@ -116,9 +118,9 @@ async fn keys_expire_when_full_again_plus_margin() {
     );
     let client = redis::Client::open(SHARED_REDIS).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
-    // A key of no known limit shape gets a hash of its own.
+    // A bucket's group hash lives until its bucket is full again, plus the margin.
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(format!("{prefix}k:e"))
+        .arg(store.location(&"e".into()).0)
         .query_async(&mut con)
         .await
         .unwrap();
@@ -126,7 +128,7 @@ async fn keys_expire_when_full_again_plus_margin() {
     assert!((89_000..=90_000).contains(&ttl), "ttl {ttl}");
     store.reset(&["e".into()]).await.unwrap();
 
-    // An account's buckets are fields of one hash, whose TTL covers the longest-lived one.
+    // An account's buckets are fields of one group hash, whose TTL covers the longest-lived one.
     let short = Limit::new(
         "order-creation",
         10,
@@ -141,14 +143,16 @@ async fn keys_expire_when_full_again_plus_margin() {
         spend("san-budget:42", long, 2),
     ];
     assert!(store.spend_batch(now, &batch).await.unwrap().allowed);
+    let group = store.location(&"san-budget:42".into()).0;
+    assert_eq!(group, store.location(&"order-creation:42".into()).0);
     let fields: i64 = redis::cmd("HLEN")
-        .arg(format!("{prefix}a:42"))
+        .arg(&group)
         .query_async(&mut con)
         .await
         .unwrap();
     assert_eq!(fields, 2);
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(format!("{prefix}a:42"))
+        .arg(&group)
         .query_async(&mut con)
         .await
         .unwrap();
@@ -156,7 +160,7 @@ async fn keys_expire_when_full_again_plus_margin() {
     assert!((259_000..=260_000).contains(&ttl), "ttl {ttl}");
     store.reset(&["order-creation:42".into()]).await.unwrap();
     let fields: i64 = redis::cmd("HLEN")
-        .arg(format!("{prefix}a:42"))
+        .arg(&group)
         .query_async(&mut con)
         .await
         .unwrap();
