@@ -16,6 +16,7 @@ use crate::model::Certificate;
 use crate::model::StatusChange;
 use crate::rows;
 use crate::sql;
+use crate::sql::Conn;
 
 impl Storage {
     pub async fn certificate(&self, id: CertificateId) -> Result<Option<Certificate>> {
@@ -38,21 +39,7 @@ impl Storage {
         audit: &AuditEvent,
     ) -> Result<StatusChange<Certificate>> {
         let mut tx = self.db.begin_write().await?;
-        // Conditional on `revoked_at IS NULL`, so the first revocation's time and reason stand.
-        let revoked = sql::query(
-        "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
-    )
-    .bind(id.0)
-    .bind(codec::unix(now))
-    .bind(reason.code())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        > 0;
-        if revoked {
-            // In the same transaction: a committed revocation always makes its CRL shard stale.
-            crls::count_revocation(&mut tx, id.0).await?;
-        }
+        let revoked = mark_revoked(&mut tx, id, reason, now).await?;
         let cert = rows::load_certificate(&mut tx, id)
             .await?
             .ok_or(Error::NotFound)?;
@@ -66,4 +53,31 @@ impl Storage {
             StatusChange::Unchanged(cert)
         })
     }
+}
+
+/// Marks certificate `id` revoked in the caller's transaction and counts the revocation in its
+/// CRL shard; whether it was revoked by this call. Conditional on `revoked_at IS NULL`, so the
+/// first revocation's time and reason stand. `bulk_fill.rs` revokes through it too, so the
+/// shards' counters of a filled database are what revocations leave.
+pub(crate) async fn mark_revoked(
+    conn: &mut Conn,
+    id: CertificateId,
+    reason: RevocationReason,
+    now: OffsetDateTime,
+) -> Result<bool> {
+    let revoked = sql::query(
+        "UPDATE certificates SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
+    )
+    .bind(id.0)
+    .bind(codec::unix(now))
+    .bind(reason.code())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0;
+    if revoked {
+        // In the same transaction: a committed revocation always makes its CRL shard stale.
+        crls::count_revocation(conn, id.0).await?;
+    }
+    Ok(revoked)
 }

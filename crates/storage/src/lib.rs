@@ -12,6 +12,8 @@ pub mod audit;
 mod authz;
 mod backup;
 pub mod blocked_keys;
+#[cfg(feature = "bulk-fill")]
+pub mod bulk_fill;
 pub mod ca_state;
 mod certificates;
 mod codec;

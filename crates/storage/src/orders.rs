@@ -11,4 +11,8 @@ pub(crate) use create::insert_authz;
 pub(crate) use create::reusable_authz;
 pub(crate) use finalize::account_of_order;
 pub(crate) use finalize::not_ready;
+#[cfg(feature = "bulk-fill")]
+pub(crate) use finalize::Stored;
+#[cfg(feature = "bulk-fill")]
+pub(crate) use finalize::store_certificate;
 pub(crate) use finalize::take_ready;

@@ -215,18 +215,20 @@ pub(crate) async fn account_of_order(
 }
 
 /// What a certificate row takes besides the certificate.
-struct Stored<'a> {
-    account_id: i64,
-    set_hash: &'a str,
+pub(crate) struct Stored<'a> {
+    pub(crate) account_id: i64,
+    pub(crate) set_hash: &'a str,
     /// The row of `cert.issuer_chain_pem` ([`issuer_chains::id_of`]).
-    chain_id: i64,
-    now_s: i64,
+    pub(crate) chain_id: i64,
+    pub(crate) now_s: i64,
 }
 
 /// Stores the certificate of order `id` and makes the order valid with it. RETURNING the whole
 /// row: the caller gets the stored certificate without reading it back. The row's `chain_pem`
 /// stays empty: the download is assembled from the leaf and the issuer chain (migration 0012).
-async fn store_certificate(
+/// `bulk_fill.rs` writes its certificates through it too, so a filled database holds exactly
+/// what finalization writes.
+pub(crate) async fn store_certificate(
     conn: &mut Conn,
     id: OrderId,
     stored: Stored<'_>,
@@ -258,15 +260,36 @@ async fn store_certificate(
     .fetch_one(&mut *conn)
     .await?;
     let certificate = rows::certificate_stored(&row, Some(&cert.issuer_chain_pem))?;
-    sql::query(
-        "UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1",
+    let identifiers = sql::query_scalar::<String>(
+        "UPDATE orders SET status = 'valid', certificate_id = $2, updated_at = $3 WHERE id = $1 \
+         RETURNING identifiers",
     )
     .bind(id.0)
     .bind(certificate.id.0)
     .bind(now_s)
-    .execute(&mut *conn)
-    .await?;
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::NotFound)?;
+    store_names(conn, certificate.id, &identifiers).await?;
     Ok(certificate)
+}
+
+/// One `certificate_names` row per name of the order's list (migration 0026), for the
+/// operator's `--name` filter; written with the certificate, as the PostgreSQL statement of
+/// [`complete_pg`] does. The list is the column as stored (`type:value` lines), so a row's name
+/// is byte for byte the line the listing shows. A name repeated in the list is one row.
+async fn store_names(conn: &mut Conn, certificate: CertificateId, identifiers: &str) -> Result<()> {
+    for name in identifiers.split('\n').filter(|n| !n.is_empty()) {
+        sql::query(
+            "INSERT INTO certificate_names (name, certificate_id) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(name)
+        .bind(certificate.0)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Stores the certificate signed from the open reservation of its serial and makes the order
@@ -434,7 +457,9 @@ async fn complete_pg(
     };
     // The evidence is copied in the same statement (so the same transaction) as the function
     // stores the certificate, as `evidence::copy_in` does on SQLite: `$11` stands for missing
-    // evidence, `$12` is `kept_until`. The function changes no row the copy reads.
+    // evidence, `$12` is `kept_until`. The function changes no row the copy reads. The names
+    // (CTE `n`) likewise, as `store_names` writes them on SQLite: the order's `identifiers`,
+    // which the function does not change, read from the statement's snapshot.
     let row = sql::query(
         "WITH r AS (SELECT * FROM certeasy_complete_reserved($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)), \
          e AS (INSERT INTO certificate_evidence (certificate_id, serial, identifier_type, \
@@ -445,6 +470,10 @@ async fn complete_pg(
              JOIN authorizations a ON a.id = oa.authz_id \
              JOIN challenges c ON c.authz_id = a.id AND c.status = 'valid' \
              WHERE r.outcome = 'issued' ORDER BY oa.position), \
+         n AS (INSERT INTO certificate_names (name, certificate_id) \
+             SELECT DISTINCT x.name, r.id FROM r JOIN orders o ON o.id = r.order_id \
+             CROSS JOIN LATERAL unnest(string_to_array(o.identifiers, chr(10))) AS x (name) \
+             WHERE r.outcome = 'issued' AND x.name <> '' ON CONFLICT DO NOTHING), \
          l AS (INSERT INTO audit_pending (format, at_ms, kind, actor_kind, actor, operator, \
              client_ip, account_id, serial, names, reason, detail) \
              SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 \

@@ -14,6 +14,8 @@ mod audit_atomic;
 mod audit_sealing;
 mod authz_lifetimes;
 mod blocked_keys;
+#[cfg(feature = "bulk-fill")]
+mod bulk_fill;
 mod certificates;
 mod challenge_starts;
 mod checkpoints;
