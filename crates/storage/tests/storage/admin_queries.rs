@@ -16,7 +16,12 @@ use crate::harness::dns;
 use crate::harness::ev;
 use crate::harness::t0;
 
-crate::both_backends!(certificate_filters_and_pages, accounts_filters_and_counts);
+crate::both_backends!(
+    certificate_filters_and_pages,
+    accounts_filters_and_counts,
+    names_drive_pages_and_combine,
+    bulk_revocation_in_chunks
+);
 
 fn ids(rows: &[CertificateSummary]) -> Vec<CertificateId> {
     rows.iter().map(|r| r.id).collect()
@@ -284,4 +289,289 @@ async fn accounts_filters_and_counts(s: &Storage) {
     assert_eq!(counts.revoked_certificates, 1);
     let none = s.account_counts(b.id).await.unwrap();
     assert_eq!(none, storage::model::AccountCounts::default());
+}
+
+/// The name filter reads `certificate_names` (migration 0026), written with each certificate:
+/// its keyset pages, and its conditions combined with every other filter, as the count sees them.
+async fn names_drive_pages_and_combine(s: &Storage) {
+    let now = t0();
+    let a = harness::account(s, now).await;
+    let b = harness::account(s, now).await;
+    let mut named = Vec::new();
+    for i in 0..5_u8 {
+        let day = now + Duration::days(i64::from(i));
+        // Another name between each, so the name's ids are not consecutive.
+        harness::issue(s, a.id, &["other.example.com"], 100 + i, day).await;
+        let account = if i == 3 { b.id } else { a.id };
+        let names: &[&str] = if i == 2 {
+            &["*.n.example.com", "n.example.com"]
+        } else {
+            &["n.example.com"]
+        };
+        named.push(harness::issue(s, account, names, 10 + i, day).await.id);
+    }
+    named.reverse();
+    let by_name = CertificateFilter {
+        name: Some(dns("n.example.com")),
+        ..Default::default()
+    };
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let rows = s
+            .list_certificates(&by_name, Page { before, limit: 2 })
+            .await
+            .unwrap();
+        let Some(last) = rows.last() else { break };
+        before = Some(last.id);
+        pages.push(ids(&rows));
+    }
+    assert_eq!(
+        pages,
+        vec![
+            named[0..2].to_vec(),
+            named[2..4].to_vec(),
+            named[4..5].to_vec()
+        ]
+    );
+    assert_eq!(s.count_certificates(&by_name).await.unwrap(), 5);
+    let wildcard = CertificateFilter {
+        name: Some(dns("*.n.example.com")),
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&s.list_certificates(&wildcard, page(10)).await.unwrap()),
+        vec![named[2]]
+    );
+    let listed = s.list_certificates(&wildcard, page(10)).await.unwrap();
+    assert_eq!(
+        listed[0].identifiers,
+        vec![dns("*.n.example.com"), dns("n.example.com")]
+    );
+    let nobody = CertificateFilter {
+        name: Some(dns("example.com")),
+        ..Default::default()
+    };
+    assert!(
+        s.list_certificates(&nobody, page(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.count_certificates(&nobody).await.unwrap(), 0);
+
+    s.revoke_certificate(named[0], RevocationReason::Superseded, now, &ev())
+        .await
+        .unwrap()
+        .changed();
+    let unrevoked = CertificateFilter {
+        revoked: Some(false),
+        ..by_name.clone()
+    };
+    assert_eq!(
+        ids(&s.list_certificates(&unrevoked, page(10)).await.unwrap()),
+        named[1..].to_vec()
+    );
+    assert_eq!(s.count_certificates(&unrevoked).await.unwrap(), 4);
+    // Past a keyset bound and on the unrevoked only.
+    assert_eq!(
+        ids(&s
+            .list_certificates(
+                &unrevoked,
+                Page {
+                    before: Some(named[2]),
+                    limit: 10
+                }
+            )
+            .await
+            .unwrap()),
+        named[3..].to_vec()
+    );
+    let of_b = CertificateFilter {
+        account: Some(b.id),
+        ..by_name.clone()
+    };
+    assert_eq!(
+        ids(&s.list_certificates(&of_b, page(10)).await.unwrap()),
+        vec![named[1]]
+    );
+    // Issued on days 1 to 2, so expiring (90 days on) in [day 91, day 93).
+    let expiring = CertificateFilter {
+        expires_from: Some(now + Duration::days(91)),
+        expires_until: Some(now + Duration::days(93)),
+        ..by_name.clone()
+    };
+    assert_eq!(
+        ids(&s.list_certificates(&expiring, page(10)).await.unwrap()),
+        vec![named[2], named[3]]
+    );
+    assert_eq!(s.count_certificates(&expiring).await.unwrap(), 2);
+    let issued = CertificateFilter {
+        issued_from: Some(now + Duration::days(4)),
+        ..by_name
+    };
+    assert_eq!(
+        ids(&s.list_certificates(&issued, page(10)).await.unwrap()),
+        vec![named[0]]
+    );
+}
+
+/// More certificates than one write transaction takes (`REVOKE_CHUNK`, 100): every one is
+/// revoked once, with its record, and a second call with the same ids (a resumed batch) revokes
+/// nothing and records nothing.
+async fn bulk_revocation_in_chunks(s: &Storage) {
+    let now = t0();
+    let a = harness::account(s, now).await;
+    let mut issued = Vec::new();
+    for i in 0..230_u8 {
+        issued.push(
+            harness::issue(s, a.id, &["bulk.example.com"], i, now)
+                .await
+                .id,
+        );
+    }
+    // One revoked before, by its holder: kept as it was.
+    s.revoke_certificate(issued[150], RevocationReason::KeyCompromise, now, &ev())
+        .await
+        .unwrap()
+        .changed();
+    let records_before = s.audit_head().await.unwrap().0;
+    let at = now + Duration::hours(1);
+    let revoked = s
+        .revoke_certificates(
+            &issued,
+            RevocationReason::Superseded,
+            at,
+            &vec![ev(); issued.len()],
+        )
+        .await
+        .unwrap();
+    let mut expected: Vec<CertificateId> = issued
+        .iter()
+        .copied()
+        .filter(|id| *id != issued[150])
+        .collect();
+    expected.sort_unstable_by(|x, y| y.cmp(x));
+    assert_eq!(revoked, expected);
+    assert_eq!(s.audit_head().await.unwrap().0, records_before + 229);
+    let again = s
+        .revoke_certificates(
+            &issued,
+            RevocationReason::Unspecified,
+            at,
+            &vec![ev(); issued.len()],
+        )
+        .await
+        .unwrap();
+    assert!(again.is_empty());
+    assert_eq!(s.audit_head().await.unwrap().0, records_before + 229);
+    let unrevoked = CertificateFilter {
+        account: Some(a.id),
+        revoked: Some(false),
+        ..Default::default()
+    };
+    assert_eq!(s.count_certificates(&unrevoked).await.unwrap(), 0);
+    let kept = s.certificate(issued[150]).await.unwrap().unwrap();
+    assert_eq!(
+        kept.revocation_reason,
+        Some(RevocationReason::KeyCompromise)
+    );
+    let last = s.certificate(issued[229]).await.unwrap().unwrap();
+    assert_eq!(last.revocation_reason, Some(RevocationReason::Superseded));
+    assert_eq!(last.revoked_at, Some(at));
+}
+
+/// Rows as the releases before migration 0026 left them: an account, two orders with their
+/// certificates (one of two names, one of one), and an order that issued nothing. `nl` is the
+/// backend's newline expression.
+fn rows_before_names(nl: &str) -> Vec<String> {
+    vec![
+        "INSERT INTO accounts (id, thumbprint, jwk, status, created_at) \
+         VALUES (1, 'tp', '{}', 'valid', 1700000000)"
+            .to_owned(),
+        format!(
+            "INSERT INTO orders (id, account_id, status, identifiers, set_hash, expires_at, \
+             created_at, updated_at) VALUES \
+             (7, 1, 'valid', 'dns:a.example' || {nl} || 'dns:b.example', 'h1', 1800000000, 1700000000, 1700000000), \
+             (8, 1, 'valid', 'dns:a.example', 'h2', 1800000000, 1700000000, 1700000000), \
+             (9, 1, 'pending', 'dns:c.example', 'h3', 1800000000, 1700000000, 1700000000)"
+        ),
+        "INSERT INTO certificates (id, account_id, order_id, serial, der, chain_pem, set_hash, \
+         not_before, not_after, issued_at) VALUES \
+         (70, 1, 7, '0a70', '', '', 'h1', 1700000000, 1707776000, 1700000000), \
+         (80, 1, 8, '0a80', '', '', 'h2', 1700000000, 1707776000, 1700000000)"
+            .to_owned(),
+        "UPDATE orders SET certificate_id = id * 10 WHERE id IN (7, 8)".to_owned(),
+    ]
+}
+
+/// What the backfill of migration 0026 must give for [`rows_before_names`].
+async fn names_backfilled(s: &Storage) {
+    let by = |name: &str| CertificateFilter {
+        name: Some(dns(name)),
+        ..Default::default()
+    };
+    let listed = |name: &'static str| async move {
+        ids(&s.list_certificates(&by(name), page(10)).await.unwrap())
+    };
+    assert_eq!(
+        listed("a.example").await,
+        vec![CertificateId(80), CertificateId(70)]
+    );
+    assert_eq!(listed("b.example").await, vec![CertificateId(70)]);
+    assert_eq!(listed("c.example").await, Vec::<CertificateId>::new());
+    assert_eq!(s.count_certificates(&by("a.example")).await.unwrap(), 2);
+}
+
+/// Migration 0026 fills `certificate_names` with the names of the certificates already stored.
+#[tokio::test]
+async fn sqlite_names_of_existing_certificates_are_backfilled() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let (url, mut conn) = harness::sqlite_migrated_before(dir.path(), "0026").await;
+    for statement in rows_before_names("char(10)") {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn.close().await.unwrap();
+    let s = Storage::connect(&url).await.unwrap();
+    names_backfilled(&s).await;
+    s.close().await;
+}
+
+/// As [`sqlite_names_of_existing_certificates_are_backfilled`], on PostgreSQL.
+#[tokio::test]
+async fn postgres_names_of_existing_certificates_are_backfilled() {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let db = testkit::postgres::PgDatabase::create("names_backfill").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/postgres");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name.as_str() < "0026" {
+            std::fs::copy(entry.path(), dir.path().join(&name)).unwrap();
+        }
+    }
+    let mut conn = sqlx::AnyConnection::connect(db.url()).await.unwrap();
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    for statement in rows_before_names("chr(10)") {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn.close().await.unwrap();
+    let s = Storage::connect(db.url()).await.unwrap();
+    names_backfilled(&s).await;
+    s.close().await;
 }
