@@ -683,7 +683,9 @@ async fn list_certificates(
     page: Result<Query<PageQuery>, QueryRejection>,
 ) -> Answer<Json<CertificateList>> {
     let (Query(q), Query(p)) = (query?, page?);
-    let filter = q.to_filter().map_err(AdminError::BadRequest)?;
+    let filter = q
+        .to_filter(state.ctx.clock.now())
+        .map_err(AdminError::BadRequest)?;
     let limit = operator::list_limit(p.limit);
     let page = Page {
         before: p.before.map(CertificateId),
@@ -702,7 +704,9 @@ async fn count_revocable(
     query: Result<Query<CertificateQuery>, QueryRejection>,
 ) -> Answer<Json<CountDoc>> {
     let Query(q) = query?;
-    let filter = q.to_filter().map_err(AdminError::BadRequest)?;
+    let filter = q
+        .to_filter(state.ctx.clock.now())
+        .map_err(AdminError::BadRequest)?;
     let count = state.ctx.ra.count_revocable(&filter).await?;
     Ok(Json(CountDoc { count }))
 }
@@ -738,7 +742,10 @@ async fn revoke_batch(
     body: Result<Json<BulkRevokeBody>, JsonRejection>,
 ) -> Answer<Json<BatchDoc>> {
     let Json(body) = body?;
-    let filter = body.filter.to_filter().map_err(AdminError::BadRequest)?;
+    let filter = body
+        .filter
+        .to_filter(state.ctx.clock.now())
+        .map_err(AdminError::BadRequest)?;
     let reason = parse_reason(&body.reason).map_err(AdminError::BadRequest)?;
     let outcome = state
         .ctx

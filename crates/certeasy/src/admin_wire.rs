@@ -185,18 +185,36 @@ pub struct CertificateQuery {
     pub expires_after: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_before: Option<String>,
+    /// Expiring from the server's now to now plus this duration (`7d`, `36h`): the window is
+    /// the server's, whose clock decides expiry; not with `expires_after`/`expires_before`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiring_within: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<bool>,
 }
 
 impl CertificateQuery {
-    /// The storage filter; `Err` names the field that did not parse.
-    pub fn to_filter(&self) -> Result<CertificateFilter, String> {
+    /// The storage filter, `expiring_within` counted from `now`; `Err` names the field that did
+    /// not parse.
+    pub fn to_filter(&self, now: OffsetDateTime) -> Result<CertificateFilter, String> {
         let time = |field: &str, v: &Option<String>| {
             v.as_deref()
                 .map(|t| parse_time(t).map_err(|e| format!("{field}: {e}")))
                 .transpose()
         };
+        let mut expires_from = time("expires-after", &self.expires_after)?;
+        let mut expires_until = time("expires-before", &self.expires_before)?;
+        if let Some(within) = self.expiring_within.as_deref() {
+            if expires_from.is_some() || expires_until.is_some() {
+                return Err("expiring-within: not with expires-after or expires-before".to_owned());
+            }
+            let within = within
+                .trim()
+                .parse::<acme_core::duration::ConfigDuration>()
+                .map_err(|e| format!("expiring-within: {e}"))?;
+            expires_from = Some(now);
+            expires_until = Some(now.saturating_add(within.time()));
+        }
         Ok(CertificateFilter {
             name: self
                 .name
@@ -211,8 +229,8 @@ impl CertificateQuery {
             account: self.account.map(acme_core::ids::AccountId),
             issued_from: time("issued-after", &self.issued_after)?,
             issued_until: time("issued-before", &self.issued_before)?,
-            expires_from: time("expires-after", &self.expires_after)?,
-            expires_until: time("expires-before", &self.expires_before)?,
+            expires_from,
+            expires_until,
             revoked: self.revoked,
         })
     }
@@ -524,7 +542,8 @@ mod tests {
             revoked: Some(false),
             ..Default::default()
         };
-        let f = q.to_filter().unwrap();
+        let now = time::macros::datetime!(2026-03-01 12:00 UTC);
+        let f = q.to_filter(now).unwrap();
         assert_eq!(f.name.unwrap().to_string(), "dns:www.example.com");
         assert_eq!(f.serial.unwrap().to_hex(), "0102");
         assert_eq!(f.account, Some(acme_core::ids::AccountId(7)));
@@ -534,6 +553,45 @@ mod tests {
             expires_before: Some("soon".to_owned()),
             ..Default::default()
         };
-        assert!(bad.to_filter().unwrap_err().starts_with("expires-before"));
+        assert!(
+            bad.to_filter(now)
+                .unwrap_err()
+                .starts_with("expires-before")
+        );
+    }
+
+    /// `--expiring-within` is a window from the server's now, and stands alone.
+    #[test]
+    fn expiring_within_counts_from_now() {
+        let now = time::macros::datetime!(2026-03-01 12:00 UTC);
+        let q = CertificateQuery {
+            expiring_within: Some("7d".to_owned()),
+            ..Default::default()
+        };
+        let f = q.to_filter(now).unwrap();
+        assert_eq!(f.expires_from, Some(now));
+        assert_eq!(
+            f.expires_until,
+            Some(time::macros::datetime!(2026-03-08 12:00 UTC))
+        );
+        let both = CertificateQuery {
+            expiring_within: Some("7d".to_owned()),
+            expires_before: Some("2026-04-01".to_owned()),
+            ..Default::default()
+        };
+        assert!(
+            both.to_filter(now)
+                .unwrap_err()
+                .starts_with("expiring-within")
+        );
+        let bad = CertificateQuery {
+            expiring_within: Some("a week".to_owned()),
+            ..Default::default()
+        };
+        assert!(
+            bad.to_filter(now)
+                .unwrap_err()
+                .starts_with("expiring-within")
+        );
     }
 }

@@ -262,12 +262,36 @@ pub(super) async fn certificates(
     }
 }
 
-/// What `certificates revoke` without a serial prints with `--json`.
+/// What `certificates revoke` without a serial prints with `--json`: one document at the end.
 #[derive(Debug, Serialize)]
 struct BulkSummary<'a> {
+    /// Unrevoked certificates the filters selected when the run began.
+    selected: u64,
+    /// Revoked by this run (fewer than selected when others revoked some meanwhile).
     revoked: u64,
     reason: &'a str,
+    /// Requests made, one per batch.
     batches: u64,
+    seconds: f64,
+}
+
+/// The bar of a bulk revocation: drawn on stderr when stderr is a terminal (so `--json` on
+/// stdout, or stdout piped, still shows it), hidden otherwise.
+fn revoke_bar(count: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(count),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} certificates revoked ({per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 /// Counts the selection, then revokes it a batch per request, the bar advancing per batch.
@@ -278,19 +302,11 @@ async fn bulk_revoke(
     reason: &str,
     batch: u32,
 ) -> anyhow::Result<bool> {
+    let started = std::time::Instant::now();
     let Some(CountDoc { count }) = accepted(client.count_revocable(&filter).await?) else {
         return Ok(false);
     };
-    let bar = if out.json || !std::io::stdout().is_terminal() {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let bar = indicatif::ProgressBar::new(count);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} certificates revoked")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    };
+    let bar = revoke_bar(count);
     let mut before = None;
     let mut revoked = 0_u64;
     let mut batches = 0_u64;
@@ -301,9 +317,17 @@ async fn bulk_revoke(
             before,
             batch: Some(batch),
         };
-        let Some(step) = accepted(client.revoke_batch(&body).await?) else {
+        let step = match client.revoke_batch(&body).await {
+            Ok(reply) => accepted(reply),
+            Err(e) => {
+                bar.abandon();
+                eprintln!("{}", stopped(revoked));
+                return Err(e);
+            }
+        };
+        let Some(step) = step else {
             bar.abandon();
-            eprintln!("stopped after {revoked} certificates revoked");
+            eprintln!("{}", stopped(revoked));
             return Ok(false);
         };
         batches += 1;
@@ -316,12 +340,22 @@ async fn bulk_revoke(
     }
     bar.finish_and_clear();
     let summary = BulkSummary {
+        selected: count,
         revoked,
         reason,
         batches,
+        seconds: started.elapsed().as_secs_f64(),
     };
     if !out.json(&summary)? {
         println!("{revoked} certificates revoked ({reason})");
     }
     Ok(true)
+}
+
+/// What an interrupted bulk revocation tells the operator: what is done, and how to finish.
+fn stopped(revoked: u64) -> String {
+    format!(
+        "stopped after {revoked} certificates revoked; run the same command again to revoke \
+         the rest (those revoked are skipped)"
+    )
 }

@@ -285,6 +285,7 @@ is included, a 'before' bound excluded):
   --issued-before DATE   issued before DATE
   --expires-after DATE   not after (expiry) at or after DATE
   --expires-before DATE  expiry before DATE
+  --expiring-within DUR  expiry between now and now + DUR (e.g. 7d; the server's clock)
   --revoked              only revoked certificates
   --not-revoked          only certificates that are not revoked
 
@@ -295,6 +296,7 @@ Examples:
   certeasy admin certificates list --name www.example.com
   certeasy admin certificates list --account 7 --not-revoked
   certeasy admin certificates list --expires-after 2026-01-01 --expires-before 2026-02-01 --json
+  certeasy admin certificates list --expiring-within 7d --json
   certeasy admin certificates list --issued-after 2025-12-24T00:00:00Z --revoked";
 
 const CERTIFICATES_REVOKE_HELP: &str = "\
@@ -303,14 +305,18 @@ affiliationChanged (3), superseded (4), cessationOfOperation (5).
 
 With a SERIAL, revokes that certificate. Without one, revokes every certificate that matches
 the filters and is not revoked yet (the filters of `certificates list`; at least one is
-required), in batches of --batch (default 500) with a progress bar on a terminal (none with
---json). A certificate revoked already keeps its first revocation.
+required), in batches of --batch (default 500), each written by the server in short
+transactions so that issuance goes on meanwhile. A progress bar is drawn on stderr when it is
+a terminal; --json prints one summary document at the end (selected, revoked, batches,
+seconds). A certificate revoked already keeps its first revocation and is skipped, so an
+interrupted run is resumed by running the same command again.
 
 Examples:
   certeasy admin certificates revoke 7f3a9c01d2 --reason keyCompromise
   certeasy admin certificates revoke 7f:3a:9c:01:d2 --reason 4
   certeasy admin certificates revoke --account 7 --reason keyCompromise
-  certeasy admin certificates revoke --name old.example.com --expires-after 2026-01-01 --reason superseded --json";
+  certeasy admin certificates revoke --name old.example.com --expires-after 2026-01-01 --reason superseded --json
+  certeasy admin certificates revoke --account 7 --expiring-within 7d --reason keyCompromise";
 
 /// `certeasy admin accounts`.
 #[derive(Debug, Subcommand)]
@@ -443,6 +449,9 @@ pub struct FilterArgs {
     /// Expiring before.
     #[arg(long)]
     expires_before: Option<String>,
+    /// Expiring between the server's now and now plus this (e.g. 7d, 36h).
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["expires_after", "expires_before"])]
+    expiring_within: Option<String>,
 }
 
 impl FilterArgs {
@@ -456,6 +465,7 @@ impl FilterArgs {
             issued_before: self.issued_before.clone(),
             expires_after: self.expires_after.clone(),
             expires_before: self.expires_before.clone(),
+            expiring_within: self.expiring_within.clone(),
             revoked,
         }
     }

@@ -350,6 +350,42 @@ async fn records(db: Db) {
         .json();
     assert_eq!(serials(&revoked_list), [c1.serial.as_str()]);
 
+    // Every certificate here expires within the profile's lifetime of the server's now, and
+    // none within a second; the window does not combine with explicit expiry dates.
+    let soon = admin(
+        &env,
+        &[
+            "certificates",
+            "list",
+            "--expiring-within",
+            "3650d",
+            "--json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(soon["certificates"].as_array().unwrap().len(), 4, "{soon}");
+    let none_soon = admin(
+        &env,
+        &["certificates", "list", "--expiring-within", "1s", "--json"],
+    )
+    .await
+    .json();
+    assert!(none_soon["certificates"].as_array().unwrap().is_empty());
+    let both = admin(
+        &env,
+        &[
+            "certificates",
+            "list",
+            "--expiring-within",
+            "7d",
+            "--expires-before",
+            "2030-01-01",
+        ],
+    )
+    .await;
+    assert!(!both.ok, "{}", both.stdout);
+
     // ---- bulk revocation ----
     let everything = admin(&env, &["certificates", "revoke", "--reason", "superseded"]).await;
     assert!(
@@ -374,8 +410,10 @@ async fn records(db: Db) {
     .await
     .json();
     assert_eq!(bulk["revoked"], 2);
+    assert_eq!(bulk["selected"], 2);
     assert_eq!(bulk["reason"], "superseded");
     assert!(bulk["batches"].as_u64().unwrap() >= 2, "{bulk}");
+    assert!(bulk["seconds"].as_f64().is_some(), "{bulk}");
     for c in [&c3, &c4] {
         let serial = acme_core::ids::Serial::from_hex(&c.serial).unwrap();
         let stored = storage
