@@ -150,7 +150,7 @@ pub async fn publish_due(
         // Shards beyond the configured count (after it was lowered) still list the certificates
         // that name them: they stay published.
         if is_due(&state, now, settings)
-            && publish(storage, issuer, clock, settings, &state).await?
+            && publish_shard(storage, issuer, clock, settings, &state).await?
         {
             stored += 1;
         }
@@ -167,8 +167,9 @@ fn is_due(state: &CrlShardState, now: time::OffsetDateTime, settings: &CrlSettin
     state.this_update.is_none_or(|at| now - at >= interval)
 }
 
-/// Builds and stores one shard's CRL; `false` if another instance published it first.
-async fn publish(
+/// Builds and stores one shard's CRL; `false` if another instance published it first. Public
+/// so that the CRL bench (`benches/crl.rs`) times exactly what the publisher does for a shard.
+pub async fn publish_shard(
     storage: &Storage,
     ca: &Ca,
     clock: &SharedClock,
