@@ -3,6 +3,11 @@
 //! arguments in the same run; and the number of script calls per request and shard, read from
 //! `INFO commandstats`.
 //!
+//! The script itself is also compared with the previous release's (`support/previous_spend.lua`,
+//! one hash per owner) under the same `redis-benchmark` load, alternating for `BENCH_ROUNDS`
+//! rounds (default 3): requests per second, and the server's CPU time per request from
+//! `INFO cpu`, which background load on a shared machine disturbs less.
+//!
 //! Every request names a fresh account, so every request is allowed and writes its two spent
 //! buckets, as a first order of an account does. Tunables: `BENCH_SECS` (default 5) and
 //! `BENCH_TASKS` (concurrent tasks, default 40). Prints `RESULT name=value` lines for
@@ -39,6 +44,18 @@ const PREFIX: &str = "certeasy:rl:";
 const MARGIN_MS: i64 = 60_000;
 const BATCH: u64 = 5;
 const SPEND_LUA: &str = include_str!("../src/store/spend.lua");
+const PREVIOUS_SPEND_LUA: &str = include_str!("support/previous_spend.lua");
+/// What the store passes for `sweep_every` (`store/redis_layout.rs`).
+const SWEEP_EVERY: u64 = 16;
+
+/// Which script the `redis-benchmark` baseline runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// The store's: group hashes, compact fields, the previous owner's hash read as well.
+    Current,
+    /// The previous release's: one hash per owner.
+    Previous,
+}
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -244,16 +261,33 @@ fn bucket_args(now: i64, limit: &Limit, cost: u64, flags: i64) -> Vec<String> {
         .collect()
 }
 
+/// The server's CPU seconds (user + system) so far.
+async fn server_cpu(server: &RedisServer) -> Result<f64, BoxError> {
+    let user: f64 = server.info_field("cpu", "used_cpu_user").await?.parse()?;
+    let sys: f64 = server.info_field("cpu", "used_cpu_sys").await?.parse()?;
+    Ok(user + sys)
+}
+
 /// `redis-benchmark` running the same script (EVALSHA) with keys of the same format, the account
 /// replaced by `__rand_int__`, and the arguments the store computes for the default limits.
-async fn baseline(server: &RedisServer, requests: u64, tasks: u64) -> Result<f64, BoxError> {
+/// Returns requests per second and the server's CPU microseconds per request.
+async fn baseline(
+    server: &RedisServer,
+    requests: u64,
+    tasks: u64,
+    layout: Layout,
+) -> Result<(f64, f64), BoxError> {
     let mut con = server.connect().await?;
+    let lua = match layout {
+        Layout::Current => SPEND_LUA,
+        Layout::Previous => PREVIOUS_SPEND_LUA,
+    };
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(SPEND_LUA)
+        .arg(lua)
         .query_async(&mut con)
         .await?;
-    if sha != Script::new(SPEND_LUA).get_hash() {
+    if sha != Script::new(lua).get_hash() {
         return Err("SCRIPT LOAD returned another hash than the store uses".into());
     }
     let config = RateLimitingConfig::default();
@@ -279,29 +313,64 @@ async fn baseline(server: &RedisServer, requests: u64, tasks: u64) -> Result<f64
     let now = OffsetDateTime::now_utc().unix_timestamp_nanos();
     let now = i64::try_from(now)?;
     let (now_s, now_n) = pair(now);
-    let mut args: Vec<String> = vec!["EVALSHA".to_owned(), sha, BATCH.to_string()];
-    // The store keeps an account's buckets as fields of one hash, `a:<account>`.
-    for _ in 0..BATCH {
-        args.push(format!("{PREFIX}a:__rand_int__"));
+    let mut args: Vec<String> = vec!["EVALSHA".to_owned(), sha];
+    let fields = [
+        ("o", "o".to_owned()),
+        ("s", "s".to_owned()),
+        ("f", "f:example.com".to_owned()),
+        ("f", "f:www.example.com".to_owned()),
+        ("f", "f:api.example.com".to_owned()),
+    ];
+    match layout {
+        Layout::Previous => {
+            // An account's buckets as fields of one hash, `a:<account>`.
+            args.push(BATCH.to_string());
+            for _ in 0..BATCH {
+                args.push(format!("{PREFIX}a:__rand_int__"));
+            }
+            args.extend([now_s.to_string(), now_n.to_string(), MARGIN_MS.to_string()]);
+        }
+        Layout::Current => {
+            // Per bucket its group hash and its owner's previous hash. A field here is text of
+            // about the length of the store's binary ones (which a command line cannot carry):
+            // the code, the account's digits, then the identifier's part.
+            args.push((2 * BATCH).to_string());
+            for _ in 0..BATCH {
+                args.push(format!("{PREFIX}b:__rand_int__"));
+                args.push(format!("{PREFIX}a:__rand_int__"));
+            }
+            args.extend([
+                now_s.to_string(),
+                now_n.to_string(),
+                MARGIN_MS.to_string(),
+                SWEEP_EVERY.to_string(),
+            ]);
+        }
     }
-    args.extend([now_s.to_string(), now_n.to_string(), MARGIN_MS.to_string()]);
-    args.push("o".to_owned());
-    args.extend(bucket_args(now, &orders, 1, 3));
-    args.push("s".to_owned());
-    args.extend(bucket_args(now, &sans, 3, 3));
-    for label in ["", "www.", "api."] {
-        args.push(format!("f:{label}example.com"));
-        args.extend(bucket_args(now, &failed, 1, 1));
+    for (i, (code, old)) in fields.iter().enumerate() {
+        if layout == Layout::Current {
+            args.push(format!("{code}1234{}", old.get(1..).unwrap_or("")));
+        }
+        args.push(old.clone());
+        let (limit, cost, flags) = match i {
+            0 => (&orders, 1, 3),
+            1 => (&sans, 3, 3),
+            _ => (&failed, 1, 1),
+        };
+        args.extend(bucket_args(now, limit, cost, flags));
     }
+    let cpu_before = server_cpu(server).await?;
     let output = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
         .args(["-c", &tasks.to_string(), "-n", &requests.to_string()])
         .args(["-P", "1", "-r", "100000000", "--csv"])
         .args(&args)
         .output()?;
+    let cpu = server_cpu(server).await? - cpu_before;
     let text = String::from_utf8_lossy(&output.stdout);
     println!(
-        "redis-benchmark -c {tasks} -n {requests} -P 1 -r 100000000 --csv EVALSHA <sha> 5 ..."
+        "redis-benchmark -c {tasks} -n {requests} -P 1 -r 100000000 --csv EVALSHA <sha> {} ...",
+        if layout == Layout::Current { 10 } else { 5 }
     );
     println!("{}", text.trim());
     let rps = text
@@ -310,7 +379,14 @@ async fn baseline(server: &RedisServer, requests: u64, tasks: u64) -> Result<f64
         .and_then(|line| line.split(',').nth(1))
         .map(|field| field.trim_matches('"').to_owned())
         .ok_or_else(|| format!("unexpected redis-benchmark output: {text}"))?;
-    Ok(rps.parse()?)
+    let cpu_us = cpu * 1e6 / requests as f64;
+    println!("server CPU {cpu_us:.1} us per request");
+    Ok((rps.parse()?, cpu_us))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 #[tokio::main]
@@ -324,9 +400,9 @@ async fn main() -> Result<(), BoxError> {
     // The baseline runs just before and just after our one-shard run, so background load on a
     // shared machine shows up as a spread between the two rather than as a skewed ratio.
     let baseline_requests = secs * 15_000;
-    let base_before = baseline(&first, baseline_requests, tasks).await?;
+    let (base_before, _) = baseline(&first, baseline_requests, tasks, Layout::Current).await?;
     let one = measure("redis_1shard", &[&first], &accounts, tasks, secs).await?;
-    let base_after = baseline(&first, baseline_requests, tasks).await?;
+    let (base_after, _) = baseline(&first, baseline_requests, tasks, Layout::Current).await?;
     let two = measure("redis_2shards", &[&first, &second], &accounts, tasks, secs).await?;
 
     let ours_rps = one.requests as f64 / one.elapsed.as_secs_f64();
@@ -345,6 +421,36 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "RESULT redis_2shards_vs_1shard={:.3}",
         (two.requests as f64 / two.elapsed.as_secs_f64()) / ours_rps
+    );
+
+    // The script against the previous release's, alternating on a fresh server.
+    let rounds = usize::try_from(env_or("BENCH_ROUNDS", 3))?.max(1);
+    let third = RedisServer::start().await?;
+    let (mut prev_rps, mut prev_cpu, mut cur_rps, mut cur_cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (rps, cpu) = baseline(&third, baseline_requests, tasks, Layout::Previous).await?;
+        prev_rps.push(rps);
+        prev_cpu.push(cpu);
+        let (rps, cpu) = baseline(&third, baseline_requests, tasks, Layout::Current).await?;
+        cur_rps.push(rps);
+        cur_cpu.push(cpu);
+    }
+    println!("previous script rps {prev_rps:?} cpu_us {prev_cpu:?}");
+    println!("current script rps {cur_rps:?} cpu_us {cur_cpu:?}");
+    let (prev_rps, prev_cpu) = (median(&mut prev_rps), median(&mut prev_cpu));
+    let (cur_rps, cur_cpu) = (median(&mut cur_rps), median(&mut cur_cpu));
+    println!("RESULT script_previous_layout_requests_per_s={prev_rps:.0}");
+    println!("RESULT script_current_layout_requests_per_s={cur_rps:.0}");
+    println!(
+        "RESULT script_current_vs_previous_requests_per_s={:.3}",
+        cur_rps / prev_rps
+    );
+    println!("RESULT script_previous_layout_server_cpu_us_per_request={prev_cpu:.1}");
+    println!("RESULT script_current_layout_server_cpu_us_per_request={cur_cpu:.1}");
+    println!(
+        "RESULT script_current_vs_previous_server_cpu={:.3}",
+        cur_cpu / prev_cpu
     );
     Ok(())
 }
