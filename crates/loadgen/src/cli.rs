@@ -39,6 +39,11 @@ pub(crate) enum Command {
     /// Start the servers afresh for every run, drive them with `run`, and report: Certeasy
     /// against Pebble (`issuance`), Certeasy at scale, as a cluster, or in test mode.
     Bench(BenchArgs),
+    /// Fill a fresh database with half a year of a CA's history (accounts, certificates signed
+    /// by the data directory's CA, what pruning leaves of their orders, authorizations and
+    /// challenges, validation evidence, revocations) through storage's own writes, and keep it
+    /// in a cache for benches; reused when present and complete.
+    Fill(FillArgs),
 }
 
 /// What one flow is.
@@ -392,4 +397,60 @@ pub(crate) struct BenchArgs {
         default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
     )]
     pub(crate) font: PathBuf,
+}
+
+/// The database a dataset is filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FillBackend {
+    /// A SQLite file in the data directory (Certeasy's embedded default).
+    Sqlite,
+    /// A PostgreSQL database, kept as a template database to clone.
+    Postgres,
+}
+
+/// `fill`: the dataset is keyed by these parameters and cached in
+/// `${CERTEASY_BENCH_CACHE:-$HOME/.cache/certeasy-bench}/year-<key>/` (the data directory in
+/// `data/`, a configuration in `certeasy.yaml`, `complete.json` written last); on PostgreSQL the
+/// database is the template `certeasy_year_<key>`. Don't serve the cached copy itself: take a
+/// fresh copy (`--copy-to`), as benches do.
+#[derive(Debug, Args)]
+pub(crate) struct FillArgs {
+    /// The database to fill.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub(crate) backend: FillBackend,
+    /// Certificates issued over the period (evenly over the days).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub(crate) certificates: u64,
+    /// Accounts, registered over the first quarter of the period.
+    #[arg(long, default_value_t = 50_000)]
+    pub(crate) accounts: u64,
+    /// Certificates revoked over the period, each while in force.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) revocations: u64,
+    /// Simulated days, ending at today's midnight (UTC).
+    #[arg(long, default_value_t = 180)]
+    pub(crate) days: u32,
+    /// Seed of the simulation: the same parameters and seed give the same history.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// PostgreSQL maintenance database: where the template database is created and dropped.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pub(crate) postgres_url: String,
+    /// Rebuild the dataset even when a complete one is cached.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// The cache directory (default `${CERTEASY_BENCH_CACHE:-$HOME/.cache/certeasy-bench}`).
+    #[arg(long)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// Also make a fresh copy under this directory (`<dir>/<copy-name>/certeasy.yaml` serves
+    /// it; on PostgreSQL the database `certeasy_copy_<copy-name>` cloned from the template).
+    #[arg(long)]
+    pub(crate) copy_to: Option<PathBuf>,
+    /// The fresh copy's name (letters, digits, `_`).
+    #[arg(long, default_value = "fresh")]
+    pub(crate) copy_name: String,
+    /// Print the report as one JSON object (and no progress bar).
+    #[arg(long)]
+    pub(crate) json: bool,
 }

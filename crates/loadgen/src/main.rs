@@ -11,6 +11,7 @@ mod cases;
 mod challenges;
 mod chart;
 mod cli;
+mod fill;
 mod flame;
 mod flows;
 mod machine;
@@ -42,5 +43,6 @@ fn main() -> anyhow::Result<()> {
         Command::Flamegraph(args) => flame::flamegraph(&args),
         Command::TlsCert(args) => tlscert::write(&args),
         Command::Bench(args) => bench::bench(args),
+        Command::Fill(args) => fill::fill(args),
     }
 }
