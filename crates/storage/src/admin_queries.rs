@@ -297,7 +297,8 @@ impl Storage {
     /// already revoked keeps its first revocation. `audits[i]` records the revocation of
     /// `ids[i]`, in the same transaction, for each certificate this call revokes. The ids are
     /// taken [`REVOKE_CHUNK`] at a time, each chunk one statement in its own short transaction,
-    /// so issuance waits for one chunk at most, never for the whole batch. Should a chunk fail,
+    /// so issuance waits for one chunk at most, never for the whole batch, and rests between
+    /// chunks as long as the last one took. Should a chunk fail,
     /// the chunks before it stay committed and the error is returned: calling again with the
     /// same ids revokes the rest and skips what is done, so a batch is resumable as it stands.
     pub async fn revoke_certificates(
@@ -315,8 +316,20 @@ impl Storage {
             )));
         }
         let mut revoked = Vec::with_capacity(ids.len());
-        for (ids, audits) in ids.chunks(REVOKE_CHUNK).zip(audits.chunks(REVOKE_CHUNK)) {
+        let mut chunks = ids
+            .chunks(REVOKE_CHUNK)
+            .zip(audits.chunks(REVOKE_CHUNK))
+            .peekable();
+        while let Some((ids, audits)) = chunks.next() {
+            let started = std::time::Instant::now();
             revoked.extend(revoke_chunk(self, ids, reason, now, audits).await?);
+            // Rest as long as the chunk took before the next one, as the pruner does: a bulk
+            // revocation takes at most half of the writer's time, so issuance running beside it
+            // keeps its turn (at 2 million certificates, unpaced chunks back to back raised
+            // new-order's p99 from 25 ms to 200 ms).
+            if chunks.peek().is_some() {
+                tokio::time::sleep(started.elapsed()).await;
+            }
         }
         revoked.sort_unstable_by(|a, b| b.cmp(a));
         Ok(revoked)
