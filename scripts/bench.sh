@@ -5,10 +5,13 @@
 # them) and PostgreSQL on 127.0.0.1:5432. Benchmarks start their own redis-server processes on
 # free loopback ports and never touch the shared instance on 6379.
 #
-# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster] [testmode] [baseline]
+# Usage: scripts/bench.sh [memory] [redis] [redis-memory] [issuance-inproc] [issuance] [scale] [cluster] [testmode] [baseline] [year]
 # (default: memory redis redis-memory issuance-inproc issuance; scale and cluster take minutes
-# and run only when named, and so does testmode, the no-stall check of `serve --test-mode`, and
-# baseline, this build against an earlier certeasy binary named by BENCH_BASELINE).
+# and run only when named, and so does testmode, the no-stall check of `serve --test-mode`,
+# baseline, this build against an earlier certeasy binary named by BENCH_BASELINE, and year,
+# Certeasy on half a year of short-lived certificates (2 million, on SQLite and PostgreSQL)
+# against an empty database and Pebble: its data set is built once by `certeasy-loadgen fill`
+# and cached in ${CERTEASY_BENCH_CACHE:-~/.cache/certeasy-bench}, outside the clone).
 # Tunables (environment): BENCH_SECS, BENCH_TASKS (redis load), BENCH_BUCKETS (redis memory),
 # BENCH_ACCOUNTS, BENCH_ORDERS, BENCH_CONCURRENCY, BENCH_LEGO_RUNS (issuance-inproc); the
 # issuance (Certeasy vs Pebble), scale, cluster and testmode parts are the load generator's
@@ -108,7 +111,7 @@ fi
 # the profile that is shipped and measured (Cargo.toml's `dist`), in separate invocations so that
 # each gets the features it is shipped with; the load generator runs the `certeasy` next to it.
 loadgen_parts=()
-for part in issuance scale cluster testmode baseline; do
+for part in issuance scale cluster testmode baseline year; do
   if wants "$part"; then loadgen_parts+=("$part"); fi
 done
 if [ ${#loadgen_parts[@]} -gt 0 ]; then

@@ -43,6 +43,8 @@ use crate::servers::Ports;
 use crate::servers::Process;
 use crate::servers::Started;
 
+mod year;
+
 /// Lines of a server's log shown when a run fails.
 const LOG_TAIL: usize = 20;
 /// The chart's font; the part installs it when missing.
@@ -114,6 +116,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         BenchPart::Cluster => "cluster",
         BenchPart::Testmode => "testmode",
         BenchPart::Baseline | BenchPart::BaselineReport => "baseline",
+        BenchPart::Year => "year",
     };
     let bench = Bench {
         out: target.join(format!("bench-{name}")),
@@ -129,6 +132,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         BenchPart::Testmode => bench.testmode(),
         BenchPart::Baseline => bench.baseline(),
         BenchPart::BaselineReport => bench.baseline_report(),
+        BenchPart::Year => bench.year(),
     }
 }
 

@@ -38,7 +38,7 @@ pub(crate) enum Command {
     TlsCert(TlsCertArgs),
     /// Start the servers afresh for every run, drive them with `run`, and report: Certeasy
     /// against Pebble (`issuance`), Certeasy at scale, as a cluster, or in test mode.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Fill a fresh database with half a year of a CA's history (accounts, certificates signed
     /// by the data directory's CA, what pruning leaves of their orders, authorizations and
     /// challenges, validation evidence, revocations) through storage's own writes, and keep it
@@ -258,6 +258,10 @@ pub(crate) enum BenchPart {
     Baseline,
     /// Render the last `baseline` results again (no run).
     BaselineReport,
+    /// Half a year of short-lived certificates (`fill`'s data set, built once and cached) on
+    /// SQLite and PostgreSQL against an empty database and Pebble: throughput, start-up, pruning,
+    /// the operator's listings and issuance during a bulk revocation.
+    Year,
 }
 
 /// Every setting has the environment variable `scripts/bench.sh` documents as its fallback.
@@ -375,6 +379,28 @@ pub(crate) struct BenchArgs {
     /// runs on its own defaults for them.
     #[arg(long, env = "BENCH_BASELINE_DROP_KEYS", default_value = "")]
     pub(crate) baseline_drop_keys: String,
+    /// `scenario:concurrency` items of the year part.
+    #[arg(
+        long,
+        env = "BENCH_YEAR_SCENARIOS",
+        default_value = "full:8 full:32 new-order:8"
+    )]
+    pub(crate) year_scenarios: String,
+    /// Backends of the year part, separated by spaces (sqlite, postgres).
+    #[arg(long, env = "BENCH_YEAR_BACKENDS", default_value = "sqlite postgres")]
+    pub(crate) year_backends: String,
+    /// Certificates of the year part's data set (see `fill`).
+    #[arg(long, env = "BENCH_YEAR_CERTIFICATES", default_value_t = 2_000_000)]
+    pub(crate) year_certificates: u64,
+    /// Accounts of the year part's data set.
+    #[arg(long, env = "BENCH_YEAR_ACCOUNTS", default_value_t = 50_000)]
+    pub(crate) year_accounts: u64,
+    /// Revocations of the year part's data set.
+    #[arg(long, env = "BENCH_YEAR_REVOCATIONS", default_value_t = 100_000)]
+    pub(crate) year_revocations: u64,
+    /// Simulated days of the year part's data set.
+    #[arg(long, env = "BENCH_YEAR_DAYS", default_value_t = 180)]
+    pub(crate) year_days: u32,
     /// `scenario:concurrency` items of the baseline part.
     #[arg(
         long,

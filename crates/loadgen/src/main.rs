@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Report(args) => report::report(&args),
         Command::Flamegraph(args) => flame::flamegraph(&args),
         Command::TlsCert(args) => tlscert::write(&args),
-        Command::Bench(args) => bench::bench(args),
+        Command::Bench(args) => bench::bench(*args),
         Command::Fill(args) => fill::fill(args),
     }
 }
