@@ -238,9 +238,14 @@ pub(super) async fn certificates(
             batch,
         } => {
             // Checked here too, so a typo fails before anything is counted or sent.
-            let reason = parse_reason(&reason)
-                .map_err(|e| anyhow::anyhow!(e))?
-                .as_str();
+            // A usage error, not an unreachable listener: said as such, exit 1.
+            let reason = match parse_reason(&reason) {
+                Ok(reason) => reason.as_str(),
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Ok(false);
+                }
+            };
             let query = filter.query(None);
             let Some(serial) = serial else {
                 return bulk_revoke(client, out, query, reason, batch).await;
@@ -287,9 +292,16 @@ fn revoke_bar(count: u64) -> indicatif::ProgressBar {
     );
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} certificates revoked ({per_sec}, {eta} left)",
+            "{bar:40} {pos}/{len} certificates revoked ({rate}, {eta} left)",
         )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        // indicatif's own {per_sec} prints four decimals ("2,426.4826/s").
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        ),
     );
     bar
 }

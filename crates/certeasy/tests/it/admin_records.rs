@@ -387,6 +387,26 @@ async fn records(db: Db) {
     assert!(!both.ok, "{}", both.stdout);
 
     // ---- bulk revocation ----
+    // A mistyped reason is the operator's, said as such, not an unreachable listener.
+    let typo = admin(
+        &env,
+        &[
+            "certificates",
+            "revoke",
+            "--account",
+            "1",
+            "--reason",
+            "bogus",
+        ],
+    )
+    .await;
+    assert!(
+        !typo.ok
+            && typo.stderr.contains("unknown revocation reason \"bogus\"")
+            && !typo.stderr.contains("cannot reach"),
+        "{}",
+        typo.stderr
+    );
     let everything = admin(&env, &["certificates", "revoke", "--reason", "superseded"]).await;
     assert!(
         !everything.ok && everything.stderr.contains("at least one filter"),
