@@ -32,6 +32,7 @@ use crate::cli::FlamegraphArgs;
 use crate::cli::ReportArgs;
 use crate::cli::RunArgs;
 use crate::cli::Scenario;
+use crate::fill::psql;
 use crate::flame;
 use crate::machine;
 use crate::machine::Machine;
@@ -927,21 +928,6 @@ impl Drop for Shared {
     fn drop(&mut self) {
         self.release();
     }
-}
-
-fn psql(url: &str, statement: &str) -> anyhow::Result<()> {
-    let output = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-qc", statement])
-        .stdout(Stdio::null())
-        .output()
-        .context("running psql")?;
-    if !output.status.success() {
-        bail!(
-            "psql {statement:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// Deletes the keys under `prefix` (and only those).

@@ -1108,7 +1108,8 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn psql(url: &str, statement: &str) -> anyhow::Result<()> {
+/// Runs `statement` with `psql` (the benches' databases are made and dropped with it).
+pub(crate) fn psql(url: &str, statement: &str) -> anyhow::Result<()> {
     psql_value(url, statement).map(drop)
 }
 
