@@ -1,8 +1,12 @@
 //! SQLite's WAL stays near the checkpoint interval however many commits come, whatever kind of
 //! statement makes them, and every commit is in the database when it is opened again. The
 //! checkpoints run beside the writer (`Checkpointer` in `sql/lite.rs`); were they not started,
-//! the WAL would grow to the backstop of 10 intervals at which the writer checkpoints itself.
+//! the WAL would grow to the backstop of 10 intervals at which the writer checkpoints itself, and
+//! every checkpoint would be one in a commit.
 
+use metrics::SharedString;
+use metrics::Unit;
+use metrics_util::CompositeKey;
 use metrics_util::debugging::DebugValue;
 use metrics_util::debugging::DebuggingRecorder;
 use storage::model::NewAccount;
@@ -14,12 +18,14 @@ use crate::harness::t0;
 /// 1,000 pages, SQLite's interval and ours, of 1 KiB each with their 24-byte frame headers.
 const INTERVAL_BYTES: u64 = 1000 * (1024 + 24);
 
-/// `certeasy_sqlite_checkpoints_total` by its `where` label.
-fn checkpoints(snapshotter: &metrics_util::debugging::Snapshotter, place: &str) -> u64 {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
+/// `certeasy_sqlite_checkpoints_total` by its `where` label, from one snapshot: taking a
+/// snapshot resets the debugging recorder's counters, so a second one would read 0 for the rest.
+fn checkpoints(
+    snapshot: &[(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)],
+    place: &str,
+) -> u64 {
+    snapshot
+        .iter()
         .filter(|(key, ..)| {
             key.key().name() == "certeasy_sqlite_checkpoints_total"
                 && key
@@ -28,7 +34,7 @@ fn checkpoints(snapshotter: &metrics_util::debugging::Snapshotter, place: &str) 
                     .any(|l| l.key() == "where" && l.value() == place)
         })
         .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n,
+            DebugValue::Counter(n) => *n,
             other => panic!("not a counter: {other:?}"),
         })
         .sum()
@@ -61,19 +67,34 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
         .await
         .unwrap();
     }
+    // Some 28 intervals were written. Without checkpoints beside the writer the WAL would grow to
+    // the backstop and every checkpoint would be in a commit. With them, each one that finishes
+    // lets the WAL start again; how far it grows meanwhile is how many commits came during one
+    // copy, which a loaded machine (CI runs the suite in parallel on two cores) stretches: the
+    // WAL was seen at 6.75 intervals there. What does not depend on timing is the bound: the
+    // WAL never passes the backstop (plus the commit that reaches it), and most checkpoints run
+    // beside the writer.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let beside = checkpoints(&snapshot, "beside");
+    let in_commit = checkpoints(&snapshot, "commit");
+    assert!(
+        beside >= 2 && beside > in_commit,
+        "{beside} checkpoints beside the writer, {in_commit} in a commit"
+    );
     // The WAL file keeps the largest size it ever reached.
     let wal = std::fs::metadata(dir.path().join("certeasy.db-wal"))
         .unwrap()
         .len();
     assert!(
-        wal < 5 * INTERVAL_BYTES,
-        "the WAL grew to {wal} bytes: it was not checkpointed as commits came"
+        wal < 11 * INTERVAL_BYTES,
+        "the WAL grew to {wal} bytes, past the backstop of 10 intervals"
     );
-    // Some 28 intervals were written: nearly all of them checkpointed beside the writer (one
-    // starts only when the last is done, so a few intervals may share one), none in a commit.
-    let beside = checkpoints(&snapshotter, "beside");
-    assert!(beside >= 5, "{beside} checkpoints beside the writer");
-    assert_eq!(checkpoints(&snapshotter, "commit"), 0);
+    if in_commit == 0 {
+        assert!(
+            wal < 10 * INTERVAL_BYTES,
+            "the WAL grew to {wal} bytes without reaching the backstop"
+        );
+    }
     s.close().await;
 
     let s = harness::sqlite_in(&dir).await;
