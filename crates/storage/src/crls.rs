@@ -251,12 +251,17 @@ async fn abandoned_signed(
 }
 
 /// Counts one more revocation in the shard of certificate `id` (shard 0 for a certificate
-/// without one) of its issuer, in the revocation's own transaction.
+/// without one) of its issuer, in the revocation's own transaction. The shard's row is created
+/// if it is not there yet: the CRL worker creates the configured shards at its first tick, and
+/// a revocation that came before it (just after a start, or for a shard beyond a count since
+/// lowered) would otherwise be counted nowhere, and its shard not seen stale.
 pub(crate) async fn count_revocation(conn: &mut Conn, id: i64) -> Result<()> {
+    // `WHERE true`: SQLite needs it to read `ON CONFLICT` as the upsert, not a join's.
     sql::query(
-        "UPDATE crl_shards SET revocations = revocations + 1 WHERE (issuer, shard) = \
-         (SELECT COALESCE(issuer, 'default'), COALESCE(crl_shard, 0) FROM certificates \
-          WHERE id = $1)",
+        "INSERT INTO crl_shards (issuer, shard, revocations) \
+         SELECT COALESCE(issuer, 'default'), COALESCE(crl_shard, 0), 1 FROM certificates \
+         WHERE id = $1 AND true \
+         ON CONFLICT (issuer, shard) DO UPDATE SET revocations = crl_shards.revocations + 1",
     )
     .bind(id)
     .execute(conn)
@@ -273,11 +278,13 @@ pub(crate) async fn count_abandoned(
     issuer: Option<&str>,
     shard: Option<i64>,
 ) -> Result<()> {
+    // Created if missing, as in [`count_revocation`].
     sql::query(
-        "UPDATE crl_shards SET revocations = revocations + 1 WHERE shard = $1 AND issuer = $2",
+        "INSERT INTO crl_shards (issuer, shard, revocations) VALUES ($1, $2, 1) \
+         ON CONFLICT (issuer, shard) DO UPDATE SET revocations = crl_shards.revocations + 1",
     )
-    .bind(shard.unwrap_or(0))
     .bind(issuer.unwrap_or(DEFAULT_ISSUER))
+    .bind(shard.unwrap_or(0))
     .execute(conn)
     .await?;
     Ok(())

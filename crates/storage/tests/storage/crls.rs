@@ -23,6 +23,7 @@ crate::both_backends!(
     revocations_make_their_shard_stale_and_are_listed_there,
     one_publisher_wins_each_number,
     abandoned_signed_serials_are_revoked_on_their_shard_under_their_issuer,
+    revocations_before_the_shards_are_created_are_counted,
 );
 
 /// Another CA's chain: the issuer changed (a restart with another intermediate).
@@ -399,6 +400,66 @@ async fn sqlite_serials_abandoned_before_the_migration_make_their_shards_stale()
     );
     assert!(listed_serials(&s, 2, &pem, at).await.is_empty());
     s.close().await;
+}
+
+/// The CRL worker creates the configured shards at its first tick; a revocation, or a signed
+/// serial abandoned, before that (just after a start, or in a shard past a count since lowered)
+/// creates its shard's row and counts there, so the shard is stale and its CRL lists it.
+async fn revocations_before_the_shards_are_created_are_counted(s: &Storage) {
+    let now = t0();
+    let at = now + Duration::hours(1);
+    let acct = harness::account(s, now).await;
+    let order = harness::ready_order(s, acct.id, &["early.example.com"], now).await;
+    s.begin_finalize(order.id, b"csr", None, now)
+        .await
+        .unwrap()
+        .begun();
+    let early = harness::complete(s, order.id, sharded_cert(1, Some(3), now), now, None).await;
+    let order = harness::ready_order(s, acct.id, &["abandoned.example.com"], now).await;
+    let ReservedAtOnce::Reserved { job, .. } = s
+        .reserve_ready_order(
+            order.id,
+            b"csr",
+            None,
+            harness::reservation_of(&sharded_cert(2, Some(5), now)),
+            now,
+            LEASE,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("not reserved");
+    };
+    assert!(s.crl_shard_states().await.unwrap().is_empty());
+
+    s.revoke_certificate(early.id, RevocationReason::KeyCompromise, at, &ev())
+        .await
+        .unwrap()
+        .changed();
+    let problem = Problem::new(ProblemType::ServerInternal, "the CA could not sign");
+    s.fail_order(order.id, problem, at, Some(&job))
+        .await
+        .unwrap()
+        .changed();
+    let states = s.crl_shard_states().await.unwrap();
+    let counted: Vec<(String, u16, u64, bool)> = states
+        .iter()
+        .map(|st| (st.issuer.clone(), st.shard, st.revocations, st.is_stale()))
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            (DEFAULT_ISSUER.to_owned(), 3, 1, true),
+            (DEFAULT_ISSUER.to_owned(), 5, 1, true),
+        ]
+    );
+    // The worker's own creation afterwards keeps the counts.
+    s.ensure_crl_shards(DEFAULT_ISSUER, 8).await.unwrap();
+    let states = s.crl_shard_states().await.unwrap();
+    assert_eq!(states.len(), 8);
+    assert_eq!(states.iter().map(|st| st.revocations).sum::<u64>(), 2);
+    assert_eq!(listed_serials(s, 3, &chain(), at).await, [early.serial]);
+    assert_eq!(listed_serials(s, 5, &chain(), at).await.len(), 1);
 }
 
 const LEASE: Duration = Duration::seconds(60);
