@@ -1145,6 +1145,26 @@ mod tests {
 
     use super::*;
 
+    /// The PostgreSQL databases a test makes (the template and its copy), dropped when it ends
+    /// whether it passed or not: the shared server keeps nothing of a failed run.
+    struct DropDatabases {
+        admin: String,
+        names: Vec<String>,
+    }
+
+    impl Drop for DropDatabases {
+        fn drop(&mut self) {
+            for name in &self.names {
+                if let Err(e) = psql(
+                    &self.admin,
+                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                ) {
+                    eprintln!("dropping {name}: {e:#}");
+                }
+            }
+        }
+    }
+
     /// A small fill, reused on the second call, served from a fresh copy by Certeasy itself:
     /// the counts, a certificate by serial signed by the data directory's CA, every revocation
     /// on its CRL shard's list and counter.
@@ -1159,6 +1179,17 @@ mod tests {
             days: 30,
             // A seed of this process, so that concurrent runs fill templates of their own.
             seed: u64::from(std::process::id()),
+        };
+        let name = format!("t{}_{}", std::process::id(), backend as usize);
+        let databases = DropDatabases {
+            admin: admin.clone(),
+            names: match backend {
+                FillBackend::Sqlite => Vec::new(),
+                FillBackend::Postgres => vec![
+                    format!("certeasy_copy_{name}"),
+                    template_name(&params.key()),
+                ],
+            },
         };
         let report = dataset(&params, cache.path(), &admin, false, false)
             .await
@@ -1178,7 +1209,10 @@ mod tests {
         assert!(again.reused);
 
         let copies = tempfile::tempdir().unwrap();
-        let name = format!("t{}_{}", std::process::id(), backend as usize);
+        assert_eq!(
+            report.template_database.as_deref(),
+            databases.names.get(1).map(String::as_str)
+        );
         let copy = fresh_copy(&report, &admin, copies.path(), &name).unwrap();
         let text = std::fs::read_to_string(&copy.config_path).unwrap();
         let config = certeasy::config::from_str(&text, "copy").unwrap();
@@ -1236,13 +1270,6 @@ mod tests {
         assert_eq!(listed, 100);
         server.shutdown().await;
         drop_copy(copy, &admin).unwrap();
-        if let Some(template) = &report.template_database {
-            psql(
-                &admin,
-                &format!("DROP DATABASE IF EXISTS {template} WITH (FORCE)"),
-            )
-            .unwrap();
-        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
