@@ -68,7 +68,8 @@ use crate::cli::FillBackend;
 /// Bumped when what a fill writes changes, so that an old cached dataset is not reused.
 const FORMAT: u32 = 1;
 
-/// Issuances per write transaction.
+/// Issuances per write transaction (on PostgreSQL at most: a smaller day is cut in
+/// `POSTGRES_WRITERS` parts).
 const SQLITE_BATCH: usize = 2_000;
 const POSTGRES_BATCH: usize = 250;
 /// PostgreSQL transactions written at once: each waits on round trips, not on the CPU.
@@ -127,6 +128,25 @@ pub(crate) struct FillReport {
     /// Whether this run reused a complete cached dataset instead of building it.
     #[serde(default)]
     pub(crate) reused: bool,
+    /// Where the fill's wall time went, to see what to make faster.
+    #[serde(default)]
+    pub(crate) phases: Phases,
+}
+
+/// Wall seconds of each part of a fill, summed over the days.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Phases {
+    pub(crate) accounts: f64,
+    /// Planning and signing the issuances (over the cores).
+    pub(crate) signing: f64,
+    /// Writing the issuances.
+    pub(crate) writing: f64,
+    pub(crate) revoking: f64,
+    pub(crate) pruning: f64,
+    /// Chaining the audit records (PostgreSQL's sealer).
+    pub(crate) sealing: f64,
+    /// Gathering PostgreSQL's planner statistics.
+    pub(crate) analyzing: f64,
 }
 
 /// A copy of a dataset for one bench run: a data directory and its database of its own.
@@ -204,6 +224,12 @@ fn print_report(r: &FillReport) {
     println!(
         "  filled in {:.1} s: {} rows written ({:.0} rows/s), {} pruned on the way; signing {:.1} CPU s",
         r.seconds, r.rows_written, r.rows_per_second, r.pruned_rows, r.signing_cpu_seconds
+    );
+    let p = &r.phases;
+    println!(
+        "  wall s: accounts {:.1}, signing {:.1}, writing {:.1}, revoking {:.1}, pruning {:.1}, \
+         sealing {:.1}, analyzing {:.1}",
+        p.accounts, p.signing, p.writing, p.revoking, p.pruning, p.sealing, p.analyzing
     );
     println!(
         "  database: {} bytes, {:.0} bytes per certificate",
@@ -315,6 +341,10 @@ async fn build(
         bar.inc(written);
     }
     bar.finish_and_clear();
+    // The dataset is kept with its statistics: a bench's server starts on a copy of it.
+    let analyzing = Instant::now();
+    history.storage.fill_analyze().await?;
+    history.phases.analyzing += analyzing.elapsed().as_secs_f64();
     let seconds = started.elapsed().as_secs_f64();
     history.storage.close().await;
     let database_bytes = match &template {
@@ -342,6 +372,7 @@ async fn build(
         database_bytes,
         bytes_per_certificate: database_bytes as f64 / history.certificates.len().max(1) as f64,
         reused: false,
+        phases: history.phases.clone(),
     };
     if let Some(name) = &template {
         // A template is only copied while nobody is connected: none is left but this comment's.
@@ -565,6 +596,9 @@ struct History {
     pruned: u64,
     rows: u64,
     signing_cpu: f64,
+    phases: Phases,
+    /// Certificates stored when the tables were last analyzed.
+    analyzed_at: usize,
 }
 
 impl History {
@@ -617,6 +651,8 @@ impl History {
             pruned: 0,
             rows: 0,
             signing_cpu: 0.0,
+            phases: Phases::default(),
+            analyzed_at: 0,
         })
     }
 
@@ -646,6 +682,7 @@ impl History {
     async fn day(&mut self, day: u32) -> anyhow::Result<u64> {
         let day_start = self.start + Duration::days(i64::from(day));
         let day_end = day_start + Duration::days(1);
+        let mut clock = Instant::now();
         // Accounts registering today.
         let mut created = Vec::new();
         while (self.account_ids.len() as u64) < self.params.accounts {
@@ -664,15 +701,26 @@ impl History {
             }
         }
         self.create_accounts(&created).await?;
+        self.phases.accounts += lap(&mut clock);
         // Issuances ordered today.
         let first = self.first_ordered_at_or_after(day_start);
         let last = self.first_ordered_at_or_after(day_end);
         let plans: Vec<Planned> = (first..last).map(|i| self.plan(i)).collect();
         let count = plans.len() as u64;
         let issuances = self.sign(plans)?;
+        self.phases.signing += lap(&mut clock);
         self.write(issuances).await?;
+        self.phases.writing += lap(&mut clock);
+        // Whenever the history has doubled: a cost of about twice the last ANALYZE's in all,
+        // and the plans stay those of tables of about their size (`Storage::fill_analyze`).
+        if self.certificates.len() >= self.analyzed_at.max(1) * 2 {
+            self.storage.fill_analyze().await?;
+            self.analyzed_at = self.certificates.len();
+            self.phases.analyzing += lap(&mut clock);
+        }
         // Revocations of the day, among the certificates in force.
         self.revoke_on(day, day_start).await?;
+        self.phases.revoking += lap(&mut clock);
         let report = self
             .storage
             .prune(day_end, self.retention, self.prune_batch)
@@ -683,10 +731,12 @@ impl History {
             + report.authorizations
             + report.challenges
             + report.evidence;
+        self.phases.pruning += lap(&mut clock);
         if self.params.backend == FillBackend::Postgres {
             // The sealer chains what was recorded, as a running server's does.
             self.storage.seal_audit().await?;
         }
+        self.phases.sealing += lap(&mut clock);
         Ok(count)
     }
 
@@ -927,8 +977,15 @@ impl History {
                 }
             }
             FillBackend::Postgres => {
+                // A day of fewer than POSTGRES_WRITERS full batches is still spread over all
+                // the writers (a fill of 20,000 certificates over 180 days wrote each day's
+                // 111 in one transaction, with one writer).
+                let batch = issuances
+                    .len()
+                    .div_ceil(POSTGRES_WRITERS)
+                    .clamp(1, POSTGRES_BATCH);
                 let batches: Vec<Vec<FillIssuance>> = issuances
-                    .chunks(POSTGRES_BATCH)
+                    .chunks(batch)
                     .map(<[FillIssuance]>::to_vec)
                     .collect();
                 let mut results = vec![None; batches.len()];
@@ -1043,6 +1100,14 @@ fn jwk(key: &KeyPair) -> anyhow::Result<(String, String)> {
 fn client_ip(account: u64) -> Ipv4Addr {
     let [_, _, b, c, ..] = account.to_le_bytes();
     Ipv4Addr::new(198, 18, b, c)
+}
+
+/// Seconds since `clock`, which moves on to now.
+fn lap(clock: &mut Instant) -> f64 {
+    let now = Instant::now();
+    let seconds = (now - *clock).as_secs_f64();
+    *clock = now;
+    seconds
 }
 
 fn day_start(t: OffsetDateTime) -> OffsetDateTime {
