@@ -16,8 +16,8 @@
 //!
 //! Checkpoints do not run in the writer's commits ([`Checkpointer`]): the writer's WAL hook notes
 //! the WAL's size, and once it reaches 1,000 pages a checkpoint copies it on a connection of its
-//! own on a blocking thread while commits go on, then copies what was committed meanwhile with
-//! the writer held, so the WAL is wholly copied and starts again. If these fall behind, the
+//! own on a blocking thread while commits go on, again until little is left, then copies the rest
+//! with the writer held, so the WAL is wholly copied and starts again. If these fall behind, the
 //! writer checkpoints in its commit at 10,000 pages, as SQLite would.
 //!
 //! The connections open the file through SQLite's `unix-excl` VFS: the first lock is an
@@ -73,6 +73,15 @@ const VFS: &str = "unix-excl";
 /// WAL size, in pages, at which a checkpoint starts beside the writer: SQLite's own interval,
 /// so each one copies as many pages as the writer's checkpoints in its commits used to.
 const CHECKPOINT_PAGES: c_int = 1000;
+
+/// What a checkpoint beside the writer may leave for its last copy, the one made with the writer
+/// held so that the WAL is wholly copied and starts again; more, and it copies again without the
+/// writer first. A few milliseconds of copying: that copy's two `fsync`s cost more.
+const HELD_COPY_PAGES: u64 = 256;
+
+/// Copies without the writer before the held one, however far they fall behind: under a write
+/// rate faster than the disk copies, the held copy (and at worst the backstop) bounds the WAL.
+const MAX_UNHELD_COPIES: usize = 8;
 
 /// WAL size at which the writer checkpoints in its own commit after all, as SQLite does by
 /// default. Reached only if checkpoints beside it fall behind the commits; it bounds the WAL.
@@ -182,9 +191,10 @@ fn note_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
 /// A checkpoint copies the WAL's pages into the database file and syncs both files. SQLite runs
 /// it inside the commit that fills the WAL, so every writer queued behind that commit waits for
 /// the copy and the two `fsync`s. Here the copy runs on a connection of its own on a blocking
-/// thread while commits go on; only the pages committed meanwhile are copied with the writer
-/// held (were commits let in then, the WAL would never be wholly copied and would grow without
-/// end), and the next commit starts the WAL again from its beginning. Against checkpoints in the
+/// thread while commits go on, and again while more than [`HELD_COPY_PAGES`] were committed
+/// meanwhile; only that rest is copied with the writer held (were commits let in then, the WAL
+/// would never be wholly copied and would grow without end), and the next commit starts the WAL
+/// again from its beginning. Against checkpoints in the
 /// commit, alternated: new-order ×8 +5 % with its p99 from 4.1 to 3.7 ms, full issuance ×8 +5 %,
 /// new-account ×32 +3 % (docs/performance.md, "Measured decisions"). Measured before the
 /// exclusive VFS, a checkpointer of its own cost CPU per issuance; it no longer does.
@@ -226,29 +236,43 @@ impl Checkpointer {
     }
 
     async fn run(self: Arc<Self>, writer: &Arc<LitePool>) -> Result<()> {
-        let this = Arc::clone(&self);
-        match tokio::task::spawn_blocking(move || this.copy()).await {
-            Ok(copied) => copied?,
-            // Not a storage error: nobody waits for this task. The writer still checkpoints in
-            // its commit at the backstop.
-            Err(e) => {
-                tracing::error!(error = %e, "the WAL checkpoint task panicked");
-                return Ok(());
+        // Copies without the writer until what is left for the held copy is small: the held
+        // copy's time is a stall for every request that writes. The first copy on a large file
+        // whose pages are not cached can take hundreds of milliseconds, during which a pruning
+        // pass committed 12,000 pages; copied with the writer held, they held it 118 ms.
+        for _ in 0..MAX_UNHELD_COPIES {
+            let this = Arc::clone(&self);
+            let left = match tokio::task::spawn_blocking(move || this.copy()).await {
+                Ok(copied) => copied?,
+                // Not a storage error: nobody waits for this task. The writer still checkpoints
+                // in its commit at the backstop.
+                Err(e) => {
+                    tracing::error!(error = %e, "the WAL checkpoint task panicked");
+                    return Ok(());
+                }
+            };
+            if left <= HELD_COPY_PAGES {
+                break;
             }
         }
         let lease = writer.lease().await?;
+        let held = std::time::Instant::now();
         checkpoint(lease.conn()?)?;
+        drop(lease);
+        metrics::histogram!("certeasy_sqlite_checkpoint_writer_hold_seconds")
+            .record(held.elapsed().as_secs_f64());
         count_checkpoint("beside");
         Ok(())
     }
 
-    /// The pages the WAL holds now; commits go on meanwhile.
-    fn copy(&self) -> Result<()> {
+    /// Copies the pages the WAL holds now, while commits go on; returns how many were committed
+    /// meanwhile and are left to copy.
+    fn copy(&self) -> Result<u64> {
         let guard = self.lock();
         match guard.as_ref() {
             Some(conn) => checkpoint(conn),
             // The database was closed.
-            None => Ok(()),
+            None => Ok(0),
         }
     }
 }
@@ -261,10 +285,14 @@ fn count_checkpoint(place: &'static str) {
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what no reader still needs from the WAL, without
-/// waiting for any lock; a no-op when everything is copied already.
-fn checkpoint(conn: &Connection) -> Result<()> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-    Ok(())
+/// waiting for any lock; a no-op when everything is copied already. Returns the WAL's pages not
+/// copied (its row is busy, pages in the WAL, pages copied; -1 for both when not in WAL mode).
+fn checkpoint(conn: &Connection) -> Result<u64> {
+    let (log, copied): (i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((row.get(1)?, row.get(2)?))
+        })?;
+    Ok(u64::try_from(log.saturating_sub(copied)).unwrap_or(0))
 }
 
 /// Fails with [`Error::InUse`] when another process holds the database: a server on the same

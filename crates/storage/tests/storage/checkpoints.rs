@@ -81,6 +81,19 @@ async fn the_wal_stays_near_the_interval_while_commits_go_on() {
         beside >= 2 && beside > in_commit,
         "{beside} checkpoints beside the writer, {in_commit} in a commit"
     );
+    // Each checkpoint beside the writer says how long its last copy held the writer.
+    let held: Vec<f64> = snapshot
+        .iter()
+        .filter(|(key, ..)| key.key().name() == "certeasy_sqlite_checkpoint_writer_hold_seconds")
+        .flat_map(|(.., value)| match value {
+            DebugValue::Histogram(samples) => {
+                samples.iter().map(|s| s.into_inner()).collect::<Vec<f64>>()
+            }
+            other => panic!("not a histogram: {other:?}"),
+        })
+        .collect();
+    assert_eq!(held.len() as u64, beside, "{held:?}");
+    assert!(held.iter().all(|s| *s > 0.0 && *s < 5.0), "{held:?}");
     // The WAL file keeps the largest size it ever reached.
     let wal = std::fs::metadata(dir.path().join("certeasy.db-wal"))
         .unwrap()
