@@ -133,8 +133,10 @@ pub(crate) struct FillReport {
     pub(crate) phases: Phases,
 }
 
-/// Wall seconds of each part of a fill, summed over the days.
+/// Wall seconds of each part of a fill, summed over the days. A part missing from a report
+/// cached by an earlier version reads as 0, so that its data set is still reused.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub(crate) struct Phases {
     pub(crate) accounts: f64,
     /// Planning and signing the issuances (over the cores).
