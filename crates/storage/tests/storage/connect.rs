@@ -153,6 +153,100 @@ async fn postgres_young_tables_are_analyzed_early() {
     .await;
 }
 
+/// The tables that grow with issuance, each with the time of its last ANALYZE.
+const GROWN_ANALYZED: &str = "SELECT relname::text, COALESCE(last_analyze::text, '') \
+    FROM pg_stat_user_tables \
+    WHERE relname IN ('orders', 'authorizations', 'order_authorizations', 'challenges') \
+    ORDER BY relname";
+
+/// `accounts`, with the time of its last ANALYZE.
+const ACCOUNTS_ANALYZED: &str = "SELECT relname::text, COALESCE(last_analyze::text, '') \
+    FROM pg_stat_user_tables WHERE relname = 'accounts'";
+
+/// What `sql` returns, through `psql`: a blocking call kept out of the futures (the sqlx `Any`
+/// driver's query futures are not `Send` for every lifetime the harness's closure asks for).
+fn last_analyzed(url: &str, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([url, "-Atc", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// PostgreSQL: a process started on a database whose tables already have statistics, and rows
+/// enough, does not analyze them again when its own orders reach 100; only a table the planner
+/// still believes smaller (here `accounts`, of one row) is.
+#[tokio::test]
+async fn postgres_tables_with_statistics_are_not_analyzed_again() {
+    let pg = testkit::postgres::PgDatabase::create("certeasy_test_").unwrap();
+    let url = pg.url().to_owned();
+    {
+        let s = Storage::connect(&url).await.unwrap();
+        let now = t0();
+        let acct = harness::account(&s, now).await;
+        for i in 0..100 {
+            let name = format!("again{i}.example.com");
+            s.create_order(
+                harness::new_order(acct.id, &[name.as_str()], now, false),
+                &storage::model::OrderGuards::default(),
+                now,
+            )
+            .await
+            .unwrap()
+            .created();
+        }
+        let mut first = String::new();
+        for _ in 0..200 {
+            first = last_analyzed(&url, GROWN_ANALYZED);
+            if first.lines().count() == 4 && first.lines().all(|l| !l.ends_with('|')) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(
+            first.lines().count() == 4 && first.lines().all(|l| !l.ends_with('|')),
+            "{first}"
+        );
+        let accounts_first = last_analyzed(&url, ACCOUNTS_ANALYZED);
+        s.close().await;
+
+        // Another process: its count of orders starts again at zero.
+        let again = Storage::connect(&url).await.unwrap();
+        for i in 100..200 {
+            let name = format!("again{i}.example.com");
+            again
+                .create_order(
+                    harness::new_order(acct.id, &[name.as_str()], now, false),
+                    &storage::model::OrderGuards::default(),
+                    now,
+                )
+                .await
+                .unwrap()
+                .created();
+        }
+        let mut accounts = accounts_first.clone();
+        for _ in 0..200 {
+            accounts = last_analyzed(&url, ACCOUNTS_ANALYZED);
+            if accounts != accounts_first {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_ne!(
+            accounts, accounts_first,
+            "the one-row table was analyzed again"
+        );
+        assert_eq!(last_analyzed(&url, GROWN_ANALYZED), first);
+        again.close().await;
+    }
+    drop(pg);
+}
+
 /// Migration 0005 rebuilds `challenges` (token no longer UNIQUE) and `order_authorizations`
 /// (WITHOUT ROWID): a database written before it keeps every row, readable through the API.
 #[tokio::test]
