@@ -34,6 +34,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicI32;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -125,6 +126,7 @@ impl LiteDb {
         let checkpointer = Checkpointer {
             conn: Mutex::new(Some(open_connection(path, synchronous, false)?)),
             running: AtomicBool::new(false),
+            wal_pages: AtomicI32::new(0),
         };
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers.max(1) {
@@ -202,6 +204,10 @@ fn note_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
 struct Checkpointer {
     conn: Mutex<Option<Connection>>,
     running: AtomicBool,
+    /// The WAL's size after the writer's last commit, in pages: what a copy made meanwhile left
+    /// to copy is this less what it copied (its own count of the WAL's pages is the size when it
+    /// began).
+    wal_pages: AtomicI32,
 }
 
 impl Checkpointer {
@@ -242,7 +248,7 @@ impl Checkpointer {
         // pass committed 12,000 pages; copied with the writer held, they held it 118 ms.
         for _ in 0..MAX_UNHELD_COPIES {
             let this = Arc::clone(&self);
-            let left = match tokio::task::spawn_blocking(move || this.copy()).await {
+            let copied = match tokio::task::spawn_blocking(move || this.copy()).await {
                 Ok(copied) => copied?,
                 // Not a storage error: nobody waits for this task. The writer still checkpoints
                 // in its commit at the backstop.
@@ -251,7 +257,8 @@ impl Checkpointer {
                     return Ok(());
                 }
             };
-            if left <= HELD_COPY_PAGES {
+            let wal = u64::try_from(self.wal_pages.load(Ordering::Acquire)).unwrap_or(0);
+            if wal.saturating_sub(copied) <= HELD_COPY_PAGES {
                 break;
             }
         }
@@ -265,8 +272,8 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Copies the pages the WAL holds now, while commits go on; returns how many were committed
-    /// meanwhile and are left to copy.
+    /// Copies the pages the WAL holds now, while commits go on; returns how many of the WAL's
+    /// pages have been copied.
     fn copy(&self) -> Result<u64> {
         let guard = self.lock();
         match guard.as_ref() {
@@ -285,14 +292,12 @@ fn count_checkpoint(place: &'static str) {
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what no reader still needs from the WAL, without
-/// waiting for any lock; a no-op when everything is copied already. Returns the WAL's pages not
-/// copied (its row is busy, pages in the WAL, pages copied; -1 for both when not in WAL mode).
+/// waiting for any lock; a no-op when everything is copied already. Returns how many of the
+/// WAL's pages are copied (the third column of its row: busy, the WAL's pages when the copy
+/// began, the pages copied; -1 when not in WAL mode).
 fn checkpoint(conn: &Connection) -> Result<u64> {
-    let (log, copied): (i64, i64) =
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            Ok((row.get(1)?, row.get(2)?))
-        })?;
-    Ok(u64::try_from(log.saturating_sub(copied)).unwrap_or(0))
+    let copied: i64 = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(2))?;
+    Ok(u64::try_from(copied).unwrap_or(0))
 }
 
 /// Fails with [`Error::InUse`] when another process holds the database: a server on the same
@@ -429,10 +434,14 @@ impl Drop for Lease {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(conn);
             }
-            if let Some(checkpointer) = &self.pool.checkpointer
-                && WAL_PAGES.take() >= CHECKPOINT_PAGES
-            {
-                checkpointer.start(&self.pool);
+            if let Some(checkpointer) = &self.pool.checkpointer {
+                let pages = WAL_PAGES.take();
+                if pages > 0 {
+                    checkpointer.wal_pages.store(pages, Ordering::Release);
+                }
+                if pages >= CHECKPOINT_PAGES {
+                    checkpointer.start(&self.pool);
+                }
             }
         }
     }
