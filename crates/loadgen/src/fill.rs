@@ -26,8 +26,6 @@ use std::net::Ipv4Addr;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
-use std::process::Command;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -350,9 +348,11 @@ async fn build(
     let seconds = started.elapsed().as_secs_f64();
     history.storage.close().await;
     let database_bytes = match &template {
-        Some(name) => psql_value(postgres_url, &format!("SELECT pg_database_size('{name}')"))?
-            .parse()
-            .context("pg_database_size")?,
+        Some(name) => {
+            testkit::postgres::psql(postgres_url, &format!("SELECT pg_database_size('{name}')"))?
+                .parse()
+                .context("pg_database_size")?
+        }
         None => dir_size(&dir.join("data"), "certeasy.db")?,
     };
     let rows_written = history.rows;
@@ -1192,27 +1192,11 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
 
 /// Runs `statement` with `psql` (the benches' databases are made and dropped with it).
 pub(crate) fn psql(url: &str, statement: &str) -> anyhow::Result<()> {
-    psql_value(url, statement).map(drop)
-}
-
-/// Runs `statement` with `psql`; its output, unaligned and without headers.
-fn psql_value(url: &str, statement: &str) -> anyhow::Result<String> {
-    let output = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", statement])
-        .stdin(Stdio::null())
-        .output()
-        .context("running psql")?;
-    if !output.status.success() {
-        bail!(
-            "psql {statement:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    testkit::postgres::psql(url, statement).map(drop)
 }
 
 fn database_exists(url: &str, name: &str) -> anyhow::Result<bool> {
-    Ok(psql_value(
+    Ok(testkit::postgres::psql(
         url,
         &format!("SELECT 1 FROM pg_database WHERE datname = '{name}'"),
     )? == "1")

@@ -7,6 +7,7 @@
 //! test needs no driver of its own for this.
 
 use std::process::Command;
+use std::process::Stdio;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 
@@ -38,6 +39,23 @@ pub fn database_url(admin_url: &str, name: &str) -> String {
         Some(query) => format!("{server}/{name}?{query}"),
         None => format!("{server}/{name}"),
     }
+}
+
+/// Runs `statement` with `psql` on `url` (stopping at the first error); its output, unaligned,
+/// without headers, trimmed. For looking at a database beside the code under test.
+pub fn psql(url: &str, statement: &str) -> anyhow::Result<String> {
+    let output = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", statement])
+        .stdin(Stdio::null())
+        .output()
+        .context("running psql")?;
+    if !output.status.success() {
+        bail!(
+            "psql {statement:?}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// A fresh database, dropped with the value.

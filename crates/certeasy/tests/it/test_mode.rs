@@ -502,22 +502,13 @@ async fn refused_alike(file: Option<&Path>, flags: &[String], key: &str, tmp: &P
 
 /// Tables and rows in a PostgreSQL database outside PostgreSQL's own schemas.
 fn user_tables(url: &str) -> String {
-    let out = std::process::Command::new("psql")
-        .arg(url)
-        .args([
-            "-tAc",
-            "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
-             ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
-             AND n.nspname NOT LIKE 'pg_toast%'",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    testkit::postgres::psql(
+        url,
+        "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
+         ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+         AND n.nspname NOT LIKE 'pg_toast%'",
+    )
+    .unwrap()
 }
 
 #[tokio::test]

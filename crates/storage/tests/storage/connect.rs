@@ -164,18 +164,28 @@ const ACCOUNTS_ANALYZED: &str = "SELECT relname::text, COALESCE(last_analyze::te
     FROM pg_stat_user_tables WHERE relname = 'accounts'";
 
 /// What `sql` returns, through `psql`: a blocking call kept out of the futures (the sqlx `Any`
-/// driver's query futures are not `Send` for every lifetime the harness's closure asks for).
+/// driver's query futures are not `Send` for every lifetime a spawned test future asks for).
 fn last_analyzed(url: &str, sql: &str) -> String {
-    let out = std::process::Command::new("psql")
-        .args([url, "-Atc", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    testkit::postgres::psql(url, sql).unwrap()
+}
+
+/// Creates an order of `account` for each name `again<i>.example.com` of `names`.
+async fn create_orders(
+    s: &Storage,
+    account: acme_core::ids::AccountId,
+    names: std::ops::Range<u32>,
+) {
+    for i in names {
+        let name = format!("again{i}.example.com");
+        s.create_order(
+            harness::new_order(account, &[name.as_str()], t0(), false),
+            &storage::model::OrderGuards::default(),
+            t0(),
+        )
+        .await
+        .unwrap()
+        .created();
+    }
 }
 
 /// PostgreSQL: a process started on a database whose tables already have statistics, and rows
@@ -189,17 +199,7 @@ async fn postgres_tables_with_statistics_are_not_analyzed_again() {
         let s = Storage::connect(&url).await.unwrap();
         let now = t0();
         let acct = harness::account(&s, now).await;
-        for i in 0..100 {
-            let name = format!("again{i}.example.com");
-            s.create_order(
-                harness::new_order(acct.id, &[name.as_str()], now, false),
-                &storage::model::OrderGuards::default(),
-                now,
-            )
-            .await
-            .unwrap()
-            .created();
-        }
+        create_orders(&s, acct.id, 0..100).await;
         let mut first = String::new();
         for _ in 0..200 {
             first = last_analyzed(&url, GROWN_ANALYZED);
@@ -217,18 +217,7 @@ async fn postgres_tables_with_statistics_are_not_analyzed_again() {
 
         // Another process: its count of orders starts again at zero.
         let again = Storage::connect(&url).await.unwrap();
-        for i in 100..200 {
-            let name = format!("again{i}.example.com");
-            again
-                .create_order(
-                    harness::new_order(acct.id, &[name.as_str()], now, false),
-                    &storage::model::OrderGuards::default(),
-                    now,
-                )
-                .await
-                .unwrap()
-                .created();
-        }
+        create_orders(&again, acct.id, 100..200).await;
         let mut accounts = accounts_first.clone();
         for _ in 0..200 {
             accounts = last_analyzed(&url, ACCOUNTS_ANALYZED);
