@@ -75,18 +75,12 @@ impl PgDatabase {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("psql")
-            .arg(&admin)
-            .args(["-v", "ON_ERROR_STOP=1", "-qc"])
-            .arg(format!("CREATE DATABASE {name}"))
-            .output()
-            .context("running psql (scripts/test.sh installs it)")?;
-        if !out.status.success() {
-            bail!(
-                "creating {name}: PostgreSQL must be reachable at {admin}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        psql(&admin, &format!("CREATE DATABASE {name}")).with_context(|| {
+            format!(
+                "creating {name}: PostgreSQL must be reachable at {admin} \
+                 (scripts/test.sh installs psql)"
+            )
+        })?;
         let url = database_url(&admin, &name);
         Ok(Self { admin, name, url })
     }
@@ -104,14 +98,11 @@ impl PgDatabase {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .arg(&self.admin)
-            .arg("-qc")
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .output();
+        // Nothing to do with a failure in a drop: the database is left for the next cleanup.
+        let _ = psql(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
     }
 }
 
